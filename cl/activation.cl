@@ -1,0 +1,40 @@
+// =================================================================================================
+// activation.cl — the hidden activations, written once for float and floatN.
+//
+// Every form is the exact one (no fast-math, no approximations beyond the built-ins' ulp bounds):
+// llm.c's #168 shows how quietly fast-math breaks GELU. NaN propagates: relu(NaN) is NaN, since the
+// comparison with 0 is false for NaN and the input is passed through.
+// =================================================================================================
+
+#define CLFFN_ACT_RELU      0
+#define CLFFN_ACT_GELU      1
+#define CLFFN_ACT_GELU_TANH 2
+#define CLFFN_ACT_SILU      3
+#define CLFFN_ACT_SIGMOID   4
+#define CLFFN_ACT_IDENTITY  5
+
+// Which activation this program computes; the host defines it per FFN.
+#ifndef CLFFN_ACT
+  #define CLFFN_ACT CLFFN_ACT_RELU
+#endif
+
+#define CLFFN_SQRT1_2   0.70710678118654752440f // 1/sqrt(2), for erf-GELU
+#define CLFFN_SQRT2_PI  0.79788456080286535588f // sqrt(2/pi), for tanh-GELU
+#define CLFFN_GELU_CUBE 0.044715f
+
+#if CLFFN_ACT == CLFFN_ACT_RELU
+  #define CLFFN_ACTIVATE(x) ((x) < 0.0f ? 0.0f : (x))
+#elif CLFFN_ACT == CLFFN_ACT_GELU
+  #define CLFFN_ACTIVATE(x) (0.5f * (x) * (1.0f + erf((x) * CLFFN_SQRT1_2)))
+#elif CLFFN_ACT == CLFFN_ACT_GELU_TANH
+  #define CLFFN_ACTIVATE(x) \
+    (0.5f * (x) * (1.0f + tanh(CLFFN_SQRT2_PI * ((x) + CLFFN_GELU_CUBE * (x) * (x) * (x)))))
+#elif CLFFN_ACT == CLFFN_ACT_SILU
+  #define CLFFN_ACTIVATE(x) ((x) / (1.0f + exp(-(x))))
+#elif CLFFN_ACT == CLFFN_ACT_SIGMOID
+  #define CLFFN_ACTIVATE(x) (1.0f / (1.0f + exp(-(x))))
+#elif CLFFN_ACT == CLFFN_ACT_IDENTITY
+  #define CLFFN_ACTIVATE(x) (x)
+#else
+  #error "unknown CLFFN_ACT"
+#endif

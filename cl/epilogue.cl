@@ -1,0 +1,113 @@
+// =================================================================================================
+// epilogue.cl — everything between and after the two SGEMMs, fused so that each tensor is read
+// once and written once.
+//
+//   x[T,D] ──SGEMM──► z[T,ldz] ──epilogue1──► h[T,F] ──SGEMM──► u[T,D] ──epilogue2──► y[T,D]
+//                     (W1 part in columns 0..F-1, V part in F..2F-1 when gated)
+//
+//   epilogue1:  h = dropout(act(z1 + b1) ⊙ (z2 + bv))        (gate and biases optional)
+//   epilogue2:  y = u + b2 (+ x)                               (bias and residual optional)
+//
+// NDRange of both: (ceil(columns / 4), T). A work-item handles four consecutive columns of one
+// row: as float4 when the row length and offsets allow (vec = 1), else one column at a time.
+// Nothing here depends on the work-group size; the host passes NULL or a test's override.
+// =================================================================================================
+
+// Compile-time parameters, set by the host per FFN (defaults shown):
+#ifndef CLFFN_GATED
+  #define CLFFN_GATED 0   // 1: multiply by the gate's linear part (GLU family)
+#endif
+#ifndef CLFFN_DROPOUT
+  #define CLFFN_DROPOUT 0 // 1: training-mode dropout with p > 0
+#endif
+
+// Runtime flags (bit set = present)
+#define CLFFN_F_BIAS1     1u
+#define CLFFN_F_BIAS_GATE 2u
+#define CLFFN_F_BIAS2     4u
+#define CLFFN_F_RESIDUAL  8u
+
+// Dropout of one element: kept values are scaled by 1/(1-p), dropped ones are exactly 0.
+// drop_threshold = round(p * 2^32), so p = 0 keeps all and p = 1 drops all.
+#define CLFFN_DROP(v, word) (((ulong)(word) < drop_threshold) ? 0.0f : (v) * drop_scale)
+
+__kernel void clffn_epilogue1(__global const float *restrict z, const ulong ldz,
+                              __global float *restrict h,
+                              __global const float *restrict b1, const ulong b1_off,
+                              __global const float *restrict bv, const ulong bv_off,
+                              const uint flags, const uint vec,
+                              const ulong tokens, const ulong d_ff,
+                              const ulong drop_threshold, const float drop_scale,
+                              const uint2 key, const ulong rng_offset) {
+  const ulong j0 = (ulong)get_global_id(0) * 4;
+  const ulong t = get_global_id(1);
+  if (t >= tokens || j0 >= d_ff) { return; }
+  __global const float *zrow = z + t * ldz;
+  __global float *hrow = h + t * d_ff;
+
+  if (vec) { // d_ff % 4 == 0 and aligned bias offsets: four columns at once, one Philox call
+    float4 a = vload4(0, zrow + j0);
+    if (flags & CLFFN_F_BIAS1) { a += vload4(0, b1 + b1_off + j0); }
+    float4 v = CLFFN_ACTIVATE(a);
+    #if CLFFN_GATED
+      float4 g = vload4(0, zrow + d_ff + j0);
+      if (flags & CLFFN_F_BIAS_GATE) { g += vload4(0, bv + bv_off + j0); }
+      v *= g;
+    #endif
+    #if CLFFN_DROPOUT
+      const uint4 r = clffn_philox(clffn_philox_counter(rng_offset, t * d_ff + j0), key);
+      v = (float4)(CLFFN_DROP(v.x, r.x), CLFFN_DROP(v.y, r.y),
+                   CLFFN_DROP(v.z, r.z), CLFFN_DROP(v.w, r.w));
+    #endif
+    vstore4(v, 0, hrow + j0);
+    return;
+  }
+
+  for (ulong j = j0; j < j0 + 4 && j < d_ff; ++j) {
+    float a = zrow[j];
+    if (flags & CLFFN_F_BIAS1) { a += b1[b1_off + j]; }
+    float v = CLFFN_ACTIVATE(a);
+    #if CLFFN_GATED
+      float g = zrow[d_ff + j];
+      if (flags & CLFFN_F_BIAS_GATE) { g += bv[bv_off + j]; }
+      v *= g;
+    #endif
+    #if CLFFN_DROPOUT
+      // Rows need not start on a Philox block here, so each element finds its own word.
+      const ulong e = t * d_ff + j;
+      const uint4 r = clffn_philox(clffn_philox_counter(rng_offset, e), key);
+      const uint lane = (uint)(e & 3);
+      const uint word = lane == 0 ? r.x : lane == 1 ? r.y : lane == 2 ? r.z : r.w;
+      v = CLFFN_DROP(v, word);
+    #endif
+    hrow[j] = v;
+  }
+}
+
+// y[T, D] (at y_off) = u[T, D] + b2 (+ x at x_off). y may be x itself: each element is read
+// before it is written by the same work-item, so x and y are deliberately not restrict.
+__kernel void clffn_epilogue2(__global const float *restrict u,
+                              __global float *y, const ulong y_off,
+                              __global const float *x, const ulong x_off,
+                              __global const float *restrict b2, const ulong b2_off,
+                              const uint flags, const uint vec,
+                              const ulong tokens, const ulong d_model) {
+  const ulong i0 = (ulong)get_global_id(0) * 4;
+  const ulong t = get_global_id(1);
+  if (t >= tokens || i0 >= d_model) { return; }
+  const ulong row = t * d_model;
+
+  if (vec) {
+    float4 v = vload4(0, u + row + i0);
+    if (flags & CLFFN_F_BIAS2) { v += vload4(0, b2 + b2_off + i0); }
+    if (flags & CLFFN_F_RESIDUAL) { v += vload4(0, x + x_off + row + i0); }
+    vstore4(v, 0, y + y_off + row + i0);
+    return;
+  }
+  for (ulong i = i0; i < i0 + 4 && i < d_model; ++i) {
+    float v = u[row + i];
+    if (flags & CLFFN_F_BIAS2) { v += b2[b2_off + i]; }
+    if (flags & CLFFN_F_RESIDUAL) { v += x[x_off + row + i]; }
+    y[y_off + row + i] = v;
+  }
+}

@@ -1,0 +1,21 @@
+# Turns the .cl files into a C source of NUL-terminated byte arrays (no string-literal length
+# limits, no escaping). Run at build time by add_custom_command, so editing a .cl regenerates it.
+# Inputs: OUTPUT (the .c to write), SOURCES (,-separated .cl paths, in program order).
+set(body "/* Generated from the .cl files in cl/ by cmake/embed_kernels.cmake; do not edit. */\n")
+string(APPEND body "#include \"internal.h\"\n\n")
+string(REPLACE "," ";" SOURCES "${SOURCES}")
+set(table "")
+set(i 0)
+foreach(src IN LISTS SOURCES)
+  get_filename_component(name "${src}" NAME)
+  file(READ "${src}" hex HEX)
+  string(REGEX REPLACE "([0-9a-f][0-9a-f])" "0x\\1," hex "${hex}")
+  string(APPEND body "static const char source_${i}[] = {\n${hex}0x00};\n\n")
+  string(APPEND table "    {\"${name}\", source_${i}},\n")
+  math(EXPR i "${i} + 1")
+endforeach()
+string(APPEND body "const clffn_kernel_source clffn_embedded_sources[] = {\n${table}};\n")
+string(APPEND body "const size_t clffn_embedded_source_count = ${i};\n")
+file(WRITE "${OUTPUT}.tmp" "${body}")
+execute_process(COMMAND ${CMAKE_COMMAND} -E copy_if_different "${OUTPUT}.tmp" "${OUTPUT}")
+file(REMOVE "${OUTPUT}.tmp")

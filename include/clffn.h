@@ -1,0 +1,365 @@
+/*
+ * clffn — the Transformer's position-wise feed-forward network on any OpenCL device.
+ *
+ *   plain:  y = act(x·W1 + b1)·W2 + b2                         (+ x with residual)
+ *   gated:  y = (act(x·W1 + b1) ⊙ (x·V + bv))·W2 + b2           (GLU family)
+ *
+ * applied to every row of x. Shapes, used throughout this header:
+ *
+ *   T = tokens (batch × seq), D = d_model, F = d_ff
+ *   x, y      [T, D]           row-major floats
+ *   W1, V     [F, D] (CLFFN_LAYOUT_OUT_IN, as torch.nn.Linear stores them)
+ *             [D, F] (CLFFN_LAYOUT_IN_OUT, as numpy and GPT-2's Conv1D do)
+ *   W2        [D, F] (OUT_IN) or [F, D] (IN_OUT)
+ *   b1, bv    [F]      b2  [D]
+ *   hidden    [T, F]
+ *
+ * Both projections are CLBlast SGEMMs; bias, activation, gating and dropout are clffn's own
+ * OpenCL kernels, fused into one pass over the hidden tensor.
+ *
+ * Two ways in:
+ *   - device level: bring your cl_context, cl_command_queue and cl_mem buffers; clffn_forward()
+ *     enqueues and returns at once with an optional event, like a CLBlast routine.
+ *   - host level: clffn_context_create_default() owns context and queue; clffn_forward_host()
+ *     takes and returns float arrays.
+ *
+ * Errors: every function returns a clffn_status. Negative values from OpenCL (and CLBlast) are
+ * passed through unchanged; clffn's own codes sit in the range CLFFN_ERROR_BASE and below.
+ * A failing call leaves the caller's outputs untouched.
+ *
+ * Threads: a clffn_context may be shared between threads. A clffn_ffn may not be used from two
+ * threads at once (it owns kernel objects and a workspace); give each thread its own.
+ */
+#ifndef CLFFN_H
+#define CLFFN_H
+
+#ifndef CL_TARGET_OPENCL_VERSION
+#define CL_TARGET_OPENCL_VERSION 120
+#endif
+#include <CL/cl.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32) && defined(CLFFN_BUILDING_DLL)
+#define CLFFN_API __declspec(dllexport)
+#elif defined(__GNUC__) || defined(__clang__)
+#define CLFFN_API __attribute__((visibility("default")))
+#else
+#define CLFFN_API
+#endif
+
+/* ---------------------------------------------------------------------------------------------
+ * Version
+ * ------------------------------------------------------------------------------------------- */
+#define CLFFN_VERSION_MAJOR 0
+#define CLFFN_VERSION_MINOR 1
+#define CLFFN_VERSION_PATCH 0
+#define CLFFN_VERSION_NUMBER \
+    (CLFFN_VERSION_MAJOR * 10000 + CLFFN_VERSION_MINOR * 100 + CLFFN_VERSION_PATCH)
+#define CLFFN_STRINGIFY_(x) #x
+#define CLFFN_STRINGIFY(x) CLFFN_STRINGIFY_(x)
+#define CLFFN_VERSION_STRING                                                               \
+    CLFFN_STRINGIFY(CLFFN_VERSION_MAJOR) "." CLFFN_STRINGIFY(CLFFN_VERSION_MINOR) "." \
+        CLFFN_STRINGIFY(CLFFN_VERSION_PATCH)
+
+/** The library's CLFFN_VERSION_NUMBER, to detect a header/library mismatch at run time. */
+CLFFN_API unsigned clffn_version_number(void);
+/** The library's version as "MAJOR.MINOR.PATCH"; a static string. */
+CLFFN_API const char *clffn_version_string(void);
+
+/* ---------------------------------------------------------------------------------------------
+ * Status
+ * ------------------------------------------------------------------------------------------- */
+/** Every call's result. 0 is success; OpenCL's negative codes (CL_OUT_OF_RESOURCES = -5, the ICD
+ *  loader's CL_PLATFORM_NOT_FOUND_KHR = -1001, …) and CLBlast's (-1024…-1007, -2050…-2040) pass
+ *  through unchanged, so a value may be outside the names listed here. */
+typedef enum clffn_status {
+    CLFFN_SUCCESS = 0,
+    CLFFN_PLATFORM_NOT_FOUND = -1001, /* no OpenCL platform installed (install pocl-opencl-icd) */
+
+    CLFFN_ERROR_BASE = -4096,
+    CLFFN_ERROR_NULL_ARGUMENT = -4096,      /* a required pointer or handle is NULL */
+    CLFFN_ERROR_INVALID_SIZE = -4097,       /* a dimension is zero where it must be positive */
+    CLFFN_ERROR_SIZE_OVERFLOW = -4098,      /* a size overflows size_t or the device's max alloc */
+    CLFFN_ERROR_BUFFER_TOO_SMALL = -4099,   /* an array or cl_mem is shorter than the shape needs */
+    CLFFN_ERROR_INVALID_DROPOUT = -4100,    /* dropout p is not in [0, 1] (or is NaN) */
+    CLFFN_ERROR_INVALID_ACTIVATION = -4101, /* unknown clffn_activation value or name */
+    CLFFN_ERROR_INVALID_LAYOUT = -4102,     /* unknown clffn_layout value */
+    CLFFN_ERROR_INVALID_ARGUMENT = -4103,   /* another argument out of range (see the function) */
+    CLFFN_ERROR_DEVICE_NOT_FOUND = -4104,   /* CLFFN_DEVICE or the given spec matched no device */
+    CLFFN_ERROR_DEVICE_UNSUPPORTED = -4105, /* device lacks OpenCL 1.2 or an online compiler */
+    CLFFN_ERROR_NO_WEIGHTS = -4106,         /* forward before weights were uploaded or bound */
+    CLFFN_ERROR_INVALID_QUEUE = -4107,      /* queue of another context/device, or out-of-order */
+    CLFFN_ERROR_KERNEL_SOURCE = -4108,      /* a .cl file under CLFFN_KERNEL_DIR can't be read */
+    CLFFN_ERROR_NO_FORWARD = -4109,         /* hidden tensor asked for before any forward */
+    CLFFN_ERROR_BUFFER_OVERLAP = -4110,     /* y partly overlaps x (equal is fine, partly is not) */
+    CLFFN_ERROR_OUT_OF_HOST_MEMORY = -4111  /* malloc failed in clffn's own code */
+} clffn_status;
+
+/** A static, human-readable name for any status, OpenCL's and CLBlast's included
+ *  ("CL_OUT_OF_RESOURCES", "CLFFN_ERROR_BUFFER_TOO_SMALL: …"). Never NULL. */
+CLFFN_API const char *clffn_status_string(int status);
+
+/* ---------------------------------------------------------------------------------------------
+ * Configuration
+ * ------------------------------------------------------------------------------------------- */
+/** The hidden activation. With gated = 1 they give the GLU family:
+ *  GLU = sigmoid, ReGLU = relu, GEGLU = gelu, SwiGLU = silu, bilinear = identity. */
+typedef enum clffn_activation {
+    CLFFN_ACT_RELU = 0,      /* max(0, x); NaN stays NaN */
+    CLFFN_ACT_GELU = 1,      /* x·Φ(x) = 0.5·x·(1 + erf(x/√2)), exact */
+    CLFFN_ACT_GELU_TANH = 2, /* 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))) */
+    CLFFN_ACT_SILU = 3,      /* x·σ(x), a.k.a. swish */
+    CLFFN_ACT_SIGMOID = 4,   /* σ(x) = 1/(1 + e^−x) */
+    CLFFN_ACT_IDENTITY = 5,  /* x */
+    CLFFN_ACT_COUNT_ = 6
+} clffn_activation;
+
+/** How a weight matrix is stored (see the shape legend at the top). */
+typedef enum clffn_layout {
+    CLFFN_LAYOUT_OUT_IN = 0, /* [out, in]: torch.nn.Linear.weight */
+    CLFFN_LAYOUT_IN_OUT = 1  /* [in, out]: numpy x @ W, GPT-2 Conv1D */
+} clffn_layout;
+
+/** What an FFN computes. Defaults (clffn_config_default) follow labml's FeedForward and the
+ *  seed tutorials: ReLU, not gated, all biases on, dropout 0.1, no residual. */
+typedef struct clffn_config {
+    size_t d_model;              /* D, > 0 */
+    size_t d_ff;                 /* F, > 0 */
+    clffn_activation activation; /* hidden activation */
+    int gated;                   /* 1: hidden = act(x·W1 + b1) ⊙ (x·V + bv) */
+    int bias1;                   /* 1: add b1 (the first layer's bias) */
+    int bias2;                   /* 1: add b2 (the second layer's bias) */
+    int bias_gate;               /* 1: add bv (the gate's bias; gated only) */
+    float dropout;               /* p in [0, 1]; used only in training mode */
+    int residual;                /* 1: y = FFN(x) + x, the tutorials' "output + x" */
+} clffn_config;
+
+/** A config with the defaults above for the given dimensions. */
+CLFFN_API clffn_config clffn_config_default(size_t d_model, size_t d_ff);
+
+/** Checks a config: NULL → CLFFN_ERROR_NULL_ARGUMENT, zero dims → CLFFN_ERROR_INVALID_SIZE,
+ *  weights too large for size_t → CLFFN_ERROR_SIZE_OVERFLOW, p outside [0, 1] or NaN →
+ *  CLFFN_ERROR_INVALID_DROPOUT, unknown activation → CLFFN_ERROR_INVALID_ACTIVATION. */
+CLFFN_API clffn_status clffn_config_validate(const clffn_config *config);
+
+/** Lower-case name of an activation ("relu", "gelu", "gelu_tanh", "silu", "sigmoid",
+ *  "identity"), or NULL for an unknown value. */
+CLFFN_API const char *clffn_activation_name(clffn_activation activation);
+
+/** Parses an activation name, case-insensitively: the six names above, "swish" for silu,
+ *  "linear" for identity, and the GLU names "glu", "reglu", "geglu", "swiglu", "bilinear",
+ *  which also set *gated to 1 (otherwise *gated is set to 0). gated may be NULL.
+ *  Unknown name → CLFFN_ERROR_INVALID_ACTIVATION; NULL name/out → CLFFN_ERROR_NULL_ARGUMENT. */
+CLFFN_API clffn_status clffn_activation_parse(const char *name, clffn_activation *out, int *gated);
+
+/* ---------------------------------------------------------------------------------------------
+ * Weights
+ * ------------------------------------------------------------------------------------------- */
+/** Host weight arrays, shapes as in the legend. A bias may be NULL when its flag is off
+ *  (it is ignored then); v and bv are used only by gated FFNs. */
+typedef struct clffn_host_weights {
+    const float *w1; /* [F, D] or [D, F] */
+    const float *b1; /* [F] */
+    const float *v;  /* [F, D] or [D, F], gated only */
+    const float *bv; /* [F], gated only */
+    const float *w2; /* [D, F] or [F, D] */
+    const float *b2; /* [D] */
+} clffn_host_weights;
+
+/** A view of part of a cl_mem: offset counted in floats, as in CLBlast. */
+typedef struct clffn_buffer {
+    cl_mem mem;
+    size_t offset;
+} clffn_buffer;
+
+/** Caller-owned device weights for clffn_ffn_bind_weights(); shapes as in the legend.
+ *  For a gated FFN either pass V separately (two SGEMMs for the first projection), or set
+ *  v.mem = NULL and store W1 and V stacked in w1 — [2F, D] with W1's rows first (OUT_IN), or
+ *  [D, 2F] with each row holding W1's F values then V's (IN_OUT) — which runs one SGEMM over
+ *  both, reading x once. Biases with their flag off may have mem = NULL. */
+typedef struct clffn_device_weights {
+    clffn_buffer w1;
+    clffn_buffer b1;
+    clffn_buffer v;
+    clffn_buffer bv;
+    clffn_buffer w2;
+    clffn_buffer b2;
+} clffn_device_weights;
+
+/** Weight initialisers. */
+typedef enum clffn_init {
+    /* torch.nn.Linear: weights and biases uniform in ±1/√fan_in (fan_in = D for W1, V; F for W2) */
+    CLFFN_INIT_TORCH_LINEAR = 0,
+    /* the seed tutorials' numpy module: weights randn·0.01, biases zero */
+    CLFFN_INIT_NUMPY_RANDN = 1
+} clffn_init;
+
+/** Mutable host weight arrays filled by clffn_init_weights_host(); shapes as in the legend. */
+typedef struct clffn_weight_arrays {
+    float *w1, *b1, *v, *bv, *w2, *b2;
+} clffn_weight_arrays;
+
+/** Fills host arrays with initial weights from a seed, deterministically on every machine.
+ *  Arrays whose flag is off (or v/bv for a plain FFN) may be NULL and are skipped. Matrices are
+ *  written in `layout`. Errors: NULL config/out or a needed array NULL → NULL_ARGUMENT; bad
+ *  config → its validate status; unknown scheme → INVALID_ARGUMENT; bad layout → INVALID_LAYOUT. */
+CLFFN_API clffn_status clffn_init_weights_host(const clffn_config *config, clffn_init scheme,
+                                               uint64_t seed, clffn_layout layout,
+                                               const clffn_weight_arrays *out);
+
+/* ---------------------------------------------------------------------------------------------
+ * Context: one OpenCL device, the compiled kernels, and an internal in-order queue
+ * ------------------------------------------------------------------------------------------- */
+typedef struct clffn_context clffn_context;
+
+/** Wraps the caller's context and device (both retained, released by destroy). clffn creates
+ *  one internal queue on them for uploads and blocking reads; forwards run on the caller's
+ *  queue. Errors: NULL → NULL_ARGUMENT; device not in the context → INVALID_ARGUMENT; a device
+ *  without OpenCL 1.2 and a compiler → DEVICE_UNSUPPORTED; OpenCL errors pass through. */
+CLFFN_API clffn_status clffn_context_create(cl_context context, cl_device_id device,
+                                            clffn_context **out);
+
+/** Creates a context that owns its OpenCL context and queue on the device named by `spec`:
+ *  "P:D" (platform and device index, as clffn-devices lists them) or a case-insensitive
+ *  substring of the device name. spec NULL or "" means: CLFFN_DEVICE from the environment if
+ *  set, else the first GPU, else the first device. Errors: no platform → CLFFN_PLATFORM_NOT_FOUND
+ *  (-1001); nothing matched → DEVICE_NOT_FOUND; DEVICE_UNSUPPORTED as above. */
+CLFFN_API clffn_status clffn_context_create_for_device(const char *spec, clffn_context **out);
+
+/** clffn_context_create_for_device(NULL, out): the host-level way in. */
+CLFFN_API clffn_status clffn_context_create_default(clffn_context **out);
+
+/** Releases the context and what it retained. NULL is a no-op. FFNs created on it must be
+ *  destroyed first. */
+CLFFN_API void clffn_context_destroy(clffn_context *ctx);
+
+/** The context's OpenCL handles (not retained for the caller); NULL for a NULL ctx. The queue
+ *  is clffn's internal in-order queue (profiling enabled), usable for the caller's own work. */
+CLFFN_API cl_context clffn_context_cl_context(const clffn_context *ctx);
+CLFFN_API cl_device_id clffn_context_cl_device(const clffn_context *ctx);
+CLFFN_API cl_command_queue clffn_context_queue(const clffn_context *ctx);
+
+/** Writes the device's name into buf (NUL-terminated, truncated to size). Errors:
+ *  NULL_ARGUMENT, INVALID_SIZE for size 0, OpenCL's. */
+CLFFN_API clffn_status clffn_context_device_name(const clffn_context *ctx, char *buf, size_t size);
+
+/** The build log of the last kernel build that failed on this context (the device compiler's
+ *  own words), or "" if none failed. Valid until the next build or destroy. */
+CLFFN_API const char *clffn_context_build_log(const clffn_context *ctx);
+
+/* ---------------------------------------------------------------------------------------------
+ * FFN
+ * ------------------------------------------------------------------------------------------- */
+typedef struct clffn_ffn clffn_ffn;
+
+/** Creates an FFN of the given config on ctx and builds its kernels (from the embedded .cl
+ *  sources, or from the folder in CLFFN_KERNEL_DIR when set). Dropout starts in inference mode
+ *  with seed 0 and offset 0. Errors: config's validate status; weights beyond the device's max
+ *  allocation → SIZE_OVERFLOW; kernel build failure → CL_BUILD_PROGRAM_FAILURE (-11) with the log
+ *  in clffn_context_build_log(); unreadable kernel file → KERNEL_SOURCE. */
+CLFFN_API clffn_status clffn_ffn_create(clffn_context *ctx, const clffn_config *config,
+                                        clffn_ffn **out);
+
+/** Releases the FFN, its kernels, workspace and any weights it owns or retained. NULL is a
+ *  no-op. Waits for nothing: OpenCL keeps buffers alive for commands still queued. */
+CLFFN_API void clffn_ffn_destroy(clffn_ffn *ffn);
+
+/** The FFN's config (a copy). */
+CLFFN_API clffn_config clffn_ffn_get_config(const clffn_ffn *ffn);
+
+/** Uploads host weights (blocking) into device buffers the FFN owns, in the given layout;
+ *  no host-side transposition is made. Replaces any earlier weights. Errors: NULL ffn/weights or
+ *  a needed array NULL → NULL_ARGUMENT; bad layout → INVALID_LAYOUT; OpenCL's. */
+CLFFN_API clffn_status clffn_ffn_upload_weights(clffn_ffn *ffn, clffn_layout layout,
+                                                const clffn_host_weights *weights);
+
+/** Initialises weights with clffn_init_weights_host() and uploads them (OUT_IN layout). */
+CLFFN_API clffn_status clffn_ffn_init_weights(clffn_ffn *ffn, clffn_init scheme, uint64_t seed);
+
+/** Binds caller-owned device weights (retained until rebind or destroy; read, never written;
+ *  later changes to them are seen by later forwards). Errors: NULL_ARGUMENT for a needed mem;
+ *  INVALID_LAYOUT; a buffer of another context → INVALID_ARGUMENT; offset + size beyond the
+ *  cl_mem → BUFFER_TOO_SMALL. */
+CLFFN_API clffn_status clffn_ffn_bind_weights(clffn_ffn *ffn, clffn_layout layout,
+                                              const clffn_device_weights *weights);
+
+/** Dropout mode: training = 1 applies dropout with the config's p, 0 (the default) makes
+ *  dropout the identity. Errors: NULL_ARGUMENT. */
+CLFFN_API clffn_status clffn_ffn_set_training(clffn_ffn *ffn, int training);
+
+/** Changes dropout p. Errors: NULL_ARGUMENT, INVALID_DROPOUT (p outside [0, 1] or NaN). */
+CLFFN_API clffn_status clffn_ffn_set_dropout(clffn_ffn *ffn, float p);
+
+/** Sets the dropout generator: the mask of hidden element e (e = t·F + j) is a pure function
+ *  of (seed, offset, e) — word e mod 4 of Philox4x32-10 with key (seed low, seed high) and
+ *  counter (offset + e/4 as a 64-bit value in words 0 and 1, 0, 0); dropped when the word
+ *  < p·2^32. Each training forward uses the current offset and then advances it by ⌈T·F/4⌉, so
+ *  successive forwards get fresh masks. Errors: NULL_ARGUMENT. */
+CLFFN_API clffn_status clffn_ffn_set_rng(clffn_ffn *ffn, uint64_t seed, uint64_t offset);
+
+/** The generator's seed and the offset the next training forward will use (either may be NULL). */
+CLFFN_API clffn_status clffn_ffn_get_rng(const clffn_ffn *ffn, uint64_t *seed, uint64_t *offset);
+
+/** Device-level forward: enqueues y[T, D] = FFN(x[T, D]) on `queue` and returns without
+ *  waiting. x and y are the caller's buffers, offsets in floats; y may equal x exactly (an
+ *  in-place FFN) but not overlap it partly. queue must be in-order, on the FFN's context and
+ *  device. If event is not NULL it receives an event for the last command (release it).
+ *  tokens = 0 enqueues only a marker. Only y is written (besides the FFN's own workspace).
+ *  Errors, all before anything is enqueued: NULL_ARGUMENT, NO_WEIGHTS, INVALID_QUEUE,
+ *  SIZE_OVERFLOW (T·F beyond size_t or the device's max allocation), BUFFER_TOO_SMALL,
+ *  BUFFER_OVERLAP, INVALID_ARGUMENT (buffer of another context); OpenCL's and CLBlast's. */
+CLFFN_API clffn_status clffn_forward(clffn_ffn *ffn, size_t tokens, cl_mem x, size_t x_offset,
+                                     cl_mem y, size_t y_offset, cl_command_queue queue,
+                                     cl_event *event);
+
+/** Host-level forward, blocking: y[T, D] = FFN(x[T, D]) on the context's internal queue.
+ *  x_len and y_len are the arrays' lengths in floats and must be ≥ T·D. y is written only on
+ *  success. tokens = 0 succeeds at once. Errors as clffn_forward(). */
+CLFFN_API clffn_status clffn_forward_host(clffn_ffn *ffn, size_t tokens, const float *x,
+                                          size_t x_len, float *y, size_t y_len);
+
+/** Which hidden tensor clffn_ffn_read_hidden() returns, each [T, F]. */
+typedef enum clffn_hidden {
+    CLFFN_HIDDEN_PRE = 0,  /* x·W1 + b1: what the tutorials inspect as w_1(x) */
+    CLFFN_HIDDEN_GATE = 1, /* x·V + bv: the gate's linear part (gated FFNs only) */
+    CLFFN_HIDDEN_OUT = 2   /* after activation, gating and dropout: the input of W2 */
+} clffn_hidden;
+
+/** Copies a hidden tensor of the last forward into out (blocking; waits for that forward).
+ *  Errors: NULL_ARGUMENT; NO_FORWARD before any forward (or after one with T = 0);
+ *  INVALID_ARGUMENT for an unknown `which` or GATE on a plain FFN; BUFFER_TOO_SMALL when
+ *  out_len < T·F; OpenCL's. *tokens (may be NULL) receives T. */
+CLFFN_API clffn_status clffn_ffn_read_hidden(clffn_ffn *ffn, clffn_hidden which, float *out,
+                                             size_t out_len, size_t *tokens);
+
+/* ---------------------------------------------------------------------------------------------
+ * CPU reference and the dropout generator, in plain C
+ * ------------------------------------------------------------------------------------------- */
+/** Philox4x32-10 (Salmon et al., Random123): out = philox(counter, key). All arrays of the
+ *  stated length; none may be NULL. */
+CLFFN_API void clffn_philox4x32_10(const uint32_t counter[4], const uint32_t key[2],
+                                   uint32_t out[4]);
+
+/** 1 when hidden element `index` is kept by dropout p under (seed, offset), else 0: the
+ *  function the kernels compute (see clffn_ffn_set_rng()). */
+CLFFN_API int clffn_dropout_keep(float p, uint64_t seed, uint64_t offset, uint64_t index);
+
+/** The FFN in plain C with double accumulation, as an independent reference:
+ *  y[T, D] (double) = FFN(x[T, D]); hidden (may be NULL) receives the [T, F] input of W2.
+ *  Dropout applies when training is non-zero, with the same mask as the device for the same
+ *  (seed, offset). Errors: NULL_ARGUMENT, the config's validate status, INVALID_LAYOUT,
+ *  SIZE_OVERFLOW, OUT_OF_HOST_MEMORY. */
+CLFFN_API clffn_status clffn_reference_forward(const clffn_config *config, clffn_layout layout,
+                                               const clffn_host_weights *weights, size_t tokens,
+                                               const float *x, int training, uint64_t seed,
+                                               uint64_t offset, double *y, double *hidden);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* CLFFN_H */

@@ -1,0 +1,120 @@
+/* Internal declarations shared by the host layer's files and the tests; not installed. */
+#ifndef CLFFN_INTERNAL_H
+#define CLFFN_INTERNAL_H
+
+#include "clffn.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+
+/* Upper bound on distinct epilogue programs one context caches: 6 activations × gated ×
+ * dropout = 24, doubled for headroom. */
+#define CLFFN_MAX_PROGRAMS 48
+
+/* The options that select an epilogue program; equal keys share one cl_program. */
+typedef struct clffn_program_key {
+    int activation;
+    int gated;
+    int dropout;
+} clffn_program_key;
+
+typedef struct clffn_program_entry {
+    clffn_program_key key;
+    cl_program program;
+} clffn_program_entry;
+
+struct clffn_context {
+    cl_context context;
+    cl_device_id device;
+    cl_command_queue queue; /* internal, in-order, profiling on */
+    cl_ulong max_alloc;     /* CL_DEVICE_MAX_MEM_ALLOC_SIZE */
+    pthread_mutex_t lock;   /* guards programs[] and build_log */
+    clffn_program_entry programs[CLFFN_MAX_PROGRAMS];
+    int n_programs;
+    cl_program philox_program; /* built on first use by the known-answer hook */
+    char *build_log;
+    /* Test hook: local work size of the epilogue kernels along dimension 0; 0 lets the runtime
+     * choose. Exists to prove the dropout mask does not depend on it. */
+    size_t epilogue_local_size;
+};
+
+/* One weight operand as the GEMMs and kernels see it. */
+typedef struct clffn_bound {
+    cl_mem mem; /* retained by the FFN (owned or the caller's) */
+    size_t offset;
+} clffn_bound;
+
+struct clffn_ffn {
+    clffn_context *ctx;
+    clffn_config cfg;
+    cl_kernel epilogue1;       /* no dropout: inference, or p = 0 */
+    cl_kernel epilogue1_train; /* with dropout; exists while p > 0 */
+    cl_kernel epilogue2;
+
+    /* weights */
+    bool has_weights;
+    clffn_layout layout;
+    bool stacked; /* gated with W1 and V in one matrix: one SGEMM */
+    clffn_bound w1, b1, v, bv, w2, b2;
+
+    /* dropout state */
+    int training;
+    uint64_t seed;
+    uint64_t rng_offset;
+
+    /* workspace, grown on demand: z [T, N1], h [T, F], u [T, D] */
+    size_t ws_tokens;
+    cl_mem z, h, u;
+    /* host-level forward buffers: x and y [T, D] */
+    size_t io_tokens;
+    cl_mem io_x, io_y;
+
+    /* the last forward, for clffn_ffn_read_hidden() */
+    size_t last_tokens;
+    cl_event last_event;         /* completion of epilogue1 of the last forward, or NULL */
+    cl_command_queue last_queue; /* its queue (retained), flushed before we wait on it */
+};
+
+/* Embedded kernel sources (generated at build time from cl/). */
+typedef struct clffn_kernel_source {
+    const char *name; /* file name, e.g. "epilogue.cl" */
+    const char *text;
+} clffn_kernel_source;
+extern const clffn_kernel_source clffn_embedded_sources[];
+extern const size_t clffn_embedded_source_count;
+
+/* Device capabilities clffn relies on, split out so the decision is testable without a device
+ * lacking them. */
+typedef struct clffn_device_caps {
+    int version_major, version_minor; /* from CL_DEVICE_VERSION "OpenCL M.m ..." */
+    int compiler_available;
+    int available;
+} clffn_device_caps;
+clffn_status clffn__device_caps_check(const clffn_device_caps *caps);
+clffn_status clffn__device_caps_query(cl_device_id device, clffn_device_caps *caps);
+
+/* Parses "OpenCL M.m ..." into major/minor; returns 0 on failure. */
+int clffn__parse_cl_version(const char *s, int *major, int *minor);
+
+/* Builds (or finds in the context's cache) the epilogue program for key. */
+clffn_status clffn__get_program(clffn_context *ctx, const clffn_program_key *key, cl_program *out);
+
+/* Runs the device's Philox on one counter/key (blocking), for the known-answer tests. */
+clffn_status clffn__device_philox(clffn_context *ctx, const uint32_t counter[4],
+                                  const uint32_t key[2], uint32_t out[4]);
+
+/* Size arithmetic that reports overflow instead of wrapping. */
+static inline bool clffn__mul_ok(size_t a, size_t b, size_t *out) {
+    if (a != 0 && b > SIZE_MAX / a) { return false; }
+    *out = a * b;
+    return true;
+}
+
+/* The dropout threshold and scale shared by the device kernels and the reference. */
+uint64_t clffn__drop_threshold(float p);
+float clffn__drop_scale(float p);
+
+/* The full source of the kernels, concatenated (embedded or from CLFFN_KERNEL_DIR). Caller frees. */
+clffn_status clffn__kernel_source(char **out);
+
+#endif
