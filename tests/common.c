@@ -1,0 +1,141 @@
+#include "common.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* splitmix64: small, well mixed, and unrelated to the library's Philox */
+static uint64_t splitmix(uint64_t *s) {
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+void fill_uniform(float *a, size_t n, float lo, float hi, uint64_t seed) {
+    uint64_t s = seed;
+    for (size_t i = 0; i < n; ++i) {
+        const double u = (double)(splitmix(&s) >> 11) / 9007199254740992.0;
+        a[i] = (float)(lo + (hi - lo) * u);
+    }
+}
+
+static float *make(size_t n, float bound, uint64_t seed) {
+    float *a = malloc((n ? n : 1) * sizeof *a);
+    cr_assert(a);
+    fill_uniform(a, n, -bound, bound, seed);
+    return a;
+}
+
+void test_weights_make(test_weights *w, const clffn_config *c, clffn_layout layout, uint64_t seed) {
+    (void)layout; /* random values: either layout is just another random matrix */
+    const size_t D = c->d_model, F = c->d_ff;
+    /* x ~ U(-1, 1): a weight bound of √3/√fan_in gives pre-activations of unit variance */
+    const float s1 = (float)(sqrt(3.0) / sqrt((double)D)), s2 = (float)(sqrt(3.0) / sqrt((double)F));
+    memset(w, 0, sizeof *w);
+    w->w1 = make(D * F, s1, seed + 1);
+    w->b1 = make(F, 0.5f, seed + 2);
+    w->v = make(D * F, s1, seed + 3);
+    w->bv = make(F, 0.5f, seed + 4);
+    w->w2 = make(D * F, s2, seed + 5);
+    w->b2 = make(D, 0.5f, seed + 6);
+    w->host.w1 = w->w1;
+    w->host.b1 = c->bias1 ? w->b1 : NULL;
+    w->host.v = c->gated ? w->v : NULL;
+    w->host.bv = c->gated && c->bias_gate ? w->bv : NULL;
+    w->host.w2 = w->w2;
+    w->host.b2 = c->bias2 ? w->b2 : NULL;
+}
+
+void test_weights_free(test_weights *w) {
+    free(w->w1);
+    free(w->b1);
+    free(w->v);
+    free(w->bv);
+    free(w->w2);
+    free(w->b2);
+    memset(w, 0, sizeof *w);
+}
+
+clffn_context *test_context(void) {
+    clffn_context *ctx = NULL;
+    ASSERT_OK(clffn_context_create_default(&ctx));
+    return ctx;
+}
+
+void assert_close(const float *y, const double *ref, size_t n, double rtol, const char *what) {
+    double max_ref = 0.0;
+    for (size_t i = 0; i < n; ++i) { max_ref = fmax(max_ref, fabs(ref[i])); }
+    const double tol = rtol * max_ref + TOL_ATOL;
+    double worst = 0.0;
+    size_t worst_i = 0, first_bad = n;
+    for (size_t i = 0; i < n; ++i) {
+        const double e = fabs((double)y[i] - ref[i]);
+        if (!(e <= tol)) { /* NaN counts as bad */
+            if (first_bad == n) { first_bad = i; }
+            if (!(e <= worst)) {
+                worst = e;
+                worst_i = i;
+            }
+        } else if (e > worst) {
+            worst = e;
+            worst_i = i;
+        }
+    }
+    cr_assert(first_bad == n,
+              "%s: first bad index %zu (got %.9g, want %.9g); worst error %.3g at %zu; "
+              "tolerance %.3g (max|ref| %.3g)",
+              what, first_bad, first_bad < n ? (double)y[first_bad] : 0.0,
+              first_bad < n ? ref[first_bad] : 0.0, worst, worst_i, tol, max_ref);
+}
+
+void assert_mostly_nonzero(const double *v, size_t n, double frac, const char *what) {
+    size_t nz = 0;
+    for (size_t i = 0; i < n; ++i) { nz += v[i] != 0.0; }
+    cr_assert((double)nz >= frac * (double)n, "%s: only %zu of %zu values are non-zero", what, nz,
+              n);
+}
+
+guarded guarded_make(clffn_context *ctx, size_t offset, size_t n, const float *init) {
+    guarded g = {NULL, offset, n, offset + n + CANARY};
+    cr_assert(offset >= CANARY || offset == 0);
+    float *host = malloc(g.total * sizeof *host);
+    cr_assert(host);
+    for (size_t i = 0; i < g.total; ++i) { host[i] = CANARY_VALUE; }
+    if (init) { memcpy(host + offset, init, n * sizeof *host); }
+    cl_int err;
+    g.mem = clCreateBuffer(clffn_context_cl_context(ctx), CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR,
+                           g.total * sizeof *host, host, &err);
+    cr_assert_eq(err, CL_SUCCESS);
+    free(host);
+    return g;
+}
+
+void guarded_read(clffn_context *ctx, const guarded *g, float *out) {
+    ASSERT_OK(clEnqueueReadBuffer(clffn_context_queue(ctx), g->mem, CL_TRUE,
+                                  g->offset * sizeof(float), g->n * sizeof(float), out, 0, NULL,
+                                  NULL));
+}
+
+void guarded_assert_canaries(clffn_context *ctx, const guarded *g, const char *what) {
+    float *host = malloc(g->total * sizeof *host);
+    cr_assert(host);
+    ASSERT_OK(clEnqueueReadBuffer(clffn_context_queue(ctx), g->mem, CL_TRUE, 0,
+                                  g->total * sizeof *host, host, 0, NULL, NULL));
+    for (size_t i = 0; i < g->total; ++i) {
+        if (i >= g->offset && i < g->offset + g->n) { continue; }
+        cr_assert(host[i] == CANARY_VALUE, "%s: canary at float %zu overwritten (%g)", what, i,
+                  (double)host[i]);
+    }
+    free(host);
+}
+
+void guarded_free(guarded *g) {
+    if (g->mem) { clReleaseMemObject(g->mem); }
+    g->mem = NULL;
+}
+
+double act_rtol(clffn_activation a) {
+    (void)a;
+    return TOL_RTOL;
+}

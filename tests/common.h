@@ -1,0 +1,70 @@
+/* Helpers shared by the Criterion suites: random data, weight sets, device buffers with
+ * canaries, and the tolerance check against the double-precision reference. */
+#ifndef CLFFN_TEST_COMMON_H
+#define CLFFN_TEST_COMMON_H
+
+#include "clffn.h"
+#include "internal.h"
+
+#include <criterion/criterion.h>
+#include <criterion/parameterized.h>
+#include <stddef.h>
+
+/* The core tolerance: |y − ref| ≤ RTOL·max|ref| + ATOL. */
+#define TOL_RTOL 1e-5
+#define TOL_ATOL 1e-6
+
+/* Canary floats around every device output; any change means a write out of bounds. */
+#define CANARY 64
+#define CANARY_VALUE (-12345.5f)
+
+/* Deterministic test data, independent of the library's own generators. */
+void fill_uniform(float *a, size_t n, float lo, float hi, uint64_t seed);
+
+/* A weight set for a config, in a layout, owning its arrays. Values are chosen so hidden
+ * pre-activations spread over [-2, 2]-ish and outputs are not mostly zero. */
+typedef struct test_weights {
+    float *w1, *b1, *v, *bv, *w2, *b2;
+    clffn_host_weights host;
+} test_weights;
+void test_weights_make(test_weights *w, const clffn_config *c, clffn_layout layout, uint64_t seed);
+void test_weights_free(test_weights *w);
+
+clffn_context *test_context(void);
+
+/* Asserts y matches ref within the core tolerance scaled by rtol_scale (1 for most
+ * activations); reports the first bad index and the worst error. */
+void assert_close(const float *y, const double *ref, size_t n, double rtol, const char *what);
+
+/* Asserts that at least `frac` of the values are non-zero, so a test is not vacuous. */
+void assert_mostly_nonzero(const double *v, size_t n, double frac, const char *what);
+
+/* A device buffer of n floats at a float offset, with CANARY floats of CANARY_VALUE before the
+ * offset and after the end. */
+typedef struct guarded {
+    cl_mem mem;
+    size_t offset, n, total;
+} guarded;
+guarded guarded_make(clffn_context *ctx, size_t offset, size_t n, const float *init);
+void guarded_read(clffn_context *ctx, const guarded *g, float *out);
+void guarded_assert_canaries(clffn_context *ctx, const guarded *g, const char *what);
+void guarded_free(guarded *g);
+
+/* Tolerance factor per activation: gelu_tanh and sigmoid go through tanh/exp, whose OpenCL
+ * ulp bounds are looser than the core tolerance assumes. */
+double act_rtol(clffn_activation a);
+
+#define ASSERT_OK(expr)                                                                   \
+    do {                                                                                  \
+        int st_ = (int)(expr);                                                            \
+        cr_assert_eq(st_, CLFFN_SUCCESS, "%s -> %s", #expr, clffn_status_string(st_));    \
+    } while (0)
+
+#define ASSERT_STATUS(expr, want)                                                         \
+    do {                                                                                  \
+        int st_ = (int)(expr);                                                            \
+        cr_assert_eq(st_, (int)(want), "%s -> %s, expected %s", #expr,                    \
+                     clffn_status_string(st_), clffn_status_string((int)(want)));         \
+    } while (0)
+
+#endif

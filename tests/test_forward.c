@@ -1,0 +1,147 @@
+/* The forward pass against the double-precision reference: every activation × plain/gated ×
+ * each bias flag, on odd shapes, both weight layouts, the host and the device way in, with
+ * non-zero buffer offsets and canaries around every output. */
+#include "common.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct variant {
+    clffn_activation act;
+    int gated, bias1, bias2, bias_gate;
+} variant;
+
+/* tokens, d_model, d_ff: one token; the 7 × 13 → 29 odd shape; non-multiples of 16 and of 4 */
+static const size_t shapes[][3] = {{1, 16, 40}, {7, 13, 29}, {33, 20, 52}, {18, 37, 61}};
+
+static void run_case(clffn_context *ctx, const variant *v, const size_t shape[3],
+                     clffn_layout layout) {
+    clffn_config c = clffn_config_default(shape[1], shape[2]);
+    c.activation = v->act;
+    c.gated = v->gated;
+    c.bias1 = v->bias1;
+    c.bias2 = v->bias2;
+    c.bias_gate = v->bias_gate;
+    const size_t T = shape[0], D = c.d_model, F = c.d_ff;
+    char what[160];
+    snprintf(what, sizeof what, "%s%s b1=%d b2=%d bg=%d T=%zu D=%zu F=%zu %s",
+             clffn_activation_name(v->act), v->gated ? " gated" : "", v->bias1, v->bias2,
+             v->bias_gate, T, D, F, layout == CLFFN_LAYOUT_OUT_IN ? "out_in" : "in_out");
+
+    test_weights w;
+    test_weights_make(&w, &c, layout, 1000 + T * 7 + D * 3 + F);
+    float *x = malloc(T * D * sizeof *x), *y = malloc(T * D * sizeof *y);
+    float *h = malloc(T * F * sizeof *h);
+    double *ref = malloc(T * D * sizeof *ref), *href = malloc(T * F * sizeof *href);
+    cr_assert(x && y && h && ref && href);
+    fill_uniform(x, T * D, -1.0f, 1.0f, 77 + T);
+    ASSERT_OK(clffn_reference_forward(&c, layout, &w.host, T, x, 0, 0, 0, ref, href));
+    /* ReLU zeroes about half the hidden values; the others keep most */
+    assert_mostly_nonzero(href, T * F, v->act == CLFFN_ACT_RELU ? 0.25 : 0.9, what);
+    assert_mostly_nonzero(ref, T * D, 0.9, what);
+
+    clffn_ffn *ffn = NULL;
+    ASSERT_OK(clffn_ffn_create(ctx, &c, &ffn));
+    ASSERT_OK(clffn_ffn_upload_weights(ffn, layout, &w.host));
+
+    /* host level */
+    ASSERT_OK(clffn_forward_host(ffn, T, x, T * D, y, T * D));
+    assert_close(y, ref, T * D, act_rtol(v->act), what);
+    ASSERT_OK(clffn_ffn_read_hidden(ffn, CLFFN_HIDDEN_OUT, h, T * F, NULL));
+    assert_close(h, href, T * F, act_rtol(v->act), what);
+
+    /* device level, at odd offsets, canaries on both sides of x and y */
+    guarded gx = guarded_make(ctx, CANARY + 3, T * D, x);
+    guarded gy = guarded_make(ctx, CANARY + 5, T * D, NULL);
+    cl_event ev = NULL;
+    ASSERT_OK(clffn_forward(ffn, T, gx.mem, gx.offset, gy.mem, gy.offset, clffn_context_queue(ctx),
+                            &ev));
+    cr_assert(ev != NULL);
+    ASSERT_OK(clWaitForEvents(1, &ev));
+    clReleaseEvent(ev);
+    memset(y, 0, T * D * sizeof *y);
+    guarded_read(ctx, &gy, y);
+    assert_close(y, ref, T * D, act_rtol(v->act), what);
+    guarded_assert_canaries(ctx, &gy, what);
+    guarded_assert_canaries(ctx, &gx, what);
+    float *x_after = malloc(T * D * sizeof *x_after);
+    guarded_read(ctx, &gx, x_after);
+    cr_assert(memcmp(x, x_after, T * D * sizeof *x) == 0, "%s: x was modified", what);
+
+    free(x_after);
+    guarded_free(&gx);
+    guarded_free(&gy);
+    clffn_ffn_destroy(ffn);
+    free(x);
+    free(y);
+    free(h);
+    free(ref);
+    free(href);
+    test_weights_free(&w);
+}
+
+static void run_variant(const variant *v) {
+    clffn_context *ctx = test_context();
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; ++s) {
+        run_case(ctx, v, shapes[s], CLFFN_LAYOUT_OUT_IN);
+        run_case(ctx, v, shapes[s], CLFFN_LAYOUT_IN_OUT);
+    }
+    clffn_context_destroy(ctx);
+}
+
+/* Every activation × {plain, gated} × {all biases, each one off, none}. */
+ParameterizedTestParameters(forward, variants) {
+    static variant vs[CLFFN_ACT_COUNT_ * 9];
+    size_t n = 0;
+    for (int a = 0; a < CLFFN_ACT_COUNT_; ++a) {
+        const variant plain[] = {{a, 0, 1, 1, 1}, {a, 0, 0, 1, 1}, {a, 0, 1, 0, 1}, {a, 0, 0, 0, 0}};
+        const variant gated[] = {{a, 1, 1, 1, 1}, {a, 1, 0, 1, 1}, {a, 1, 1, 0, 1},
+                                 {a, 1, 1, 1, 0}, {a, 1, 0, 0, 0}};
+        for (size_t i = 0; i < 4; ++i) { vs[n++] = plain[i]; }
+        for (size_t i = 0; i < 5; ++i) { vs[n++] = gated[i]; }
+    }
+    return cr_make_param_array(variant, vs, n);
+}
+
+ParameterizedTest(variant *v, forward, variants, .timeout = 120) { run_variant(v); }
+
+/* The seed tutorials' example, 64 × 10 × 512 → 2048, in the variants users start from. */
+static void seed_example(clffn_activation act, int gated, clffn_layout layout, int training) {
+    clffn_context *ctx = test_context();
+    clffn_config c = clffn_config_default(512, 2048);
+    c.activation = act;
+    c.gated = gated;
+    const size_t T = 64 * 10, D = 512;
+    test_weights w;
+    test_weights_make(&w, &c, layout, 99);
+    float *x = malloc(T * D * sizeof *x), *y = malloc(T * D * sizeof *y);
+    double *ref = malloc(T * D * sizeof *ref);
+    cr_assert(x && y && ref);
+    fill_uniform(x, T * D, -1.0f, 1.0f, 5);
+    ASSERT_OK(clffn_reference_forward(&c, layout, &w.host, T, x, training, 1234, 0, ref, NULL));
+    assert_mostly_nonzero(ref, T * D, 0.9, "seed example");
+    clffn_ffn *ffn = NULL;
+    ASSERT_OK(clffn_ffn_create(ctx, &c, &ffn));
+    ASSERT_OK(clffn_ffn_upload_weights(ffn, layout, &w.host));
+    ASSERT_OK(clffn_ffn_set_training(ffn, training));
+    ASSERT_OK(clffn_ffn_set_rng(ffn, 1234, 0));
+    ASSERT_OK(clffn_forward_host(ffn, T, x, T * D, y, T * D));
+    assert_close(y, ref, T * D, act_rtol(act), "seed example");
+    clffn_ffn_destroy(ffn);
+    clffn_context_destroy(ctx);
+    free(x);
+    free(y);
+    free(ref);
+    test_weights_free(&w);
+}
+
+Test(forward, seed_example_relu, .timeout = 300) {
+    seed_example(CLFFN_ACT_RELU, 0, CLFFN_LAYOUT_OUT_IN, 0);
+}
+Test(forward, seed_example_swiglu_in_out, .timeout = 300) {
+    seed_example(CLFFN_ACT_SILU, 1, CLFFN_LAYOUT_IN_OUT, 0);
+}
+Test(forward, seed_example_gelu_dropout_training, .timeout = 300) {
+    seed_example(CLFFN_ACT_GELU, 0, CLFFN_LAYOUT_OUT_IN, 1);
+}
