@@ -1,0 +1,20 @@
+#!/bin/sh
+# Installs the build tree into a temporary prefix, then builds and runs a consumer through
+# find_package(clffn) and through pkg-config. Arguments: the build directory, the source dir.
+set -eu
+build=$1
+src=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cmake --install "$build" --prefix "$tmp/prefix" >/dev/null
+cmake -S "$src/tests/install/consumer" -B "$tmp/consumer" -DCMAKE_PREFIX_PATH="$tmp/prefix" >/dev/null
+cmake --build "$tmp/consumer" >/dev/null
+LD_LIBRARY_PATH="$tmp/prefix/lib:$tmp/prefix/lib64:$(dirname "$(find "$tmp/prefix" -name 'libclffn.so*' | head -1)")" \
+  "$tmp/consumer/consumer"
+pcdir=$(dirname "$(find "$tmp/prefix" -name clffn.pc | head -1)")
+cflags=$(PKG_CONFIG_PATH="$pcdir" pkg-config --cflags clffn)
+libs=$(PKG_CONFIG_PATH="$pcdir" pkg-config --libs clffn)
+# shellcheck disable=SC2086
+cc -std=c11 $cflags "$src/tests/install/consumer/main.c" $libs -o "$tmp/pc-consumer"
+LD_LIBRARY_PATH="$(dirname "$(find "$tmp/prefix" -name 'libclffn.so*' | head -1)")" "$tmp/pc-consumer"
+echo "install: find_package and pkg-config consumers ran"
