@@ -253,6 +253,42 @@ CLFFN_API clffn_status clffn_context_device_name(const clffn_context *ctx, char 
 CLFFN_API const char *clffn_context_build_log(const clffn_context *ctx);
 
 /* ---------------------------------------------------------------------------------------------
+ * Devices
+ * ------------------------------------------------------------------------------------------- */
+/** One OpenCL device as clffn_devices_list() reports it. Strings are NUL-terminated, truncated
+ *  to their arrays. */
+typedef struct clffn_device_info {
+    unsigned platform_index, device_index; /* "P:D", as CLFFN_DEVICE takes it */
+    cl_platform_id platform;
+    cl_device_id device;
+    char platform_name[128];
+    char name[128];
+    char vendor[128];
+    char driver_version[128];   /* CL_DRIVER_VERSION */
+    char device_version[128];   /* CL_DEVICE_VERSION, "OpenCL M.m …" */
+    char opencl_c_version[128]; /* CL_DEVICE_OPENCL_C_VERSION */
+    cl_device_type type;
+    cl_uint compute_units;
+    cl_uint clock_mhz;
+    cl_ulong global_mem_bytes;
+    cl_ulong local_mem_bytes;
+    cl_ulong max_alloc_bytes;
+    size_t max_work_group_size;
+    int fp16; /* cl_khr_fp16 */
+    int fp64; /* cl_khr_fp64 or a non-zero CL_DEVICE_DOUBLE_FP_CONFIG */
+    int supported; /* 1 when clffn can run on it (OpenCL 1.2, a compiler, available) */
+} clffn_device_info;
+
+/** Lists every device of every platform in platform order. Writes at most `capacity` entries
+ *  to out (out may be NULL when capacity is 0) and the total number of devices to *count, so a
+ *  first call with capacity 0 sizes the array. Errors: NULL count → NULL_ARGUMENT; no platform
+ *  → CLFFN_PLATFORM_NOT_FOUND (-1001); OpenCL's. */
+CLFFN_API clffn_status clffn_devices_list(clffn_device_info *out, size_t capacity, size_t *count);
+
+/** A short name for a device type: "GPU", "CPU", "accelerator", "custom" or "other". */
+CLFFN_API const char *clffn_device_type_name(cl_device_type type);
+
+/* ---------------------------------------------------------------------------------------------
  * FFN
  * ------------------------------------------------------------------------------------------- */
 typedef struct clffn_ffn clffn_ffn;

@@ -107,56 +107,32 @@ static int contains_ci(const char *hay, const char *needle) {
 /* Picks the device named by spec ("P:D" or a name substring), or the first GPU, else the first
  * device when spec is empty. */
 static clffn_status select_device(const char *spec, cl_device_id *out) {
-    cl_uint np = 0;
-    cl_int err = clGetPlatformIDs(0, NULL, &np);
-    if (err == (cl_int)CLFFN_PLATFORM_NOT_FOUND || (err == CL_SUCCESS && np == 0)) {
-        return CLFFN_PLATFORM_NOT_FOUND;
-    }
-    if (err != CL_SUCCESS) { return (clffn_status)err; }
-    cl_platform_id *plats = calloc(np, sizeof *plats);
-    if (!plats) { return CLFFN_ERROR_OUT_OF_HOST_MEMORY; }
-    if ((err = clGetPlatformIDs(np, plats, NULL)) != CL_SUCCESS) {
-        free(plats);
-        return (clffn_status)err;
+    size_t n = 0;
+    clffn_status st = clffn_devices_list(NULL, 0, &n);
+    if (st != CLFFN_SUCCESS) { return st; }
+    if (n == 0) { return CLFFN_ERROR_DEVICE_NOT_FOUND; }
+    clffn_device_info *devs = calloc(n, sizeof *devs);
+    if (!devs) { return CLFFN_ERROR_OUT_OF_HOST_MEMORY; }
+    if ((st = clffn_devices_list(devs, n, &n)) != CLFFN_SUCCESS) {
+        free(devs);
+        return st;
     }
     unsigned want_p = 0, want_d = 0;
     char tail = 0;
-    const int by_index = spec && *spec && sscanf(spec, "%u:%u%c", &want_p, &want_d, &tail) == 2;
-    cl_device_id first = NULL, first_gpu = NULL, match = NULL;
-    for (cl_uint p = 0; p < np && !match; ++p) {
-        cl_uint nd = 0;
-        if (clGetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, 0, NULL, &nd) != CL_SUCCESS || nd == 0) {
-            continue;
+    const int named = spec && *spec;
+    const int by_index = named && sscanf(spec, "%u:%u%c", &want_p, &want_d, &tail) == 2;
+    cl_device_id match = NULL, first_gpu = NULL;
+    for (size_t i = 0; i < n && !match; ++i) {
+        if (!first_gpu && (devs[i].type & CL_DEVICE_TYPE_GPU)) { first_gpu = devs[i].device; }
+        if (by_index ? (devs[i].platform_index == want_p && devs[i].device_index == want_d)
+                     : (named && contains_ci(devs[i].name, spec))) {
+            match = devs[i].device;
         }
-        cl_device_id *devs = calloc(nd, sizeof *devs);
-        if (!devs) {
-            free(plats);
-            return CLFFN_ERROR_OUT_OF_HOST_MEMORY;
-        }
-        if (clGetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, nd, devs, NULL) == CL_SUCCESS) {
-            for (cl_uint d = 0; d < nd && !match; ++d) {
-                cl_device_type type = 0;
-                char name[256] = {0};
-                clGetDeviceInfo(devs[d], CL_DEVICE_TYPE, sizeof type, &type, NULL);
-                clGetDeviceInfo(devs[d], CL_DEVICE_NAME, sizeof name - 1, name, NULL);
-                if (!first) { first = devs[d]; }
-                if (!first_gpu && (type & CL_DEVICE_TYPE_GPU)) { first_gpu = devs[d]; }
-                if (by_index ? (p == want_p && d == want_d)
-                             : (spec && *spec && contains_ci(name, spec))) {
-                    match = devs[d];
-                }
-            }
-        }
-        free(devs);
     }
-    free(plats);
-    if (spec && *spec) {
-        if (!match) { return CLFFN_ERROR_DEVICE_NOT_FOUND; }
-        *out = match;
-    } else {
-        if (!first) { return CLFFN_ERROR_DEVICE_NOT_FOUND; }
-        *out = first_gpu ? first_gpu : first;
-    }
+    if (!named) { match = first_gpu ? first_gpu : devs[0].device; }
+    free(devs);
+    if (!match) { return CLFFN_ERROR_DEVICE_NOT_FOUND; }
+    *out = match;
     return CLFFN_SUCCESS;
 }
 

@@ -1,10 +1,19 @@
-/* clffn-run: with no arguments, the demo — the seed tutorials' FFN (batch 64, seq 10,
- * d_model 512, d_ff 2048, ReLU, dropout 0.1 in inference mode, nn.Linear initialisation from a
- * fixed seed) on the default device, checked against the CPU reference.
+/* clffn-run: runs a position-wise FFN with clffn.
  *
- * Exit status: 0 success, 1 device or runtime failure (or an error beyond tolerance), 2 usage. */
+ *   clffn-run                       the demo: the seed tutorials' FFN (batch 64, seq 10,
+ *                                   d_model 512, d_ff 2048, ReLU, dropout 0.1 in inference mode,
+ *                                   nn.Linear initialisation from a fixed seed), checked against
+ *                                   the CPU reference
+ *   clffn-run --weights W.safetensors --input X.npy --output Y.npy [options]
+ *                                   the FFN held in a checkpoint, on an input of any rank
+ *                                   [..., d_model]; the output keeps the leading shape
+ *
+ * Exit status: 0 success, 1 device or runtime failure (or --verify beyond tolerance), 2 usage
+ * error or bad input file. Every failure prints one line naming the file and what is wrong. */
 #include "clffn.h"
+#include "clffn_io.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +23,8 @@
 enum { BATCH = 64, SEQ = 10, D_MODEL = 512, D_FF = 2048, REPS = 5 };
 static const uint64_t WEIGHT_SEED = 42;
 
+enum { EXIT_RUNTIME = 1, EXIT_USAGE = 2 };
+
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -22,17 +33,397 @@ static double now_s(void) {
 
 static int fail(const char *what, clffn_status st) {
     fprintf(stderr, "clffn-run: %s: %s\n", what, clffn_status_string(st));
-    return 1;
+    return EXIT_RUNTIME;
 }
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: clffn-run            run the demo FFN on the default device\n"
-               "       clffn-run --help     this text\n"
-               "The device comes from CLFFN_DEVICE (\"platform:device\" or a name substring),\n"
-               "else the first GPU, else the first OpenCL device.\n");
+    fprintf(f,
+        "usage: clffn-run [--device SPEC]        the demo FFN, checked against the CPU reference\n"
+        "       clffn-run --weights W.safetensors --input X.npy --output Y.npy [options]\n"
+        "options:\n"
+        "  --preset NAME      tensor names and defaults: annotated (default), labml, gpt2, bert, llama\n"
+        "  --layer L          layer index for gpt2, bert and llama (default 0)\n"
+        "  --activation NAME  relu, gelu, gelu_tanh, silu, sigmoid, identity, or a GLU name\n"
+        "                     (glu, reglu, geglu, swiglu, bilinear), overriding the preset\n"
+        "  --gated            use the gate (needs the preset's V tensor)\n"
+        "  --dropout P        dropout probability on the hidden layer (default 0)\n"
+        "  --train            training mode: apply dropout\n"
+        "  --seed S           dropout seed (default 0)\n"
+        "  --residual         y = FFN(x) + x\n"
+        "  --device SPEC      \"platform:device\" or a name substring (default: CLFFN_DEVICE,\n"
+        "                     else the first GPU, else the first device)\n"
+        "  --verify           compare with the CPU reference and print the error\n"
+        "Weights may be F32, F16, BF16 or F64; inputs '<f4', '<f8' or '<f2'.\n");
 }
 
-static int demo(void) {
+/* ------------------------------------------------------------------------------------------ */
+/* Presets: where each tensor lives in a checkpoint, and the FFN it describes */
+
+typedef struct preset {
+    const char *name;
+    const char *w1, *b1, *v, *bv, *w2, *b2; /* printf patterns taking the layer; NULL: none */
+    const char *prefixes[3];                /* tried in order before each name */
+    clffn_layout layout;
+    clffn_activation act;
+    int gated; /* 1: always, 0: never, -1: when the V tensor is present */
+} preset;
+
+static const preset presets[] = {
+    {"annotated", "w_1.weight", "w_1.bias", NULL, NULL, "w_2.weight", "w_2.bias", {"", NULL},
+     CLFFN_LAYOUT_OUT_IN, CLFFN_ACT_RELU, 0},
+    {"labml", "layer1.weight", "layer1.bias", "linear_v.weight", "linear_v.bias", "layer2.weight",
+     "layer2.bias", {"", NULL}, CLFFN_LAYOUT_OUT_IN, CLFFN_ACT_RELU, -1},
+    {"gpt2", "h.%d.mlp.c_fc.weight", "h.%d.mlp.c_fc.bias", NULL, NULL, "h.%d.mlp.c_proj.weight",
+     "h.%d.mlp.c_proj.bias", {"", "transformer.", NULL}, CLFFN_LAYOUT_IN_OUT,
+     CLFFN_ACT_GELU_TANH, 0},
+    {"bert", "encoder.layer.%d.intermediate.dense.weight", "encoder.layer.%d.intermediate.dense.bias",
+     NULL, NULL, "encoder.layer.%d.output.dense.weight", "encoder.layer.%d.output.dense.bias",
+     {"bert.", "", NULL}, CLFFN_LAYOUT_OUT_IN, CLFFN_ACT_GELU, 0},
+    {"llama", "model.layers.%d.mlp.gate_proj.weight", NULL, "model.layers.%d.mlp.up_proj.weight", NULL,
+     "model.layers.%d.mlp.down_proj.weight", NULL, {"", NULL}, CLFFN_LAYOUT_OUT_IN, CLFFN_ACT_SILU, 1},
+};
+
+typedef struct options {
+    const char *weights, *input, *output, *device;
+    const preset *preset;
+    int layer;
+    int have_act, act_gated, gated_flag;
+    clffn_activation act;
+    float dropout;
+    int train, residual, verify;
+    uint64_t seed;
+} options;
+
+/* Finds a tensor by pattern and layer under the preset's prefixes; writes the name tried first
+ * into tried for messages. */
+static const clffn_st_tensor *find(const clffn_st_file *f, const preset *p, const char *pattern,
+                                   int layer, char *tried, size_t tried_len) {
+    char base[256], full[300];
+    snprintf(base, sizeof base, pattern, layer);
+    snprintf(tried, tried_len, "%s%s", p->prefixes[0], base);
+    for (int i = 0; i < 3 && p->prefixes[i]; ++i) {
+        snprintf(full, sizeof full, "%s%s", p->prefixes[i], base);
+        const clffn_st_tensor *t = clffn_st_find(f, full);
+        if (t) { return t; }
+    }
+    return NULL;
+}
+
+static int parse_uint(const char *s, uint64_t max, uint64_t *out) {
+    char *end;
+    errno = 0;
+    if (!s || !*s || *s == '-') { return -1; }
+    const unsigned long long v = strtoull(s, &end, 0);
+    if (errno || *end || v > max) { return -1; }
+    *out = v;
+    return 0;
+}
+
+static int parse_args(int argc, char **argv, options *o) {
+    memset(o, 0, sizeof *o);
+    o->preset = &presets[0];
+    for (int i = 1; i < argc; ++i) {
+        const char *a = argv[i];
+        const char *val = i + 1 < argc ? argv[i + 1] : NULL;
+#define NEEDS_VALUE                                                               \
+    do {                                                                          \
+        if (!val) {                                                               \
+            fprintf(stderr, "clffn-run: %s needs a value\n", a);                 \
+            return -1;                                                            \
+        }                                                                         \
+        ++i;                                                                      \
+    } while (0)
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            exit(0);
+        } else if (!strcmp(a, "--weights")) {
+            NEEDS_VALUE;
+            o->weights = val;
+        } else if (!strcmp(a, "--input")) {
+            NEEDS_VALUE;
+            o->input = val;
+        } else if (!strcmp(a, "--output")) {
+            NEEDS_VALUE;
+            o->output = val;
+        } else if (!strcmp(a, "--device")) {
+            NEEDS_VALUE;
+            o->device = val;
+        } else if (!strcmp(a, "--preset")) {
+            NEEDS_VALUE;
+            o->preset = NULL;
+            for (size_t k = 0; k < sizeof presets / sizeof presets[0]; ++k) {
+                if (!strcmp(val, presets[k].name)) { o->preset = &presets[k]; }
+            }
+            if (!o->preset) {
+                fprintf(stderr, "clffn-run: unknown preset '%s' (annotated, labml, gpt2, bert, llama)\n", val);
+                return -1;
+            }
+        } else if (!strcmp(a, "--layer")) {
+            NEEDS_VALUE;
+            uint64_t v;
+            if (parse_uint(val, 1000000, &v) != 0) {
+                fprintf(stderr, "clffn-run: --layer needs a non-negative integer, not '%s'\n", val);
+                return -1;
+            }
+            o->layer = (int)v;
+        } else if (!strcmp(a, "--activation")) {
+            NEEDS_VALUE;
+            if (clffn_activation_parse(val, &o->act, &o->act_gated) != CLFFN_SUCCESS) {
+                fprintf(stderr, "clffn-run: unknown activation '%s'\n", val);
+                return -1;
+            }
+            o->have_act = 1;
+        } else if (!strcmp(a, "--gated")) {
+            o->gated_flag = 1;
+        } else if (!strcmp(a, "--dropout")) {
+            NEEDS_VALUE;
+            char *end;
+            errno = 0;
+            const double p = strtod(val, &end);
+            if (errno || *end || !(p >= 0.0 && p <= 1.0)) {
+                fprintf(stderr, "clffn-run: --dropout needs a probability in [0, 1], not '%s'\n", val);
+                return -1;
+            }
+            o->dropout = (float)p;
+        } else if (!strcmp(a, "--train")) {
+            o->train = 1;
+        } else if (!strcmp(a, "--seed")) {
+            NEEDS_VALUE;
+            if (parse_uint(val, UINT64_MAX, &o->seed) != 0) {
+                fprintf(stderr, "clffn-run: --seed needs a non-negative integer, not '%s'\n", val);
+                return -1;
+            }
+        } else if (!strcmp(a, "--residual")) {
+            o->residual = 1;
+        } else if (!strcmp(a, "--verify")) {
+            o->verify = 1;
+        } else {
+            fprintf(stderr, "clffn-run: unknown argument '%s'\n", a);
+            return -1;
+        }
+#undef NEEDS_VALUE
+    }
+    const int ckpt_only = o->have_act || o->gated_flag || o->dropout > 0.0f || o->train ||
+                          o->seed || o->residual || o->verify || o->layer ||
+                          o->preset != &presets[0];
+    if (!o->weights && ckpt_only) {
+        fprintf(stderr, "clffn-run: these options apply to --weights runs (the demo takes only --device)\n");
+        return -1;
+    }
+    const int any = o->weights || o->input || o->output;
+    if (any && !(o->weights && o->input && o->output)) {
+        fprintf(stderr, "clffn-run: --weights, --input and --output go together\n");
+        return -1;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Checkpoint mode */
+
+typedef struct loaded {
+    float *w1, *b1, *v, *bv, *w2, *b2;
+} loaded;
+
+static void loaded_free(loaded *l) {
+    free(l->w1), free(l->b1), free(l->v), free(l->bv), free(l->w2), free(l->b2);
+}
+
+/* Reads one tensor as float32 after checking its shape is [rows, cols] (cols = 0: rank 1). */
+static int take(const clffn_st_file *f, const char *file, const clffn_st_tensor *t, uint64_t rows,
+                uint64_t cols, float **out) {
+    char err[CLFFN_IO_ERR];
+    const int ok = cols ? (t->rank == 2 && t->shape[0] == rows && t->shape[1] == cols)
+                        : (t->rank == 1 && t->shape[0] == rows);
+    if (!ok) {
+        char have[128] = "", want[64];
+        size_t n = 0;
+        for (size_t k = 0; k < t->rank && n < sizeof have - 24; ++k) {
+            n += (size_t)snprintf(have + n, sizeof have - n, "%s%llu", k ? ", " : "",
+                                  (unsigned long long)t->shape[k]);
+        }
+        if (cols) {
+            snprintf(want, sizeof want, "[%llu, %llu]", (unsigned long long)rows, (unsigned long long)cols);
+        } else {
+            snprintf(want, sizeof want, "[%llu]", (unsigned long long)rows);
+        }
+        fprintf(stderr, "clffn-run: %s: tensor '%s' has shape [%s], expected %s\n", file, t->name,
+                have, want);
+        return -1;
+    }
+    *out = malloc((size_t)(t->numel ? t->numel : 1) * sizeof **out);
+    if (!*out) {
+        fprintf(stderr, "clffn-run: %s: out of memory for tensor '%s'\n", file, t->name);
+        return -1;
+    }
+    if (clffn_st_read_f32(f, t, *out, err) != 0) {
+        fprintf(stderr, "clffn-run: %s: %s\n", file, err);
+        return -1;
+    }
+    return 0;
+}
+
+static int run_checkpoint(const options *o) {
+    const preset *p = o->preset;
+    char err[CLFFN_IO_ERR], tried[300];
+    clffn_st_file st;
+    if (clffn_st_open(o->weights, &st, err) != 0) {
+        fprintf(stderr, "clffn-run: %s: %s\n", o->weights, err);
+        return EXIT_USAGE;
+    }
+    int rc = EXIT_USAGE;
+    loaded L = {0};
+    clffn_npy x = {0};
+    clffn_context *ctx = NULL;
+    clffn_ffn *ffn = NULL;
+    float *y = NULL;
+    double *ref = NULL;
+
+    const clffn_st_tensor *tw1 = find(&st, p, p->w1, o->layer, tried, sizeof tried);
+    if (!tw1) {
+        fprintf(stderr, "clffn-run: %s: no tensor '%s' (preset %s, layer %d)\n", o->weights, tried,
+                p->name, o->layer);
+        goto done;
+    }
+    const clffn_st_tensor *tw2 = find(&st, p, p->w2, o->layer, tried, sizeof tried);
+    if (!tw2) {
+        fprintf(stderr, "clffn-run: %s: no tensor '%s' (preset %s, layer %d)\n", o->weights, tried,
+                p->name, o->layer);
+        goto done;
+    }
+    const clffn_st_tensor *tv = p->v ? find(&st, p, p->v, o->layer, tried, sizeof tried) : NULL;
+    const int gated = o->gated_flag || (o->have_act && o->act_gated) || p->gated == 1 ||
+                      (p->gated == -1 && tv);
+    if (gated && !tv) {
+        if (p->v) {
+            fprintf(stderr, "clffn-run: %s: gated FFN, but no tensor '%s'\n", o->weights, tried);
+        } else {
+            fprintf(stderr, "clffn-run: %s: preset %s has no gate tensor; drop --gated\n",
+                    o->weights, p->name);
+        }
+        goto done;
+    }
+    const clffn_st_tensor *tb1 = p->b1 ? find(&st, p, p->b1, o->layer, tried, sizeof tried) : NULL;
+    const clffn_st_tensor *tbv = gated && p->bv ? find(&st, p, p->bv, o->layer, tried, sizeof tried) : NULL;
+    const clffn_st_tensor *tb2 = p->b2 ? find(&st, p, p->b2, o->layer, tried, sizeof tried) : NULL;
+
+    if (tw1->rank != 2 || tw1->shape[0] == 0 || tw1->shape[1] == 0) {
+        fprintf(stderr, "clffn-run: %s: tensor '%s' is not a non-empty matrix\n", o->weights, tw1->name);
+        goto done;
+    }
+    const int oi = p->layout == CLFFN_LAYOUT_OUT_IN;
+    const uint64_t F = oi ? tw1->shape[0] : tw1->shape[1], D = oi ? tw1->shape[1] : tw1->shape[0];
+    if (take(&st, o->weights, tw1, oi ? F : D, oi ? D : F, &L.w1) != 0 ||
+        take(&st, o->weights, tw2, oi ? D : F, oi ? F : D, &L.w2) != 0 ||
+        (gated && take(&st, o->weights, tv, oi ? F : D, oi ? D : F, &L.v) != 0) ||
+        (tb1 && take(&st, o->weights, tb1, F, 0, &L.b1) != 0) ||
+        (tbv && take(&st, o->weights, tbv, F, 0, &L.bv) != 0) ||
+        (tb2 && take(&st, o->weights, tb2, D, 0, &L.b2) != 0)) {
+        goto done;
+    }
+
+    if (clffn_npy_load(o->input, &x, err) != 0) {
+        fprintf(stderr, "clffn-run: %s: %s\n", o->input, err);
+        goto done;
+    }
+    if (x.rank == 0 || x.shape[x.rank - 1] != D) {
+        fprintf(stderr, "clffn-run: %s: last dimension must be d_model = %llu (from %s), not %llu\n",
+                o->input, (unsigned long long)D, tw1->name,
+                x.rank ? (unsigned long long)x.shape[x.rank - 1] : 0ull);
+        goto done;
+    }
+    const size_t T = (size_t)(x.numel / D);
+
+    clffn_config c = clffn_config_default((size_t)D, (size_t)F);
+    c.activation = o->have_act ? o->act : p->act;
+    c.gated = gated;
+    c.bias1 = tb1 != NULL;
+    c.bias_gate = tbv != NULL;
+    c.bias2 = tb2 != NULL;
+    c.dropout = o->dropout;
+    c.residual = o->residual;
+    const clffn_host_weights hw = {L.w1, L.b1, L.v, L.bv, L.w2, L.b2};
+
+    rc = EXIT_RUNTIME;
+    clffn_status s = clffn_context_create_for_device(o->device, &ctx);
+    if (s == CLFFN_PLATFORM_NOT_FOUND) {
+        fprintf(stderr, "clffn-run: no OpenCL platform found; install one, e.g. "
+                        "`apt-get install pocl-opencl-icd` for the CPU\n");
+        goto done;
+    }
+    if (s != CLFFN_SUCCESS) {
+        fail(o->device ? o->device : "opening the default device", s);
+        goto done;
+    }
+    if ((s = clffn_ffn_create(ctx, &c, &ffn)) != CLFFN_SUCCESS ||
+        (s = clffn_ffn_upload_weights(ffn, p->layout, &hw)) != CLFFN_SUCCESS ||
+        (s = clffn_ffn_set_training(ffn, o->train)) != CLFFN_SUCCESS ||
+        (s = clffn_ffn_set_rng(ffn, o->seed, 0)) != CLFFN_SUCCESS) {
+        fail("setting up the FFN", s);
+        goto done;
+    }
+    y = malloc((x.numel ? x.numel : 1) * sizeof *y);
+    if (!y) {
+        fprintf(stderr, "clffn-run: out of memory\n");
+        goto done;
+    }
+    const double t0 = now_s();
+    if ((s = clffn_forward_host(ffn, T, x.data, (size_t)x.numel, y, (size_t)x.numel)) != CLFFN_SUCCESS) {
+        fail("forward pass", s);
+        goto done;
+    }
+    const double dt = now_s() - t0;
+    char name[256] = "?";
+    clffn_context_device_name(ctx, name, sizeof name);
+    const double flops = 2.0 * (double)T * (double)D * (double)F * (gated ? 3.0 : 2.0);
+    printf("device: %s\nFFN: d_model %llu, d_ff %llu, %s%s%s, %zu tokens\n", name,
+           (unsigned long long)D, (unsigned long long)F, clffn_activation_name(c.activation),
+           gated ? ", gated" : "", o->residual ? ", residual" : "", T);
+    printf("time: %.3f ms (%.1f GFLOP/s, first call includes kernel builds)\n", dt * 1e3,
+           dt > 0 ? flops / dt * 1e-9 : 0.0);
+    if (o->verify) {
+        ref = malloc((x.numel ? x.numel : 1) * sizeof *ref);
+        if (!ref) {
+            fprintf(stderr, "clffn-run: out of memory\n");
+            goto done;
+        }
+        if ((s = clffn_reference_forward(&c, p->layout, &hw, T, x.data, o->train, o->seed, 0, ref,
+                                         NULL)) != CLFFN_SUCCESS) {
+            fail("CPU reference", s);
+            goto done;
+        }
+        double max_ref = 0.0, max_err = 0.0;
+        for (size_t i = 0; i < (size_t)x.numel; ++i) {
+            max_ref = fmax(max_ref, fabs(ref[i]));
+            const double e = fabs((double)y[i] - ref[i]);
+            max_err = (isnan(e) && !isnan(ref[i])) ? INFINITY : fmax(max_err, isnan(e) ? 0.0 : e);
+        }
+        const double tol = 1e-5 * max_ref + 1e-6;
+        printf("max error: %.3g vs CPU reference in double (tolerance %.3g): %s\n", max_err, tol,
+               max_err <= tol ? "PASS" : "FAIL");
+        if (!(max_err <= tol)) { goto done; }
+    }
+    if (clffn_npy_save(o->output, y, x.rank, x.shape, err) != 0) {
+        fprintf(stderr, "clffn-run: %s: %s\n", o->output, err);
+        goto done;
+    }
+    rc = 0;
+
+done:
+    clffn_ffn_destroy(ffn);
+    clffn_context_destroy(ctx);
+    free(y);
+    free(ref);
+    clffn_npy_free(&x);
+    loaded_free(&L);
+    clffn_st_close(&st);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* The demo */
+
+static int demo(const char *device) {
     const size_t T = (size_t)BATCH * SEQ;
     clffn_config cfg = clffn_config_default(D_MODEL, D_FF); /* ReLU, biases, dropout 0.1 */
     clffn_context *ctx = NULL;
@@ -41,13 +432,13 @@ static int demo(void) {
     float *block = NULL, *x = NULL, *y = NULL, *hidden = NULL;
     double *ref = NULL;
 
-    clffn_status st = clffn_context_create_default(&ctx);
+    clffn_status st = clffn_context_create_for_device(device, &ctx);
     if (st == CLFFN_PLATFORM_NOT_FOUND) {
         fprintf(stderr, "clffn-run: no OpenCL platform found; install one, e.g. "
                         "`apt-get install pocl-opencl-icd` for the CPU.\n");
         return 1;
     }
-    if (st != CLFFN_SUCCESS) { return fail("opening the default device", st); }
+    if (st != CLFFN_SUCCESS) { return fail("opening the device", st); }
     char name[256];
     if ((st = clffn_context_device_name(ctx, name, sizeof name)) != CLFFN_SUCCESS) {
         rc = fail("querying the device", st);
@@ -132,7 +523,7 @@ static int demo(void) {
     printf("FFN:           d_model %d, d_ff %d, %s, dropout %.1f (inference mode)\n", D_MODEL,
            D_FF, clffn_activation_name(cfg.activation), (double)cfg.dropout);
     printf("input shape:   (%d, %d, %d)\n", BATCH, SEQ, D_MODEL);
-    printf("hidden shape:  (%d, %d, %zu)   [w_1(x), read back]\n", BATCH, SEQ, ht / SEQ / BATCH * D_FF);
+    printf("hidden shape:  (%zu, %d, %d)   [w_1(x), read back]\n", ht / SEQ, SEQ, D_FF);
     printf("output shape:  (%d, %d, %d)\n", BATCH, SEQ, D_MODEL);
     printf("time:          %.3f ms per forward (best of %d; first call %.3f s incl. kernel builds)\n",
            best * 1e3, REPS, first);
@@ -153,12 +544,11 @@ done:
 }
 
 int main(int argc, char **argv) {
-    if (argc == 1) { return demo(); }
-    if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
-        usage(stdout);
-        return 0;
+    options o;
+    if (parse_args(argc, argv, &o) != 0) {
+        usage(stderr);
+        return EXIT_USAGE;
     }
-    fprintf(stderr, "clffn-run: unknown argument '%s'\n", argv[1]);
-    usage(stderr);
-    return 2;
+    if (!o.weights) { return demo(o.device); }
+    return run_checkpoint(&o);
 }

@@ -1,0 +1,123 @@
+/* clffn_io: the checkpoint and array loaders behind clffn-run — safetensors in, .npy in and out.
+ *
+ * A small library of its own (libclffn_io.a), used by the tools and tested alone. Every function
+ * that can fail returns 0 on success or -1 with one line of explanation in err (which never names
+ * the file: the caller knows it and prefixes it). Nothing here aborts, and a damaged or hostile
+ * file only ever gets a message: sizes are checked for overflow, offsets for bounds. */
+#ifndef CLFFN_IO_H
+#define CLFFN_IO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define CLFFN_IO_ERR 256     /* size of an error buffer */
+#define CLFFN_IO_MAX_RANK 16 /* more dimensions than any checkpoint uses: refused */
+
+/* ------------------------------------------------------------------------------------------ */
+/* Element types */
+
+typedef enum clffn_dtype {
+    CLFFN_DT_F64, CLFFN_DT_F32, CLFFN_DT_F16, CLFFN_DT_BF16,
+    CLFFN_DT_I64, CLFFN_DT_I32, CLFFN_DT_I16, CLFFN_DT_I8,
+    CLFFN_DT_U64, CLFFN_DT_U32, CLFFN_DT_U16, CLFFN_DT_U8,
+    CLFFN_DT_BOOL, CLFFN_DT_F8_E4M3, CLFFN_DT_F8_E5M2,
+    CLFFN_DT_COUNT_
+} clffn_dtype;
+
+/* safetensors' name of a dtype ("F32"), and its size in bytes. */
+const char *clffn_dtype_name(clffn_dtype dt);
+size_t clffn_dtype_size(clffn_dtype dt);
+/* 1 for the floating types clffn converts to float32: F64, F32, F16, BF16. */
+int clffn_dtype_is_convertible(clffn_dtype dt);
+
+/* IEEE binary16 and bfloat16 to float, exactly (subnormals, infinities and NaN included). */
+float clffn_half_to_float(uint16_t h);
+float clffn_bf16_to_float(uint16_t b);
+
+/* Converts n little-endian elements of dt at src (any alignment) to float. dt must be
+ * convertible. */
+void clffn_convert_to_f32(clffn_dtype dt, const void *src, size_t n, float *dst);
+
+/* ------------------------------------------------------------------------------------------ */
+/* safetensors */
+
+typedef struct clffn_st_tensor {
+    char *name;
+    clffn_dtype dtype;
+    size_t rank;
+    uint64_t shape[CLFFN_IO_MAX_RANK];
+    uint64_t numel;      /* product of shape (1 for rank 0) */
+    uint64_t begin, end; /* byte range in the data section */
+} clffn_st_tensor;
+
+typedef struct clffn_st_file {
+    const uint8_t *data; /* the data section (after the header) */
+    uint64_t data_len;
+    clffn_st_tensor *tensors; /* sorted by begin */
+    size_t count;
+    void *map; /* the mapping, when opened from a file */
+    size_t map_len;
+} clffn_st_file;
+
+/* The largest header accepted, as the reference implementation caps it. */
+#define CLFFN_ST_MAX_HEADER 100000000ull
+
+/* Parses a safetensors image in memory (buf stays the caller's and must outlive out). Checks:
+ * header length within the cap and the buffer; the header is UTF-8 JSON of one object;
+ * `__metadata__` (an object of strings) allowed; each tensor has a known dtype, a shape of
+ * non-negative integers whose product does not overflow, data_offsets [begin, end] with
+ * end − begin = numel × dtype size, inside the data section; tensors contiguous from 0 without
+ * overlap or gaps, the last ending at the end of the buffer; no duplicate names. No alignment
+ * is assumed. */
+int clffn_st_parse(const uint8_t *buf, size_t len, clffn_st_file *out, char *err);
+
+/* Maps the file read-only and parses it: a multi-GB checkpoint is not read to use one layer. */
+int clffn_st_open(const char *path, clffn_st_file *out, char *err);
+
+/* The tensor of that name, or NULL. */
+const clffn_st_tensor *clffn_st_find(const clffn_st_file *f, const char *name);
+
+/* Copies a tensor into dst as float32, converting F64/F16/BF16; other dtypes are refused. */
+int clffn_st_read_f32(const clffn_st_file *f, const clffn_st_tensor *t, float *dst, char *err);
+
+void clffn_st_close(clffn_st_file *f);
+
+/* A float32 tensor to write. */
+typedef struct clffn_st_out {
+    const char *name;
+    size_t rank;
+    const uint64_t *shape;
+    const float *data;
+} clffn_st_out;
+
+/* Writes F32 tensors as a safetensors file (header padded to 8 bytes with spaces). The file is
+ * written under a temporary name and renamed, so a failure leaves no partial file. */
+int clffn_st_write(const char *path, const clffn_st_out *tensors, size_t n, char *err);
+
+/* ------------------------------------------------------------------------------------------ */
+/* .npy */
+
+typedef struct clffn_npy {
+    size_t rank;
+    uint64_t shape[CLFFN_IO_MAX_RANK];
+    uint64_t numel;
+    float *data; /* C order, converted to float32; malloc'd */
+} clffn_npy;
+
+/* Parses an .npy image: format versions 1, 2 and 3; descr '<f4', '<f8' or '<f2' (others are
+ * refused by name, '|O' always); fortran_order arrays are transposed to C order; shape overflow
+ * and truncated or trailing data are refused. */
+int clffn_npy_parse(const uint8_t *buf, size_t len, clffn_npy *out, char *err);
+int clffn_npy_load(const char *path, clffn_npy *out, char *err);
+void clffn_npy_free(clffn_npy *a);
+
+/* Writes a float32 C-order array (a version 1 header: rank ≤ 16 always fits), through a
+ * temporary file renamed into place. */
+int clffn_npy_save(const char *path, const float *data, size_t rank, const uint64_t *shape,
+                   char *err);
+
+/* Writes the bytes to path via a temporary file in the same folder and a rename. */
+int clffn_write_atomic(const char *path, const void *const *parts, const size_t *lens,
+                       size_t nparts, char *err);
+
+#endif

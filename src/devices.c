@@ -1,0 +1,119 @@
+/* Device enumeration: every device of every platform, with what a user picking one wants to
+ * know (ggml's backend listing is the model). The host-level device choice uses it too. */
+#include "internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+const char *clffn_device_type_name(cl_device_type type) {
+    if (type & CL_DEVICE_TYPE_GPU) { return "GPU"; }
+    if (type & CL_DEVICE_TYPE_CPU) { return "CPU"; }
+    if (type & CL_DEVICE_TYPE_ACCELERATOR) { return "accelerator"; }
+#ifdef CL_DEVICE_TYPE_CUSTOM
+    if (type & CL_DEVICE_TYPE_CUSTOM) { return "custom"; }
+#endif
+    return "other";
+}
+
+static void info_string(cl_device_id d, cl_device_info what, char *buf, size_t size) {
+    buf[0] = '\0';
+    size_t need = 0;
+    if (clGetDeviceInfo(d, what, 0, NULL, &need) != CL_SUCCESS || need == 0) { return; }
+    char *tmp = malloc(need + 1);
+    if (!tmp) { return; }
+    if (clGetDeviceInfo(d, what, need, tmp, NULL) == CL_SUCCESS) {
+        tmp[need] = '\0';
+        strncpy(buf, tmp, size - 1);
+        buf[size - 1] = '\0';
+    }
+    free(tmp);
+}
+
+static void fill_info(clffn_device_info *info, cl_platform_id p, cl_device_id d, unsigned pi,
+                      unsigned di) {
+    memset(info, 0, sizeof *info);
+    info->platform_index = pi;
+    info->device_index = di;
+    info->platform = p;
+    info->device = d;
+    size_t n = 0;
+    if (clGetPlatformInfo(p, CL_PLATFORM_NAME, sizeof info->platform_name - 1, info->platform_name,
+                          &n) != CL_SUCCESS) {
+        info->platform_name[0] = '\0';
+    }
+    info_string(d, CL_DEVICE_NAME, info->name, sizeof info->name);
+    info_string(d, CL_DEVICE_VENDOR, info->vendor, sizeof info->vendor);
+    info_string(d, CL_DRIVER_VERSION, info->driver_version, sizeof info->driver_version);
+    info_string(d, CL_DEVICE_VERSION, info->device_version, sizeof info->device_version);
+    info_string(d, CL_DEVICE_OPENCL_C_VERSION, info->opencl_c_version,
+                sizeof info->opencl_c_version);
+    clGetDeviceInfo(d, CL_DEVICE_TYPE, sizeof info->type, &info->type, NULL);
+    clGetDeviceInfo(d, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof info->compute_units,
+                    &info->compute_units, NULL);
+    clGetDeviceInfo(d, CL_DEVICE_MAX_CLOCK_FREQUENCY, sizeof info->clock_mhz, &info->clock_mhz,
+                    NULL);
+    clGetDeviceInfo(d, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof info->global_mem_bytes,
+                    &info->global_mem_bytes, NULL);
+    clGetDeviceInfo(d, CL_DEVICE_LOCAL_MEM_SIZE, sizeof info->local_mem_bytes,
+                    &info->local_mem_bytes, NULL);
+    clGetDeviceInfo(d, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof info->max_alloc_bytes,
+                    &info->max_alloc_bytes, NULL);
+    clGetDeviceInfo(d, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof info->max_work_group_size,
+                    &info->max_work_group_size, NULL);
+    char *ext = NULL;
+    size_t ext_len = 0;
+    if (clGetDeviceInfo(d, CL_DEVICE_EXTENSIONS, 0, NULL, &ext_len) == CL_SUCCESS &&
+        (ext = calloc(ext_len + 1, 1)) != NULL &&
+        clGetDeviceInfo(d, CL_DEVICE_EXTENSIONS, ext_len, ext, NULL) == CL_SUCCESS) {
+        info->fp16 = strstr(ext, "cl_khr_fp16") != NULL;
+        info->fp64 = strstr(ext, "cl_khr_fp64") != NULL;
+    }
+    free(ext);
+    cl_device_fp_config dfp = 0;
+    if (clGetDeviceInfo(d, CL_DEVICE_DOUBLE_FP_CONFIG, sizeof dfp, &dfp, NULL) == CL_SUCCESS &&
+        dfp != 0) {
+        info->fp64 = 1;
+    }
+    clffn_device_caps caps;
+    info->supported = clffn__device_caps_query(d, &caps) == CLFFN_SUCCESS &&
+                      clffn__device_caps_check(&caps) == CLFFN_SUCCESS;
+}
+
+clffn_status clffn_devices_list(clffn_device_info *out, size_t capacity, size_t *count) {
+    if (!count || (capacity && !out)) { return CLFFN_ERROR_NULL_ARGUMENT; }
+    cl_uint np = 0;
+    cl_int err = clGetPlatformIDs(0, NULL, &np);
+    if (err == (cl_int)CLFFN_PLATFORM_NOT_FOUND || (err == CL_SUCCESS && np == 0)) {
+        return CLFFN_PLATFORM_NOT_FOUND;
+    }
+    if (err != CL_SUCCESS) { return (clffn_status)err; }
+    cl_platform_id *plats = calloc(np, sizeof *plats);
+    if (!plats) { return CLFFN_ERROR_OUT_OF_HOST_MEMORY; }
+    if ((err = clGetPlatformIDs(np, plats, NULL)) != CL_SUCCESS) {
+        free(plats);
+        return (clffn_status)err;
+    }
+    size_t total = 0;
+    clffn_status st = CLFFN_SUCCESS;
+    for (cl_uint p = 0; p < np && st == CLFFN_SUCCESS; ++p) {
+        cl_uint nd = 0;
+        /* a platform without devices answers CL_DEVICE_NOT_FOUND: it simply adds none */
+        if (clGetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, 0, NULL, &nd) != CL_SUCCESS || nd == 0) {
+            continue;
+        }
+        cl_device_id *devs = calloc(nd, sizeof *devs);
+        if (!devs) {
+            st = CLFFN_ERROR_OUT_OF_HOST_MEMORY;
+            break;
+        }
+        if (clGetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, nd, devs, NULL) == CL_SUCCESS) {
+            for (cl_uint d = 0; d < nd; ++d, ++total) {
+                if (total < capacity) { fill_info(&out[total], plats[p], devs[d], p, d); }
+            }
+        }
+        free(devs);
+    }
+    free(plats);
+    if (st == CLFFN_SUCCESS) { *count = total; }
+    return st;
+}

@@ -1,0 +1,116 @@
+/* Element types, float conversions, and atomic file writes for the loaders. */
+#include "clffn_io.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const struct {
+    const char *name;
+    size_t size;
+} dtypes[CLFFN_DT_COUNT_] = {
+    [CLFFN_DT_F64] = {"F64", 8},  [CLFFN_DT_F32] = {"F32", 4},       [CLFFN_DT_F16] = {"F16", 2},
+    [CLFFN_DT_BF16] = {"BF16", 2}, [CLFFN_DT_I64] = {"I64", 8},      [CLFFN_DT_I32] = {"I32", 4},
+    [CLFFN_DT_I16] = {"I16", 2},  [CLFFN_DT_I8] = {"I8", 1},         [CLFFN_DT_U64] = {"U64", 8},
+    [CLFFN_DT_U32] = {"U32", 4},  [CLFFN_DT_U16] = {"U16", 2},       [CLFFN_DT_U8] = {"U8", 1},
+    [CLFFN_DT_BOOL] = {"BOOL", 1}, [CLFFN_DT_F8_E4M3] = {"F8_E4M3", 1},
+    [CLFFN_DT_F8_E5M2] = {"F8_E5M2", 1},
+};
+
+const char *clffn_dtype_name(clffn_dtype dt) {
+    return (unsigned)dt < CLFFN_DT_COUNT_ ? dtypes[dt].name : "?";
+}
+
+size_t clffn_dtype_size(clffn_dtype dt) { return (unsigned)dt < CLFFN_DT_COUNT_ ? dtypes[dt].size : 0; }
+
+int clffn_dtype_is_convertible(clffn_dtype dt) {
+    return dt == CLFFN_DT_F64 || dt == CLFFN_DT_F32 || dt == CLFFN_DT_F16 || dt == CLFFN_DT_BF16;
+}
+
+static float bits_to_float(uint32_t u) {
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+float clffn_half_to_float(uint16_t h) {
+    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
+    if (exp == 0x1f) { return bits_to_float(sign | 0x7f800000u | (man << 13)); } /* inf, NaN */
+    if (exp == 0) {
+        if (man == 0) { return bits_to_float(sign); }
+        /* subnormal: normalise into float's range */
+        int e = -1;
+        do {
+            ++e;
+            man <<= 1;
+        } while (!(man & 0x400u));
+        return bits_to_float(sign | ((uint32_t)(127 - 15 - e) << 23) | ((man & 0x3ffu) << 13));
+    }
+    return bits_to_float(sign | ((exp + 127 - 15) << 23) | (man << 13));
+}
+
+float clffn_bf16_to_float(uint16_t b) { return bits_to_float((uint32_t)b << 16); }
+
+/* Little-endian loads from unaligned memory (the format's byte order; the host's may differ). */
+static uint16_t le16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
+static uint32_t le32(const uint8_t *p) {
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}
+static uint64_t le64(const uint8_t *p) { return (uint64_t)le32(p) | ((uint64_t)le32(p + 4) << 32); }
+
+void clffn_convert_to_f32(clffn_dtype dt, const void *src, size_t n, float *dst) {
+    const uint8_t *p = src;
+    for (size_t i = 0; i < n; ++i) {
+        switch (dt) {
+        case CLFFN_DT_F32: dst[i] = bits_to_float(le32(p + 4 * i)); break;
+        case CLFFN_DT_F16: dst[i] = clffn_half_to_float(le16(p + 2 * i)); break;
+        case CLFFN_DT_BF16: dst[i] = clffn_bf16_to_float(le16(p + 2 * i)); break;
+        case CLFFN_DT_F64: {
+            const uint64_t u = le64(p + 8 * i);
+            double d;
+            memcpy(&d, &u, sizeof d);
+            dst[i] = (float)d;
+            break;
+        }
+        default: dst[i] = 0.0f; break; /* callers check convertibility first */
+        }
+    }
+}
+
+int clffn_write_atomic(const char *path, const void *const *parts, const size_t *lens,
+                       size_t nparts, char *err) {
+    const size_t plen = strlen(path);
+    char *tmp = malloc(plen + 16);
+    if (!tmp) {
+        snprintf(err, CLFFN_IO_ERR, "out of memory");
+        return -1;
+    }
+    snprintf(tmp, plen + 16, "%s.tmpXXXXXX", path);
+    const int fd = mkstemp(tmp);
+    if (fd < 0) {
+        snprintf(err, CLFFN_IO_ERR, "cannot create a file next to it: %s", strerror(errno));
+        free(tmp);
+        return -1;
+    }
+    FILE *f = fdopen(fd, "wb");
+    int ok = f != NULL;
+    for (size_t i = 0; ok && i < nparts; ++i) {
+        ok = lens[i] == 0 || fwrite(parts[i], 1, lens[i], f) == lens[i];
+    }
+    if (f) {
+        ok = fflush(f) == 0 && ok;
+        ok = fclose(f) == 0 && ok;
+    } else {
+        close(fd);
+    }
+    if (ok && rename(tmp, path) != 0) { ok = 0; }
+    if (!ok) {
+        snprintf(err, CLFFN_IO_ERR, "cannot write: %s", strerror(errno));
+        unlink(tmp);
+    }
+    free(tmp);
+    return ok ? 0 : -1;
+}
