@@ -1,0 +1,370 @@
+/* The command-line tools end to end: clffn-run on small checkpoints of every preset (F32, F16,
+ * BF16 and F64 weights) against the CPU reference, its refusals and exit codes, and
+ * clffn-devices in both formats, with --check and with no platform at all. */
+#include "clffn_io.h"
+#include "common.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* Runs a shell command; returns its exit status and (if out) its stdout+stderr. */
+static int run(const char *cmd, char *out, size_t out_len) {
+    char full[4096];
+    snprintf(full, sizeof full, "%s 2>&1", cmd);
+    FILE *p = popen(full, "r");
+    cr_assert_not_null(p);
+    size_t n = 0;
+    char buf[4096];
+    size_t got;
+    while ((got = fread(buf, 1, sizeof buf, p)) > 0) {
+        if (out && n + 1 < out_len) {
+            const size_t k = got < out_len - 1 - n ? got : out_len - 1 - n;
+            memcpy(out + n, buf, k);
+            n += k;
+        }
+    }
+    if (out) { out[n] = '\0'; }
+    const int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static char dir[64];
+
+static void make_dir(void) {
+    snprintf(dir, sizeof dir, "/tmp/clffn-tools-XXXXXX");
+    cr_assert_not_null(mkdtemp(dir));
+}
+
+static void remove_dir(void) {
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_assert_eq(system(cmd), 0);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Writing checkpoints in any float dtype */
+
+typedef struct tensor {
+    char name[96];
+    const char *dtype;
+    size_t rank;
+    uint64_t shape[2];
+    const float *values; /* exactly representable in every dtype used (k/64 values) */
+} tensor;
+
+static size_t dtype_bytes(const char *dt) {
+    return !strcmp(dt, "F64") ? 8 : !strcmp(dt, "F32") ? 4 : 2;
+}
+
+static void encode(const char *dt, float v, uint8_t *p) {
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    if (!strcmp(dt, "F32")) {
+        memcpy(p, &u, 4);
+    } else if (!strcmp(dt, "F64")) {
+        const double d = v;
+        memcpy(p, &d, 8);
+    } else if (!strcmp(dt, "BF16")) {
+        const uint16_t h = (uint16_t)(u >> 16);
+        memcpy(p, &h, 2);
+    } else { /* F16 of a normal float with a short mantissa, or zero */
+        const uint32_t sign = (u >> 16) & 0x8000u, exp = (u >> 23) & 0xffu, man = u & 0x7fffffu;
+        const uint16_t h = exp == 0 ? (uint16_t)sign
+                                    : (uint16_t)(sign | ((exp - 127 + 15) << 10) | (man >> 13));
+        memcpy(p, &h, 2);
+    }
+}
+
+static void write_checkpoint(const char *path, const tensor *ts, size_t n) {
+    char hdr[8192];
+    size_t h = 0;
+    uint64_t off = 0;
+    h += (size_t)snprintf(hdr + h, sizeof hdr - h, "{\"__metadata__\":{\"format\":\"pt\"}");
+    for (size_t i = 0; i < n; ++i) {
+        uint64_t numel = 1;
+        for (size_t k = 0; k < ts[i].rank; ++k) { numel *= ts[i].shape[k]; }
+        const uint64_t bytes = numel * dtype_bytes(ts[i].dtype);
+        h += (size_t)snprintf(hdr + h, sizeof hdr - h, ",\"%s\":{\"dtype\":\"%s\",\"shape\":[",
+                              ts[i].name, ts[i].dtype);
+        for (size_t k = 0; k < ts[i].rank; ++k) {
+            h += (size_t)snprintf(hdr + h, sizeof hdr - h, "%s%llu", k ? "," : "",
+                                  (unsigned long long)ts[i].shape[k]);
+        }
+        h += (size_t)snprintf(hdr + h, sizeof hdr - h, "],\"data_offsets\":[%llu,%llu]}",
+                              (unsigned long long)off, (unsigned long long)(off + bytes));
+        off += bytes;
+    }
+    h += (size_t)snprintf(hdr + h, sizeof hdr - h, "}");
+    FILE *f = fopen(path, "wb");
+    cr_assert_not_null(f);
+    uint8_t len[8];
+    for (int i = 0; i < 8; ++i) { len[i] = (uint8_t)(((uint64_t)h >> (8 * i)) & 0xff); }
+    fwrite(len, 1, 8, f);
+    fwrite(hdr, 1, h, f);
+    for (size_t i = 0; i < n; ++i) {
+        uint64_t numel = 1;
+        for (size_t k = 0; k < ts[i].rank; ++k) { numel *= ts[i].shape[k]; }
+        for (uint64_t e = 0; e < numel; ++e) {
+            uint8_t b[8];
+            encode(ts[i].dtype, ts[i].values[e], b);
+            fwrite(b, 1, dtype_bytes(ts[i].dtype), f);
+        }
+    }
+    fclose(f);
+}
+
+/* Values k/64·scale, k in [-48, 48]: exact in F16, BF16, F32 and F64. */
+static float *exact_values(size_t n, float scale, uint64_t seed) {
+    float *a = malloc(n * sizeof *a);
+    cr_assert(a);
+    fill_uniform(a, n, -48.5f, 48.5f, seed);
+    for (size_t i = 0; i < n; ++i) { a[i] = roundf(a[i]) / 64.0f * scale; }
+    return a;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Presets end to end */
+
+typedef struct preset_case {
+    const char *preset;
+    const char *dtype;
+    int layer;
+    const char *w1, *b1, *v, *bv, *w2, *b2; /* NULL: absent */
+    clffn_layout layout;
+    clffn_activation act;
+    int gated;
+    const char *extra_args;
+} preset_case;
+
+static void run_preset(const preset_case *pc) {
+    enum { D = 12, F = 28 };
+    make_dir();
+    float *w1 = exact_values(D * F, 0.5f, 1), *v = exact_values(D * F, 0.5f, 2);
+    float *w2 = exact_values(D * F, 0.25f, 3), *b1 = exact_values(F, 0.5f, 4);
+    float *bv = exact_values(F, 0.5f, 5), *b2 = exact_values(D, 0.5f, 6);
+    const int oi = pc->layout == CLFFN_LAYOUT_OUT_IN;
+    tensor ts[8];
+    size_t n = 0;
+#define ADD(nm, r, s0, s1, vals)                                                   \
+    do {                                                                           \
+        if (nm) {                                                                  \
+            ts[n] = (tensor){"", pc->dtype, (r), {(s0), (s1)}, (vals)};            \
+            snprintf(ts[n].name, sizeof ts[n].name, (nm), pc->layer);              \
+            ++n;                                                                   \
+        }                                                                          \
+    } while (0)
+    ADD(pc->w1, 2, oi ? F : D, oi ? D : F, w1);
+    ADD(pc->b1, 1, F, 0, b1);
+    ADD(pc->v, 2, oi ? F : D, oi ? D : F, v);
+    ADD(pc->bv, 1, F, 0, bv);
+    ADD(pc->w2, 2, oi ? D : F, oi ? F : D, w2);
+    ADD(pc->b2, 1, D, 0, b2);
+    /* an unrelated tensor of another layer, as a real checkpoint has */
+    static const float other[3] = {1, 2, 3};
+    ts[n++] = (tensor){"unrelated.tensor", "F32", 1, {3, 0}, other};
+#undef ADD
+    char wpath[128], xpath[128], ypath[128], cmd[1024], out[8192];
+    snprintf(wpath, sizeof wpath, "%s/model.safetensors", dir);
+    snprintf(xpath, sizeof xpath, "%s/x.npy", dir);
+    snprintf(ypath, sizeof ypath, "%s/y.npy", dir);
+    write_checkpoint(wpath, ts, n);
+    /* input of rank 3: [2, 3, D] */
+    const uint64_t xshape[3] = {2, 3, D};
+    const size_t T = 6;
+    float x[6 * D];
+    fill_uniform(x, T * D, -1, 1, 9);
+    char err[CLFFN_IO_ERR];
+    cr_assert_eq(clffn_npy_save(xpath, x, 3, xshape, err), 0, "%s", err);
+
+    snprintf(cmd, sizeof cmd, "'%s' --weights '%s' --input '%s' --output '%s' --preset %s --layer %d --verify %s",
+             CLFFN_RUN_PATH, wpath, xpath, ypath, pc->preset, pc->layer, pc->extra_args ? pc->extra_args : "");
+    const int rc = run(cmd, out, sizeof out);
+    cr_assert_eq(rc, 0, "%s %s: exit %d:\n%s", pc->preset, pc->dtype, rc, out);
+    cr_assert(strstr(out, "PASS") != NULL, "%s", out);
+
+    clffn_npy y;
+    cr_assert_eq(clffn_npy_load(ypath, &y, err), 0, "%s", err);
+    cr_assert_eq(y.rank, 3, "output keeps the leading shape");
+    for (int k = 0; k < 3; ++k) { cr_assert_eq(y.shape[k], xshape[k]); }
+
+    clffn_config c = clffn_config_default(D, F);
+    c.activation = pc->act;
+    c.gated = pc->gated;
+    c.bias1 = pc->b1 != NULL;
+    c.bias_gate = pc->bv != NULL;
+    c.bias2 = pc->b2 != NULL;
+    c.residual = pc->extra_args && strstr(pc->extra_args, "--residual") != NULL;
+    const clffn_host_weights hw = {w1, pc->b1 ? b1 : NULL, pc->gated ? v : NULL,
+                                   pc->bv ? bv : NULL, w2, pc->b2 ? b2 : NULL};
+    double ref[6 * D];
+    ASSERT_OK(clffn_reference_forward(&c, pc->layout, &hw, T, x, 0, 0, 0, ref, NULL));
+    assert_mostly_nonzero(ref, T * D, 0.9, pc->preset);
+    assert_close(y.data, ref, T * D, act_rtol(pc->act), pc->preset);
+    clffn_npy_free(&y);
+    free(w1), free(v), free(w2), free(b1), free(bv), free(b2);
+    remove_dir();
+}
+
+Test(clffn_run, preset_annotated_f32) {
+    run_preset(&(preset_case){"annotated", "F32", 0, "w_1.weight", "w_1.bias", NULL, NULL,
+                              "w_2.weight", "w_2.bias", CLFFN_LAYOUT_OUT_IN, CLFFN_ACT_RELU, 0, NULL});
+}
+Test(clffn_run, preset_annotated_residual_gelu_override) {
+    run_preset(&(preset_case){"annotated", "F32", 0, "w_1.weight", "w_1.bias", NULL, NULL,
+                              "w_2.weight", "w_2.bias", CLFFN_LAYOUT_OUT_IN, CLFFN_ACT_GELU, 0,
+                              "--residual --activation gelu"});
+}
+Test(clffn_run, preset_labml_gated_f16) {
+    run_preset(&(preset_case){"labml", "F16", 0, "layer1.weight", "layer1.bias", "linear_v.weight",
+                              "linear_v.bias", "layer2.weight", "layer2.bias", CLFFN_LAYOUT_OUT_IN,
+                              CLFFN_ACT_RELU, 1, NULL});
+}
+Test(clffn_run, preset_labml_plain_no_bias2) {
+    run_preset(&(preset_case){"labml", "F32", 0, "layer1.weight", "layer1.bias", NULL, NULL,
+                              "layer2.weight", NULL, CLFFN_LAYOUT_OUT_IN, CLFFN_ACT_RELU, 0, NULL});
+}
+Test(clffn_run, preset_gpt2_f64_layer3) {
+    run_preset(&(preset_case){"gpt2", "F64", 3, "h.%d.mlp.c_fc.weight", "h.%d.mlp.c_fc.bias", NULL,
+                              NULL, "h.%d.mlp.c_proj.weight", "h.%d.mlp.c_proj.bias",
+                              CLFFN_LAYOUT_IN_OUT, CLFFN_ACT_GELU_TANH, 0, NULL});
+}
+Test(clffn_run, preset_gpt2_transformer_prefix) {
+    run_preset(&(preset_case){"gpt2", "F32", 0, "transformer.h.%d.mlp.c_fc.weight",
+                              "transformer.h.%d.mlp.c_fc.bias", NULL, NULL,
+                              "transformer.h.%d.mlp.c_proj.weight", "transformer.h.%d.mlp.c_proj.bias",
+                              CLFFN_LAYOUT_IN_OUT, CLFFN_ACT_GELU_TANH, 0, NULL});
+}
+Test(clffn_run, preset_bert_f16_layer1) {
+    run_preset(&(preset_case){"bert", "F16", 1, "bert.encoder.layer.%d.intermediate.dense.weight",
+                              "bert.encoder.layer.%d.intermediate.dense.bias", NULL, NULL,
+                              "bert.encoder.layer.%d.output.dense.weight",
+                              "bert.encoder.layer.%d.output.dense.bias", CLFFN_LAYOUT_OUT_IN,
+                              CLFFN_ACT_GELU, 0, NULL});
+}
+Test(clffn_run, preset_llama_bf16) {
+    run_preset(&(preset_case){"llama", "BF16", 2, "model.layers.%d.mlp.gate_proj.weight", NULL,
+                              "model.layers.%d.mlp.up_proj.weight", NULL,
+                              "model.layers.%d.mlp.down_proj.weight", NULL, CLFFN_LAYOUT_OUT_IN,
+                              CLFFN_ACT_SILU, 1, NULL});
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Refusals: exit 2 for usage and bad files, one line naming the file, no output left behind */
+
+static void expect_refusal(const char *args, int want_rc, const char *needle, const char *ypath) {
+    char cmd[2048], out[4096];
+    snprintf(cmd, sizeof cmd, "'%s' %s", CLFFN_RUN_PATH, args);
+    const int rc = run(cmd, out, sizeof out);
+    cr_assert_eq(rc, want_rc, "%s: exit %d, want %d:\n%s", args, rc, want_rc, out);
+    cr_assert(strstr(out, needle) != NULL, "%s: output lacks '%s':\n%s", args, needle, out);
+    if (ypath) {
+        struct stat sb;
+        cr_assert(stat(ypath, &sb) != 0, "%s: an output was left behind", args);
+    }
+}
+
+Test(clffn_run, refusals) {
+    make_dir();
+    enum { D = 8, F = 16 };
+    float *w1 = exact_values(D * F, 0.5f, 1), *w2 = exact_values(D * F, 0.5f, 2);
+    const tensor ts[2] = {{"w_1.weight", "F32", 2, {F, D}, w1}, {"w_2.weight", "F32", 2, {D, F}, w2}};
+    char w[128], x[128], x_bad[128], y[128], trunc[128], args[1024], err[CLFFN_IO_ERR];
+    snprintf(w, sizeof w, "%s/m.safetensors", dir);
+    snprintf(x, sizeof x, "%s/x.npy", dir);
+    snprintf(x_bad, sizeof x_bad, "%s/x_bad.npy", dir);
+    snprintf(y, sizeof y, "%s/y.npy", dir);
+    snprintf(trunc, sizeof trunc, "%s/trunc.safetensors", dir);
+    write_checkpoint(w, ts, 2);
+    float xv[4 * D] = {0};
+    const uint64_t xs[2] = {4, D}, xbs[2] = {4, D + 1};
+    cr_assert_eq(clffn_npy_save(x, xv, 2, xs, err), 0);
+    cr_assert_eq(clffn_npy_save(x_bad, xv, 2, xbs, err), 0);
+    /* a truncated copy of the checkpoint */
+    snprintf(args, sizeof args, "head -c 100 '%s' > '%s'", w, trunc);
+    cr_assert_eq(system(args), 0);
+
+    expect_refusal("--bogus", 2, "unknown argument", NULL);
+    expect_refusal("--weights only.safetensors", 2, "go together", NULL);
+    expect_refusal("--activation gelu", 2, "--weights", NULL);
+    snprintf(args, sizeof args, "--weights '%s' --input '%s' --output '%s' --preset nope", w, x, y);
+    expect_refusal(args, 2, "unknown preset", y);
+    snprintf(args, sizeof args, "--weights '%s' --input '%s' --output '%s' --dropout 1.5", w, x, y);
+    expect_refusal(args, 2, "--dropout", y);
+    snprintf(args, sizeof args, "--weights '%s' --input '%s' --output '%s'", trunc, x, y);
+    expect_refusal(args, 2, "trunc.safetensors: ", y);
+    snprintf(args, sizeof args, "--weights '%s/missing.safetensors' --input '%s' --output '%s'", dir, x, y);
+    expect_refusal(args, 2, "missing.safetensors: cannot open", y);
+    snprintf(args, sizeof args, "--weights '%s' --input '%s' --output '%s' --preset labml", w, x, y);
+    expect_refusal(args, 2, "no tensor 'layer1.weight'", y);
+    snprintf(args, sizeof args, "--weights '%s' --input '%s' --output '%s' --gated", w, x, y);
+    expect_refusal(args, 2, "no gate tensor", y);
+    snprintf(args, sizeof args, "--weights '%s' --input '%s' --output '%s'", w, x_bad, y);
+    expect_refusal(args, 2, "x_bad.npy: last dimension", y);
+    snprintf(args, sizeof args, "--weights '%s' --input '%s' --output '%s'", w, w, y);
+    expect_refusal(args, 2, "m.safetensors: not an .npy file", y); /* a checkpoint given as input */
+    snprintf(args, sizeof args, "--weights '%s' --input '%s/nothing.npy' --output '%s'", w, dir, y);
+    expect_refusal(args, 2, "nothing.npy: cannot open", y);
+    snprintf(args, sizeof args, "--weights '%s' --input '%s' --output '%s/no/such/dir/y.npy'", w, x, dir);
+    expect_refusal(args, 1, "y.npy: cannot", NULL);
+    /* and a good run writes the output */
+    snprintf(args, sizeof args, "'%s' --weights '%s' --input '%s' --output '%s'", CLFFN_RUN_PATH, w, x, y);
+    cr_assert_eq(run(args, NULL, 0), 0);
+    struct stat sb;
+    cr_assert_eq(stat(y, &sb), 0);
+    free(w1), free(w2);
+    remove_dir();
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* clffn-devices */
+
+Test(clffn_devices, table_json_and_check) {
+    char out[16384], cmd[512];
+    snprintf(cmd, sizeof cmd, "'%s'", CLFFN_DEVICES_PATH);
+    cr_assert_eq(run(cmd, out, sizeof out), 0, "%s", out);
+    cr_assert(strstr(out, "[0:0]") && strstr(out, "compute units") && strstr(out, "max allocation"), "%s", out);
+    snprintf(cmd, sizeof cmd, "'%s' --json", CLFFN_DEVICES_PATH);
+    cr_assert_eq(run(cmd, out, sizeof out), 0, "%s", out);
+    cJSON *root = cJSON_Parse(out);
+    cr_assert_not_null(root, "not JSON: %s", out);
+    const cJSON *devs = cJSON_GetObjectItemCaseSensitive(root, "devices");
+    cr_assert(cJSON_IsArray(devs) && cJSON_GetArraySize(devs) >= 1);
+    const cJSON *d0 = cJSON_GetArrayItem(devs, 0);
+    cr_assert_str_eq(cJSON_GetObjectItemCaseSensitive(d0, "index")->valuestring, "0:0");
+    cr_assert(cJSON_GetObjectItemCaseSensitive(d0, "compute_units")->valuedouble >= 1);
+    cr_assert(cJSON_GetObjectItemCaseSensitive(d0, "max_alloc_bytes")->valuedouble > 0);
+    cr_assert(cJSON_IsBool(cJSON_GetObjectItemCaseSensitive(d0, "fp64")));
+    cJSON_Delete(root);
+    snprintf(cmd, sizeof cmd, "'%s' --check --json", CLFFN_DEVICES_PATH);
+    cr_assert_eq(run(cmd, out, sizeof out), 0, "%s", out);
+    root = cJSON_Parse(out);
+    cr_assert_not_null(root, "not JSON: %s", out);
+    d0 = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(root, "devices"), 0);
+    const cJSON *check = cJSON_GetObjectItemCaseSensitive(d0, "check");
+    cr_assert(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(check, "pass")), "%s", out);
+    cr_assert(cJSON_GetObjectItemCaseSensitive(check, "max_error")->valuedouble <=
+              cJSON_GetObjectItemCaseSensitive(check, "tolerance")->valuedouble);
+    cJSON_Delete(root);
+    snprintf(cmd, sizeof cmd, "'%s' --check", CLFFN_DEVICES_PATH);
+    cr_assert_eq(run(cmd, out, sizeof out), 0, "%s", out);
+    cr_assert(strstr(out, "PASS: max error") != NULL, "%s", out);
+    snprintf(cmd, sizeof cmd, "'%s' --frobnicate", CLFFN_DEVICES_PATH);
+    cr_assert_eq(run(cmd, out, sizeof out), 2, "%s", out);
+}
+
+Test(clffn_devices, no_platform) {
+    char out[4096], cmd[512];
+    snprintf(cmd, sizeof cmd, "OCL_ICD_VENDORS=/nonexistent-clffn '%s'", CLFFN_DEVICES_PATH);
+    cr_assert_eq(run(cmd, out, sizeof out), 1, "%s", out);
+    cr_assert(strstr(out, "no OpenCL platform") && strstr(out, "pocl-opencl-icd"), "%s", out);
+    cr_assert(strchr(out, '\n') == out + strlen(out) - 1, "more than one line: %s", out);
+    snprintf(cmd, sizeof cmd, "OCL_ICD_VENDORS=/nonexistent-clffn '%s'", CLFFN_RUN_PATH);
+    cr_assert_eq(run(cmd, out, sizeof out), 1, "%s", out);
+    cr_assert(strstr(out, "no OpenCL platform") != NULL, "%s", out);
+}
