@@ -289,6 +289,26 @@ CLFFN_API clffn_status clffn_devices_list(clffn_device_info *out, size_t capacit
 CLFFN_API const char *clffn_device_type_name(cl_device_type type);
 
 /* ---------------------------------------------------------------------------------------------
+ * Tuning profiles (written by clffn-tune, applied when a context opens its device)
+ * ------------------------------------------------------------------------------------------- */
+/** The folder of tuning profiles: $CLFFN_TUNE_DIR, else $XDG_CACHE_HOME/clffn, else
+ *  ~/.cache/clffn. Errors: NULL_ARGUMENT, INVALID_SIZE (size 0), BUFFER_TOO_SMALL,
+ *  INVALID_ARGUMENT when none of those variables is set. */
+CLFFN_API clffn_status clffn_tuning_dir(char *buf, size_t size);
+
+/** The profile file of a device: <dir>/<platform>__<device>__<driver>.json, so a driver update
+ *  starts from the built-in defaults again. Errors as clffn_tuning_dir(). */
+CLFFN_API clffn_status clffn_tuning_profile_path(cl_device_id device, char *buf, size_t size);
+
+/** 1 when the device has a profile file, 2 when only a built-in profile matches, 0 otherwise. */
+CLFFN_API int clffn_tuning_has_profile(cl_device_id device);
+
+/** What the context applied when it opened its device: "profile <path>", "built-in profile", or
+ *  "none (…)". The parameters go to CLBlast for the whole process (CLBlastOverrideParameters),
+ *  so the caller's own CLBlast SGEMMs on that device use them too; CLFFN_NO_TUNING=1 skips it. */
+CLFFN_API const char *clffn_context_tuning(const clffn_context *ctx);
+
+/* ---------------------------------------------------------------------------------------------
  * FFN
  * ------------------------------------------------------------------------------------------- */
 typedef struct clffn_ffn clffn_ffn;
@@ -372,6 +392,25 @@ typedef enum clffn_hidden {
  *  out_len < T·F; OpenCL's. *tokens (may be NULL) receives T. */
 CLFFN_API clffn_status clffn_ffn_read_hidden(clffn_ffn *ffn, clffn_hidden which, float *out,
                                              size_t out_len, size_t *tokens);
+
+/** Per-stage device times of one forward, in seconds, from OpenCL profiling events. */
+typedef struct clffn_stage_times {
+    double gemm1_s;     /* the first projection (x·W1, with V when gated) */
+    double epilogue1_s; /* bias, activation, gate, dropout */
+    double gemm2_s;     /* the second projection (h·W2) */
+    double epilogue2_s; /* b2 and residual */
+    double total_s;     /* from the start of GEMM 1 to the end of epilogue 2 */
+} clffn_stage_times;
+
+/** Turns stage timing on or off for later forwards (off by default: it adds a marker per
+ *  forward). The forward's queue must have CL_QUEUE_PROFILING_ENABLE (the context's own queue
+ *  does). Errors: NULL_ARGUMENT. */
+CLFFN_API clffn_status clffn_ffn_set_profiling(clffn_ffn *ffn, int on);
+
+/** The stage times of the last forward run with profiling on (blocking: waits for it).
+ *  Errors: NULL_ARGUMENT; NO_FORWARD when none was profiled; CL_PROFILING_INFO_NOT_AVAILABLE
+ *  (-7) when its queue lacks profiling; OpenCL's. */
+CLFFN_API clffn_status clffn_ffn_stage_times(clffn_ffn *ffn, clffn_stage_times *out);
 
 /* ---------------------------------------------------------------------------------------------
  * CPU reference and the dropout generator, in plain C

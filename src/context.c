@@ -61,6 +61,7 @@ static clffn_status context_init(clffn_context *ctx, cl_context context, cl_devi
     }
     ctx->context = context;
     ctx->device = device;
+    clffn__apply_tuning(ctx);
     return CLFFN_SUCCESS;
 }
 

@@ -94,6 +94,8 @@ void clffn_ffn_destroy(clffn_ffn *ffn) {
     if (ffn->epilogue2) { clReleaseKernel(ffn->epilogue2); }
     if (ffn->last_event) { clReleaseEvent(ffn->last_event); }
     if (ffn->last_queue) { clReleaseCommandQueue(ffn->last_queue); }
+    if (ffn->prof_start) { clReleaseEvent(ffn->prof_start); }
+    if (ffn->prof_end) { clReleaseEvent(ffn->prof_end); }
     weights_release(ffn);
     workspace_release(ffn);
     free(ffn);
@@ -507,19 +509,38 @@ clffn_status clffn_forward(clffn_ffn *ffn, size_t tokens, cl_mem x, size_t x_off
     }
     if ((st = ensure_workspace(ffn, tokens)) != CLFFN_SUCCESS) { return st; }
 
-    cl_event ev1 = NULL;
-    cl_int err = enqueue_gemm1(ffn, tokens, x, x_offset, &queue);
+    cl_event ev1 = NULL, start = NULL, end = NULL;
+    cl_int err = CL_SUCCESS;
+    if (ffn->profiling) { err = clEnqueueMarkerWithWaitList(queue, 0, NULL, &start); }
+    if (err == CL_SUCCESS) { err = enqueue_gemm1(ffn, tokens, x, x_offset, &queue); }
     if (err == CL_SUCCESS) { err = enqueue_epilogue1(ffn, tokens, queue, &ev1); }
     if (err == CL_SUCCESS) { err = enqueue_gemm2(ffn, tokens, &queue); }
     if (err == CL_SUCCESS) {
-        err = enqueue_epilogue2(ffn, tokens, x, x_offset, y, y_offset, queue, event);
+        err = enqueue_epilogue2(ffn, tokens, x, x_offset, y, y_offset, queue,
+                                ffn->profiling ? &end : event);
     }
     if (err != CL_SUCCESS) {
         if (ev1) { clReleaseEvent(ev1); }
+        if (start) { clReleaseEvent(start); }
+        if (end) { clReleaseEvent(end); }
         remember_forward(ffn, 0, NULL, NULL);
         return (clffn_status)err;
     }
     remember_forward(ffn, tokens, queue, ev1);
+    if (ffn->profiling) {
+        if (ffn->prof_start) { clReleaseEvent(ffn->prof_start); }
+        if (ffn->prof_end) { clReleaseEvent(ffn->prof_end); }
+        ffn->prof_start = start;
+        ffn->prof_end = end;
+        if (event) { /* the caller gets the same last event, with its own reference */
+            clRetainEvent(end);
+            *event = end;
+        }
+    } else if (ffn->prof_start) { /* stale times must not be read as this forward's */
+        clReleaseEvent(ffn->prof_start);
+        clReleaseEvent(ffn->prof_end);
+        ffn->prof_start = ffn->prof_end = NULL;
+    }
     if (ffn->training && c->dropout > 0.0f) {
         /* the next forward draws a fresh mask: skip the Philox blocks this one used */
         ffn->rng_offset += ((uint64_t)tokens * c->d_ff + 3) / 4;
@@ -627,4 +648,44 @@ clffn_status clffn_ffn_read_hidden(clffn_ffn *ffn, clffn_hidden which, float *ou
     free(tmp);
     free(b);
     return (clffn_status)err;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Stage timing */
+
+clffn_status clffn_ffn_set_profiling(clffn_ffn *ffn, int on) {
+    if (!ffn) { return CLFFN_ERROR_NULL_ARGUMENT; }
+    ffn->profiling = on != 0;
+    return CLFFN_SUCCESS;
+}
+
+static cl_int event_time(cl_event e, cl_profiling_info what, cl_ulong *ns) {
+    return clGetEventProfilingInfo(e, what, sizeof *ns, ns, NULL);
+}
+
+clffn_status clffn_ffn_stage_times(clffn_ffn *ffn, clffn_stage_times *out) {
+    if (!ffn || !out) { return CLFFN_ERROR_NULL_ARGUMENT; }
+    if (!ffn->prof_start || !ffn->prof_end || !ffn->last_event || ffn->last_tokens == 0) {
+        return CLFFN_ERROR_NO_FORWARD;
+    }
+    cl_int err = clFlush(ffn->last_queue);
+    if (err == CL_SUCCESS) { err = clWaitForEvents(1, &ffn->prof_end); }
+    /* in-order queue: GEMM 1 runs from the marker to epilogue 1, GEMM 2 between the epilogues
+     * (each GEMM may be several CLBlast kernels, so it is timed by what surrounds it) */
+    cl_ulong t0 = 0, e1s = 0, e1e = 0, e2s = 0, e2e = 0;
+    if (err == CL_SUCCESS) { err = event_time(ffn->prof_start, CL_PROFILING_COMMAND_END, &t0); }
+    if (err == CL_SUCCESS) { err = event_time(ffn->last_event, CL_PROFILING_COMMAND_START, &e1s); }
+    if (err == CL_SUCCESS) { err = event_time(ffn->last_event, CL_PROFILING_COMMAND_END, &e1e); }
+    if (err == CL_SUCCESS) { err = event_time(ffn->prof_end, CL_PROFILING_COMMAND_START, &e2s); }
+    if (err == CL_SUCCESS) { err = event_time(ffn->prof_end, CL_PROFILING_COMMAND_END, &e2e); }
+    if (err != CL_SUCCESS) { return (clffn_status)err; }
+    if (!(t0 <= e1s && e1s <= e1e && e1e <= e2s && e2s <= e2e)) {
+        return CLFFN_ERROR_INVALID_QUEUE; /* not in order: the stages overlapped */
+    }
+    out->gemm1_s = (double)(e1s - t0) * 1e-9;
+    out->epilogue1_s = (double)(e1e - e1s) * 1e-9;
+    out->gemm2_s = (double)(e2s - e1e) * 1e-9;
+    out->epilogue2_s = (double)(e2e - e2s) * 1e-9;
+    out->total_s = (double)(e2e - t0) * 1e-9;
+    return CLFFN_SUCCESS;
 }

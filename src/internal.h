@@ -36,6 +36,7 @@ struct clffn_context {
     /* Test hook: local work size of the epilogue kernels along dimension 0; 0 lets the runtime
      * choose. Exists to prove the dropout mask does not depend on it. */
     size_t epilogue_local_size;
+    char tuning[1300]; /* which CLBlast profile was applied (clffn_context_tuning) */
 };
 
 /* One weight operand as the GEMMs and kernels see it. */
@@ -73,6 +74,10 @@ struct clffn_ffn {
     size_t last_tokens;
     cl_event last_event;         /* completion of epilogue1 of the last forward, or NULL */
     cl_command_queue last_queue; /* its queue (retained), flushed before we wait on it */
+
+    /* stage timing (clffn_ffn_set_profiling): a marker before GEMM 1 and epilogue 2's event */
+    int profiling;
+    cl_event prof_start, prof_end;
 };
 
 /* Embedded kernel sources (generated at build time from cl/). */
@@ -102,6 +107,11 @@ clffn_status clffn__get_program(clffn_context *ctx, const clffn_program_key *key
 /* Runs the device's Philox on one counter/key (blocking), for the known-answer tests. */
 clffn_status clffn__device_philox(clffn_context *ctx, const uint32_t counter[4],
                                   const uint32_t key[2], uint32_t out[4]);
+
+/* Tuning profiles (tuning.c): applied when a context opens its device. */
+void clffn__apply_tuning(clffn_context *ctx);
+const char *clffn__builtin_profile(cl_device_id device);
+clffn_status clffn__apply_profile_text(cl_device_id device, const char *json);
 
 /* Size arithmetic that reports overflow instead of wrapping. */
 static inline bool clffn__mul_ok(size_t a, size_t b, size_t *out) {

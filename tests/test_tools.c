@@ -368,3 +368,181 @@ Test(clffn_devices, no_platform) {
     cr_assert_eq(run(cmd, out, sizeof out), 1, "%s", out);
     cr_assert(strstr(out, "no OpenCL platform") != NULL, "%s", out);
 }
+
+/* ------------------------------------------------------------------------------------------ */
+/* clffn-bench and clffn-tune */
+
+static double num(const cJSON *o, const char *k) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    cr_assert(cJSON_IsNumber(v), "no number '%s'", k);
+    return v->valuedouble;
+}
+
+Test(clffn_bench, json_report, .timeout = 120) {
+    char out[16384], cmd[512];
+    snprintf(cmd, sizeof cmd, "'%s' --json --tokens 7 --d-model 16 --d-ff 40 --activation swiglu --reps 3",
+             CLFFN_BENCH_PATH);
+    cr_assert_eq(run(cmd, out, sizeof out), 0, "%s", out);
+    cJSON *o = cJSON_Parse(out);
+    cr_assert_not_null(o, "not JSON: %s", out);
+    cr_assert(cJSON_IsString(cJSON_GetObjectItemCaseSensitive(o, "device")));
+    cr_assert_eq(num(o, "tokens"), 7);
+    cr_assert_eq(num(o, "d_model"), 16);
+    cr_assert_eq(num(o, "d_ff"), 40);
+    cr_assert_str_eq(cJSON_GetObjectItemCaseSensitive(o, "activation")->valuestring, "silu");
+    cr_assert(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "gated")));
+    cr_assert(num(o, "best_s") > 0 && num(o, "best_s") <= num(o, "median_s"));
+    /* gflops is the FFN's 2·T·D·F·3 flops over the best time */
+    cr_assert(fabs(num(o, "gflops") - 2.0 * 7 * 16 * 40 * 3 / num(o, "best_s") * 1e-9) <=
+              1e-6 * num(o, "gflops"));
+    const cJSON *st = cJSON_GetObjectItemCaseSensitive(o, "stages");
+    const double parts = num(st, "gemm1_s") + num(st, "epilogue1_s") + num(st, "gemm2_s") +
+                         num(st, "epilogue2_s");
+    cr_assert(num(st, "gemm1_s") > 0 && num(st, "epilogue1_s") > 0 && num(st, "gemm2_s") > 0 &&
+              num(st, "epilogue2_s") > 0, "%s", out);
+    cr_assert(fabs(parts - num(st, "total_s")) <= 1e-9 + 1e-6 * num(st, "total_s"),
+              "stages %.9f vs total %.9f", parts, num(st, "total_s"));
+    cr_assert(num(o, "startup_s") > 0);
+    cJSON_Delete(o);
+    /* with the CPU BLAS beside it, when one was found at build time */
+    snprintf(cmd, sizeof cmd, "'%s' --json --tokens 9 --d-model 24 --d-ff 64 --reps 3 --compare-cpu",
+             CLFFN_BENCH_PATH);
+    const int rc = run(cmd, out, sizeof out);
+    if (rc == 2) {
+        cr_assert(strstr(out, "needs a CBLAS") != NULL, "%s", out);
+    } else {
+        cr_assert_eq(rc, 0, "%s", out);
+        o = cJSON_Parse(out);
+        cr_assert_not_null(o, "%s", out);
+        const cJSON *c = cJSON_GetObjectItemCaseSensitive(o, "cpu_blas");
+        cr_assert(num(c, "best_s") > 0 && num(o, "ratio_vs_cpu_blas") > 0);
+        cr_assert(fabs(num(o, "ratio_vs_cpu_blas") - num(c, "best_s") / num(o, "best_s")) < 1e-9 * num(o, "ratio_vs_cpu_blas") + 1e-12);
+        cJSON_Delete(o);
+    }
+    snprintf(cmd, sizeof cmd, "'%s' --tokens 0", CLFFN_BENCH_PATH);
+    cr_assert_eq(run(cmd, out, sizeof out), 2, "%s", out);
+}
+
+Test(clffn_bench, sweep_csv, .timeout = 120) {
+    char out[16384], cmd[512];
+    snprintf(cmd, sizeof cmd, "'%s' --sweep --d-model 8 --d-ff 16 --reps 1", CLFFN_BENCH_PATH);
+    cr_assert_eq(run(cmd, out, sizeof out), 0, "%s", out);
+    cr_assert(strncmp(out, "tokens,clffn_gflops", 19) == 0, "%s", out);
+    int rows = 0;
+    size_t expect = 1;
+    for (char *line = strchr(out, '\n'); line && line[1]; line = strchr(line + 1, '\n')) {
+        unsigned long t = 0;
+        double g = 0;
+        cr_assert(sscanf(line + 1, "%lu,%lf", &t, &g) == 2, "bad row: %.40s", line + 1);
+        cr_assert_eq(t, expect);
+        cr_assert(g > 0);
+        expect *= 2;
+        ++rows;
+    }
+    cr_assert_eq(rows, 14, "token counts 1 … 8192: %d rows", rows);
+}
+
+/* A profile file (the format clffn-tune writes) is applied when a context opens the device,
+ * and FFN results under its parameters stay right through both GEMM kernels. */
+Test(clffn_tune, profile_file_is_applied) {
+    make_dir();
+    setenv("CLFFN_TUNE_DIR", dir, 1);
+    clffn_context *ctx = test_context();
+    char path[1300];
+    ASSERT_OK(clffn_tuning_profile_path(clffn_context_cl_device(ctx), path, sizeof path));
+    cr_assert(strncmp(path, dir, strlen(dir)) == 0, "%s", path);
+    clffn_context_destroy(ctx);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs("{\"clblast\": {\"Xgemm\": {\"GEMMK\": 0, \"KREG\": 1, \"KWG\": 16, \"KWI\": 2,"
+          " \"MDIMA\": 8, \"MDIMC\": 8, \"MWG\": 32, \"NDIMB\": 8, \"NDIMC\": 8, \"NWG\": 32,"
+          " \"SA\": 0, \"SB\": 0, \"STRM\": 0, \"STRN\": 0, \"VWM\": 4, \"VWN\": 4},"
+          " \"GemmRoutine\": {\"XGEMM_MIN_INDIRECT_SIZE\": 48}}}", f);
+    fclose(f);
+    ctx = test_context();
+    cr_assert_eq(clffn_tuning_has_profile(clffn_context_cl_device(ctx)), 1);
+    char want[1400];
+    snprintf(want, sizeof want, "profile %s", path);
+    cr_assert_str_eq(clffn_context_tuning(ctx), want);
+    /* 3 tokens go to the direct kernel, 200 to the tiled one under that threshold */
+    const size_t shapes[2][3] = {{3, 40, 72}, {200, 40, 72}};
+    for (int s = 0; s < 2; ++s) {
+        clffn_config c = clffn_config_default(shapes[s][1], shapes[s][2]);
+        const size_t T = shapes[s][0], D = c.d_model;
+        test_weights w;
+        test_weights_make(&w, &c, CLFFN_LAYOUT_OUT_IN, 3);
+        float *x = malloc(T * D * sizeof *x), *y = malloc(T * D * sizeof *y);
+        double *ref = malloc(T * D * sizeof *ref);
+        fill_uniform(x, T * D, -1, 1, 4);
+        clffn_ffn *ffn = NULL;
+        ASSERT_OK(clffn_ffn_create(ctx, &c, &ffn));
+        ASSERT_OK(clffn_ffn_upload_weights(ffn, CLFFN_LAYOUT_OUT_IN, &w.host));
+        ASSERT_OK(clffn_forward_host(ffn, T, x, T * D, y, T * D));
+        ASSERT_OK(clffn_reference_forward(&c, CLFFN_LAYOUT_OUT_IN, &w.host, T, x, 0, 0, 0, ref, NULL));
+        assert_close(y, ref, T * D, TOL_RTOL, "under a profile");
+        clffn_ffn_destroy(ffn);
+        free(x), free(y), free(ref);
+        test_weights_free(&w);
+    }
+    clffn_context_destroy(ctx);
+    remove_dir();
+}
+
+/* A short search runs its three phases and either writes a profile that beats what was applied
+ * or says that it found nothing better; a written one holds all three kernels. */
+Test(clffn_tune, short_search, .timeout = 400) {
+    make_dir();
+    char cmd[1024], out[16384];
+    snprintf(cmd, sizeof cmd,
+             "CLFFN_NO_TUNING=1 CLFFN_TUNE_DIR='%s' '%s' --budget 1 --tokens 48 --d-model 64 --d-ff 128",
+             dir, CLFFN_TUNE_PATH);
+    cr_assert_eq(run(cmd, out, sizeof out), 0, "%s", out);
+    char *at = strstr(out, "profile: ");
+    if (!at) {
+        cr_assert(strstr(out, "nothing found beats") != NULL, "%s", out);
+    } else {
+        char path[1300];
+        cr_assert(sscanf(at, "profile: %1299s", path) == 1);
+        FILE *f = fopen(path, "r");
+        cr_assert_not_null(f, "%s", path);
+        char text[8192];
+        const size_t n = fread(text, 1, sizeof text - 1, f);
+        text[n] = '\0';
+        fclose(f);
+        cJSON *o = cJSON_Parse(text);
+        cr_assert_not_null(o);
+        const cJSON *k = cJSON_GetObjectItemCaseSensitive(o, "clblast");
+        cr_assert(cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(k, "Xgemm")));
+        cr_assert(cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(k, "XgemmDirect")));
+        cr_assert(cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(k, "GemmRoutine")));
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "tuned_for");
+        cr_assert(num(t, "gemm_gflops") > num(t, "gemm_gflops_before"));
+        cJSON_Delete(o);
+    }
+    remove_dir();
+}
+
+Test(clffn_tune, damaged_profile_falls_back_and_opt_out) {
+    make_dir();
+    setenv("CLFFN_TUNE_DIR", dir, 1);
+    clffn_context *ctx = test_context();
+    char path[1300];
+    ASSERT_OK(clffn_tuning_profile_path(clffn_context_cl_device(ctx), path, sizeof path));
+    clffn_context_destroy(ctx);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs("{\"clblast\": {\"Xgemm\": {\"MWG\": \"lots\"}}", f); /* damaged */
+    fclose(f);
+    ctx = test_context();
+    cr_assert(strncmp(clffn_context_tuning(ctx), "profile", 7) != 0, "%s", clffn_context_tuning(ctx));
+    clffn_context_destroy(ctx);
+    setenv("CLFFN_NO_TUNING", "1", 1);
+    ctx = test_context();
+    cr_assert(strncmp(clffn_context_tuning(ctx), "none", 4) == 0, "%s", clffn_context_tuning(ctx));
+    clffn_context_destroy(ctx);
+    unsetenv("CLFFN_NO_TUNING");
+    char small[4];
+    ASSERT_STATUS(clffn_tuning_profile_path(NULL, small, sizeof small), CLFFN_ERROR_NULL_ARGUMENT);
+    ASSERT_STATUS(clffn_tuning_dir(small, sizeof small), CLFFN_ERROR_BUFFER_TOO_SMALL);
+    remove_dir();
+}

@@ -75,6 +75,15 @@ static check_result check_device(const clffn_device_info *d) {
 
 static double mib(cl_ulong b) { return (double)b / (1024.0 * 1024.0); }
 
+/* Whether clffn-tune's profile (or a built-in one) exists for the device. */
+static const char *tuning_of(const clffn_device_info *d) {
+    switch (clffn_tuning_has_profile(d->device)) {
+    case 1: return "profile";
+    case 2: return "built-in";
+    default: return "none";
+    }
+}
+
 static void print_table(const clffn_device_info *ds, size_t n, const check_result *checks) {
     for (size_t i = 0; i < n; ++i) {
         const clffn_device_info *d = &ds[i];
@@ -92,6 +101,7 @@ static void print_table(const clffn_device_info *ds, size_t n, const check_resul
         printf("        local memory    %.0f KiB\n", (double)d->local_mem_bytes / 1024.0);
         printf("        max work-group  %zu\n", d->max_work_group_size);
         printf("        fp16 / fp64     %s / %s\n", d->fp16 ? "yes" : "no", d->fp64 ? "yes" : "no");
+        printf("        tuning          %s\n", tuning_of(d));
         printf("        usable by clffn %s\n",
                d->supported ? "yes" : "no (needs OpenCL 1.2 and an online compiler)");
         if (checks && checks[i].ran) {
@@ -132,6 +142,7 @@ static int print_json(const clffn_device_info *ds, size_t n, const check_result 
         cJSON_AddBoolToObject(o, "fp16", d->fp16);
         cJSON_AddBoolToObject(o, "fp64", d->fp64);
         cJSON_AddBoolToObject(o, "supported", d->supported);
+        cJSON_AddStringToObject(o, "tuning", tuning_of(d));
         if (checks && checks[i].ran) {
             cJSON *c = cJSON_AddObjectToObject(o, "check");
             cJSON_AddBoolToObject(c, "pass", checks[i].status == CLFFN_SUCCESS && checks[i].pass);

@@ -1,0 +1,198 @@
+/* Tuning profiles: CLBlast's GEMM parameters per device.
+ *
+ * CLBlast ships tuned parameters for many GPUs but none for POCL, and has no per-device cache of
+ * its own, so clffn keeps one: a JSON file per (platform, device, driver) under
+ * $CLFFN_TUNE_DIR, else $XDG_CACHE_HOME/clffn, else ~/.cache/clffn, written by clffn-tune. When a
+ * context opens a device, the device's file is applied through CLBlastOverrideParameters; without
+ * one, a built-in profile measured for the device family (POCL on x86-64) is applied; otherwise
+ * CLBlast's own database decides. Set CLFFN_NO_TUNING=1 to skip all of this. */
+#include "internal.h"
+
+#include <cjson/cJSON.h>
+#include <clblast_c.h>
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------------------------------ */
+/* Built-in profiles, from clffn-tune on the machines named (see docs/PERFORMANCE.md) */
+
+typedef struct builtin_profile {
+    const char *platform_substr; /* matched case-sensitively against the platform name */
+    const char *device_substr;   /* and the device name */
+    const char *json;            /* the profile, in the format clffn-tune writes */
+} builtin_profile;
+
+#include "tuning_builtin.h"
+
+/* ------------------------------------------------------------------------------------------ */
+/* Where profiles live */
+
+static void sanitize(const char *in, char *out, size_t size) {
+    size_t n = 0;
+    for (; *in && n + 1 < size; ++in) {
+        const unsigned char c = (unsigned char)*in;
+        out[n++] = (char)(isalnum(c) || c == '.' || c == '-' ? c : '_');
+    }
+    out[n] = '\0';
+}
+
+static void device_strings(cl_device_id device, char *platform, char *name, char *driver,
+                           size_t size) {
+    cl_platform_id p = NULL;
+    platform[0] = name[0] = driver[0] = '\0';
+    if (clGetDeviceInfo(device, CL_DEVICE_PLATFORM, sizeof p, &p, NULL) == CL_SUCCESS) {
+        clGetPlatformInfo(p, CL_PLATFORM_NAME, size - 1, platform, NULL);
+    }
+    clGetDeviceInfo(device, CL_DEVICE_NAME, size - 1, name, NULL);
+    clGetDeviceInfo(device, CL_DRIVER_VERSION, size - 1, driver, NULL);
+    platform[size - 1] = name[size - 1] = driver[size - 1] = '\0';
+}
+
+clffn_status clffn_tuning_dir(char *buf, size_t size) {
+    if (!buf) { return CLFFN_ERROR_NULL_ARGUMENT; }
+    if (size == 0) { return CLFFN_ERROR_INVALID_SIZE; }
+    const char *dir = getenv("CLFFN_TUNE_DIR"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    int n;
+    if (dir && *dir) {
+        n = snprintf(buf, size, "%s", dir);
+    } else if (xdg && *xdg) {
+        n = snprintf(buf, size, "%s/clffn", xdg);
+    } else if (home && *home) {
+        n = snprintf(buf, size, "%s/.cache/clffn", home);
+    } else {
+        return CLFFN_ERROR_INVALID_ARGUMENT; /* nowhere to look */
+    }
+    return n >= 0 && (size_t)n < size ? CLFFN_SUCCESS : CLFFN_ERROR_BUFFER_TOO_SMALL;
+}
+
+clffn_status clffn_tuning_profile_path(cl_device_id device, char *buf, size_t size) {
+    if (!device || !buf) { return CLFFN_ERROR_NULL_ARGUMENT; }
+    char dir[1024], platform[256], name[256], driver[256], a[128], b[128], c[96];
+    clffn_status st = clffn_tuning_dir(dir, sizeof dir);
+    if (st != CLFFN_SUCCESS) { return st; }
+    device_strings(device, platform, name, driver, sizeof platform);
+    sanitize(platform, a, sizeof a);
+    sanitize(name, b, sizeof b);
+    sanitize(driver, c, sizeof c);
+    const int n = snprintf(buf, size, "%s/%s__%s__%s.json", dir, a, b, c);
+    return n >= 0 && (size_t)n < size ? CLFFN_SUCCESS : CLFFN_ERROR_BUFFER_TOO_SMALL;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Applying a profile */
+
+/* Applies {"clblast": {"Kernel": {"PARAM": value, …}, …}}: every kernel's parameters at once,
+ * since CLBlast wants a kernel's full set. Returns the first CLBlast refusal, if any. */
+static clffn_status apply_json(cl_device_id device, const char *text) {
+    cJSON *root = cJSON_Parse(text);
+    if (!root) { return CLFFN_ERROR_INVALID_ARGUMENT; }
+    const cJSON *kernels = cJSON_GetObjectItemCaseSensitive(root, "clblast");
+    clffn_status st = cJSON_IsObject(kernels) ? CLFFN_SUCCESS : CLFFN_ERROR_INVALID_ARGUMENT;
+    const cJSON *k;
+    cJSON_ArrayForEach(k, kernels) {
+        if (st != CLFFN_SUCCESS) { break; }
+        const int n = cJSON_GetArraySize(k);
+        if (!cJSON_IsObject(k) || n <= 0 || n > 64) {
+            st = CLFFN_ERROR_INVALID_ARGUMENT;
+            break;
+        }
+        const char *names[64];
+        size_t values[64];
+        int i = 0;
+        const cJSON *p;
+        cJSON_ArrayForEach(p, k) {
+            if (!cJSON_IsNumber(p) || p->valuedouble < 0 || p->valuedouble > 1e9) {
+                st = CLFFN_ERROR_INVALID_ARGUMENT;
+                break;
+            }
+            names[i] = p->string;
+            values[i++] = (size_t)p->valuedouble;
+        }
+        if (st == CLFFN_SUCCESS) {
+            const CLBlastStatusCode cs = CLBlastOverrideParameters(
+                device, k->string, CLBlastPrecisionSingle, (size_t)i, names, values);
+            if (cs != CLBlastSuccess) { st = (clffn_status)cs; }
+        }
+    }
+    cJSON_Delete(root);
+    return st;
+}
+
+static char *slurp(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) { return NULL; }
+    char *buf = NULL;
+    long n;
+    if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && n < (1 << 20) &&
+        fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)n + 1)) != NULL) {
+        if (fread(buf, 1, (size_t)n, f) == (size_t)n) {
+            buf[n] = '\0';
+        } else {
+            free(buf);
+            buf = NULL;
+        }
+    }
+    fclose(f);
+    return buf;
+}
+
+const char *clffn__builtin_profile(cl_device_id device) {
+    char platform[256], name[256], driver[256];
+    device_strings(device, platform, name, driver, sizeof platform);
+    for (size_t i = 0; i < sizeof builtin_profiles / sizeof builtin_profiles[0]; ++i) {
+        if (strstr(platform, builtin_profiles[i].platform_substr) &&
+            strstr(name, builtin_profiles[i].device_substr)) {
+            return builtin_profiles[i].json;
+        }
+    }
+    return NULL;
+}
+
+int clffn_tuning_has_profile(cl_device_id device) {
+    if (!device) { return 0; }
+    char path[1200];
+    if (clffn_tuning_profile_path(device, path, sizeof path) == CLFFN_SUCCESS) {
+        FILE *f = fopen(path, "rb");
+        if (f) {
+            fclose(f);
+            return 1;
+        }
+    }
+    return clffn__builtin_profile(device) ? 2 : 0;
+}
+
+void clffn__apply_tuning(clffn_context *ctx) {
+    const char *off = getenv("CLFFN_NO_TUNING");
+    if (off && *off && strcmp(off, "0") != 0) {
+        snprintf(ctx->tuning, sizeof ctx->tuning, "none (CLFFN_NO_TUNING is set)");
+        return;
+    }
+    char path[1200];
+    if (clffn_tuning_profile_path(ctx->device, path, sizeof path) == CLFFN_SUCCESS) {
+        char *text = slurp(path);
+        if (text) {
+            const clffn_status st = apply_json(ctx->device, text);
+            free(text);
+            if (st == CLFFN_SUCCESS) {
+                snprintf(ctx->tuning, sizeof ctx->tuning, "profile %s", path);
+                return;
+            }
+            /* a damaged or stale file must not stop the device from working: fall through */
+        }
+    }
+    const char *builtin = clffn__builtin_profile(ctx->device);
+    if (builtin && apply_json(ctx->device, builtin) == CLFFN_SUCCESS) {
+        snprintf(ctx->tuning, sizeof ctx->tuning, "built-in profile");
+        return;
+    }
+    snprintf(ctx->tuning, sizeof ctx->tuning, "none (CLBlast's defaults)");
+}
+
+clffn_status clffn__apply_profile_text(cl_device_id device, const char *json) {
+    if (!device || !json) { return CLFFN_ERROR_NULL_ARGUMENT; }
+    return apply_json(device, json);
+}
+
+const char *clffn_context_tuning(const clffn_context *ctx) { return ctx ? ctx->tuning : ""; }

@@ -1,0 +1,31 @@
+/* Built-in tuning profiles (included by tuning.c): what clffn-tune found, applied on devices
+ * that have no profile file of their own.
+ *
+ * POCL on AVX-512 x86-64: `CLFFN_NO_TUNING=1 clffn-tune --budget 600` on 2026-11-21 on the CI
+ * machine (2 cores of a Xeon, "pthread-skylake-avx512"), FFN 640 tokens, 512 -> 2048: the two
+ * GEMMs at 23.6 GFLOP/s against 7.4 with CLBlast's defaults in the same run (docs/PERFORMANCE.md
+ * has the forward pass). It is applied to every AVX-512 family LLVM names, since they share the
+ * vector width that decides these parameters (VWM 16). AVX2 machines get no built-in profile: none
+ * was at hand to measure one on, and an unmeasured profile could make them slower. */
+#define CLFFN_POCL_AVX512_PROFILE                                                                 \
+    "{\"clblast\":{"                                                                             \
+    "\"Xgemm\":{\"GEMMK\":0,\"KREG\":1,\"KWG\":32,\"KWI\":8,\"MDIMA\":8,\"MDIMC\":4,\"MWG\":128,"  \
+    "\"NDIMB\":4,\"NDIMC\":4,\"NWG\":32,\"SA\":0,\"SB\":0,\"STRM\":0,\"STRN\":1,\"VWM\":16,"       \
+    "\"VWN\":8},"                                                                                 \
+    "\"XgemmDirect\":{\"KWID\":2,\"MDIMAD\":8,\"MDIMCD\":8,\"NDIMBD\":16,\"NDIMCD\":16,\"PADA\":0," \
+    "\"PADB\":1,\"VWMD\":1,\"VWND\":1,\"WGD\":64},"                                               \
+    "\"GemmRoutine\":{\"XGEMM_MIN_INDIRECT_SIZE\":102}}}"
+
+static const builtin_profile builtin_profiles[] = {
+    {"Portable Computing Language", "avx512", CLFFN_POCL_AVX512_PROFILE},
+    {"Portable Computing Language", "cascadelake", CLFFN_POCL_AVX512_PROFILE},
+    {"Portable Computing Language", "cooperlake", CLFFN_POCL_AVX512_PROFILE},
+    {"Portable Computing Language", "icelake", CLFFN_POCL_AVX512_PROFILE},
+    {"Portable Computing Language", "tigerlake", CLFFN_POCL_AVX512_PROFILE},
+    {"Portable Computing Language", "rocketlake", CLFFN_POCL_AVX512_PROFILE},
+    {"Portable Computing Language", "sapphirerapids", CLFFN_POCL_AVX512_PROFILE},
+    {"Portable Computing Language", "emeraldrapids", CLFFN_POCL_AVX512_PROFILE},
+    {"Portable Computing Language", "graniterapids", CLFFN_POCL_AVX512_PROFILE},
+    {"Portable Computing Language", "znver4", CLFFN_POCL_AVX512_PROFILE},
+    {"Portable Computing Language", "znver5", CLFFN_POCL_AVX512_PROFILE},
+};

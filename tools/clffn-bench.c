@@ -1,0 +1,429 @@
+/* clffn-bench: how fast is the FFN on this device, and how does it compare with the host's BLAS.
+ *
+ *   clffn-bench --tokens T --d-model D --d-ff F --activation A [--gated] [--reps N] [--json]
+ *               [--compare-cpu] [--sweep] [--device SPEC]
+ *
+ * Times N device-level forwards (after two warm-ups) with the wall clock around each forward and
+ * its clFinish, reports best and median, GFLOP/s, the per-stage split from OpenCL profiling
+ * events, and the time from process start to the first result (kernel builds included).
+ * --compare-cpu runs the same FFN through the host's CBLAS (OpenBLAS) in the same process, side
+ * by side. --sweep prints CSV over token counts 1 … 8192 (plot it with tools/plot-sweep.gp).
+ *
+ * Exit status: 0 success, 1 device or runtime failure, 2 usage. */
+#include "clffn.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#ifdef CLFFN_HAVE_CBLAS
+#include <cblas.h>
+#endif
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static double process_start;
+
+typedef struct args {
+    size_t tokens, d_model, d_ff;
+    clffn_activation act;
+    int gated, reps, json, compare_cpu, sweep;
+    const char *device;
+} args;
+
+typedef struct timing {
+    double best_s, median_s;
+} timing;
+
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static timing summarize(double *t, int n) {
+    qsort(t, (size_t)n, sizeof *t, cmp_double);
+    timing r = {t[0], n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2])};
+    return r;
+}
+
+static double flops_of(const args *a, size_t tokens) {
+    return 2.0 * (double)tokens * (double)a->d_model * (double)a->d_ff * (a->gated ? 3.0 : 2.0);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* The device FFN */
+
+typedef struct device_run {
+    clffn_context *ctx;
+    clffn_ffn *ffn;
+    cl_mem x, y;
+    size_t cap;
+} device_run;
+
+static int fail(const char *what, clffn_status st) {
+    fprintf(stderr, "clffn-bench: %s: %s\n", what, clffn_status_string(st));
+    return 1;
+}
+
+static int device_setup(device_run *r, const args *a, size_t max_tokens) {
+    memset(r, 0, sizeof *r);
+    clffn_config c = clffn_config_default(a->d_model, a->d_ff);
+    c.activation = a->act;
+    c.gated = a->gated;
+    clffn_status st = clffn_context_create_for_device(a->device, &r->ctx);
+    if (st != CLFFN_SUCCESS) { return fail("opening the device", st); }
+    if ((st = clffn_ffn_create(r->ctx, &c, &r->ffn)) != CLFFN_SUCCESS ||
+        (st = clffn_ffn_init_weights(r->ffn, CLFFN_INIT_TORCH_LINEAR, 1)) != CLFFN_SUCCESS ||
+        (st = clffn_ffn_set_profiling(r->ffn, 1)) != CLFFN_SUCCESS) {
+        return fail("creating the FFN", st);
+    }
+    cl_int err;
+    const size_t bytes = max_tokens * a->d_model * sizeof(float);
+    r->x = clCreateBuffer(clffn_context_cl_context(r->ctx), CL_MEM_READ_WRITE, bytes, NULL, &err);
+    if (err == CL_SUCCESS) {
+        r->y = clCreateBuffer(clffn_context_cl_context(r->ctx), CL_MEM_READ_WRITE, bytes, NULL, &err);
+    }
+    if (err != CL_SUCCESS) { return fail("allocating x and y", (clffn_status)err); }
+    float *host = malloc(bytes);
+    if (!host) { return fail("allocating x", CLFFN_ERROR_OUT_OF_HOST_MEMORY); }
+    for (size_t i = 0; i < max_tokens * a->d_model; ++i) { host[i] = (float)sin(0.01 * (double)i); }
+    err = clEnqueueWriteBuffer(clffn_context_queue(r->ctx), r->x, CL_TRUE, 0, bytes, host, 0, NULL, NULL);
+    free(host);
+    if (err != CL_SUCCESS) { return fail("uploading x", (clffn_status)err); }
+    r->cap = max_tokens;
+    return 0;
+}
+
+static void device_teardown(device_run *r) {
+    if (r->x) { clReleaseMemObject(r->x); }
+    if (r->y) { clReleaseMemObject(r->y); }
+    clffn_ffn_destroy(r->ffn);
+    clffn_context_destroy(r->ctx);
+}
+
+static int device_forward(device_run *r, size_t tokens, clffn_stage_times *stages) {
+    cl_command_queue q = clffn_context_queue(r->ctx);
+    clffn_status st = clffn_forward(r->ffn, tokens, r->x, 0, r->y, 0, q, NULL);
+    if (st == CLFFN_SUCCESS) { st = (clffn_status)clFinish(q); }
+    if (st == CLFFN_SUCCESS && stages) { st = clffn_ffn_stage_times(r->ffn, stages); }
+    if (st != CLFFN_SUCCESS) { return fail("forward", st); }
+    return 0;
+}
+
+/* reps timed forwards after two warm-ups; stage times summed over the reps */
+static int device_time(device_run *r, size_t tokens, int reps, timing *t, clffn_stage_times *sum) {
+    double *ts = malloc((size_t)reps * sizeof *ts);
+    if (!ts) { return fail("timing", CLFFN_ERROR_OUT_OF_HOST_MEMORY); }
+    for (int i = 0; i < 2; ++i) {
+        if (device_forward(r, tokens, NULL) != 0) { free(ts); return 1; }
+    }
+    if (sum) { memset(sum, 0, sizeof *sum); }
+    for (int i = 0; i < reps; ++i) {
+        clffn_stage_times s;
+        const double t0 = now_s();
+        if (device_forward(r, tokens, NULL) != 0) { free(ts); return 1; }
+        ts[i] = now_s() - t0;
+        if (sum) {
+            if (clffn_ffn_stage_times(r->ffn, &s) != CLFFN_SUCCESS) { free(ts); return 1; }
+            sum->gemm1_s += s.gemm1_s, sum->epilogue1_s += s.epilogue1_s;
+            sum->gemm2_s += s.gemm2_s, sum->epilogue2_s += s.epilogue2_s, sum->total_s += s.total_s;
+        }
+    }
+    *t = summarize(ts, reps);
+    free(ts);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* The same FFN through the host's CBLAS */
+
+#ifdef CLFFN_HAVE_CBLAS
+typedef struct cpu_run {
+    float *x, *w1, *b1, *w2, *b2, *z, *h, *y;
+} cpu_run;
+
+static float act_f(clffn_activation a, float v) {
+    switch (a) {
+    case CLFFN_ACT_RELU: return v < 0.0f ? 0.0f : v;
+    case CLFFN_ACT_GELU: return 0.5f * v * (1.0f + erff(v * 0.70710678f));
+    case CLFFN_ACT_GELU_TANH: return 0.5f * v * (1.0f + tanhf(0.7978845608f * (v + 0.044715f * v * v * v)));
+    case CLFFN_ACT_SILU: return v / (1.0f + expf(-v));
+    case CLFFN_ACT_SIGMOID: return 1.0f / (1.0f + expf(-v));
+    default: return v;
+    }
+}
+
+static int cpu_setup(cpu_run *r, const args *a, size_t max_tokens) {
+    const size_t D = a->d_model, F = a->d_ff, N1 = a->gated ? 2 * F : F;
+    r->x = malloc(max_tokens * D * sizeof(float));
+    r->w1 = malloc(N1 * D * sizeof(float));
+    r->b1 = malloc(N1 * sizeof(float));
+    r->w2 = malloc(D * F * sizeof(float));
+    r->b2 = malloc(D * sizeof(float));
+    r->z = malloc(max_tokens * N1 * sizeof(float));
+    r->h = malloc(max_tokens * F * sizeof(float));
+    r->y = malloc(max_tokens * D * sizeof(float));
+    if (!r->x || !r->w1 || !r->b1 || !r->w2 || !r->b2 || !r->z || !r->h || !r->y) {
+        fprintf(stderr, "clffn-bench: out of memory for the CPU FFN\n");
+        return 1;
+    }
+    for (size_t i = 0; i < max_tokens * D; ++i) { r->x[i] = (float)sin(0.01 * (double)i); }
+    for (size_t i = 0; i < N1 * D; ++i) { r->w1[i] = (float)sin(0.37 * (double)i) * 0.04f; }
+    for (size_t i = 0; i < D * F; ++i) { r->w2[i] = (float)cos(0.23 * (double)i) * 0.02f; }
+    for (size_t i = 0; i < N1; ++i) { r->b1[i] = 0.01f; }
+    for (size_t i = 0; i < D; ++i) { r->b2[i] = 0.01f; }
+    return 0;
+}
+
+/* One FFN: SGEMM (W1 and V stacked, [out, in] as nn.Linear), the epilogue loop, SGEMM, + b2. */
+static void cpu_forward(cpu_run *r, const args *a, size_t T) {
+    const size_t D = a->d_model, F = a->d_ff, N1 = a->gated ? 2 * F : F;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)T, (int)N1, (int)D, 1.0f, r->x,
+                (int)D, r->w1, (int)D, 0.0f, r->z, (int)N1);
+    for (size_t t = 0; t < T; ++t) {
+        const float *z = r->z + t * N1;
+        float *h = r->h + t * F;
+        for (size_t j = 0; j < F; ++j) {
+            float v = act_f(a->act, z[j] + r->b1[j]);
+            if (a->gated) { v *= z[F + j] + r->b1[F + j]; }
+            h[j] = v;
+        }
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)T, (int)D, (int)F, 1.0f, r->h,
+                (int)F, r->w2, (int)F, 0.0f, r->y, (int)D);
+    for (size_t t = 0; t < T; ++t) {
+        for (size_t i = 0; i < D; ++i) { r->y[t * D + i] += r->b2[i]; }
+    }
+}
+
+static timing cpu_time(cpu_run *r, const args *a, size_t T, int reps) {
+    double *ts = malloc((size_t)reps * sizeof *ts);
+    cpu_forward(r, a, T);
+    cpu_forward(r, a, T);
+    for (int i = 0; i < reps; ++i) {
+        const double t0 = now_s();
+        cpu_forward(r, a, T);
+        ts[i] = now_s() - t0;
+    }
+    timing t = summarize(ts, reps);
+    free(ts);
+    return t;
+}
+
+static void cpu_teardown(cpu_run *r) {
+    free(r->x), free(r->w1), free(r->b1), free(r->w2), free(r->b2), free(r->z), free(r->h), free(r->y);
+}
+#endif
+
+/* ------------------------------------------------------------------------------------------ */
+
+static void usage(FILE *f) {
+    fprintf(f,
+        "usage: clffn-bench [--tokens T] [--d-model D] [--d-ff F] [--activation A] [--gated]\n"
+        "                   [--reps N] [--json] [--compare-cpu] [--sweep] [--device SPEC]\n"
+        "defaults: the seed example, 640 tokens, 512 -> 2048, relu, 20 reps\n"
+        "--activation takes the GLU names too (swiglu = silu + --gated)\n"
+        "--compare-cpu  the same FFN through the host's CBLAS, side by side%s\n"
+        "--sweep        CSV over token counts 1 ... 8192 (tools/plot-sweep.gp plots it)\n",
+#ifdef CLFFN_HAVE_CBLAS
+        ""
+#else
+        " (not built: no CBLAS found)"
+#endif
+    );
+}
+
+static int parse_size(const char *s, size_t *out) {
+    char *end;
+    const unsigned long long v = s ? strtoull(s, &end, 10) : 0;
+    if (!s || *s == '-' || *end || v == 0 || v > (1ull << 40)) { return -1; }
+    *out = (size_t)v;
+    return 0;
+}
+
+static int parse_args(int argc, char **argv, args *a) {
+    memset(a, 0, sizeof *a);
+    a->tokens = 640, a->d_model = 512, a->d_ff = 2048, a->act = CLFFN_ACT_RELU, a->reps = 20;
+    for (int i = 1; i < argc; ++i) {
+        const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        size_t n;
+        if (!strcmp(o, "--tokens") || !strcmp(o, "--d-model") || !strcmp(o, "--d-ff") ||
+            !strcmp(o, "--reps")) {
+            if (parse_size(v, &n) != 0) {
+                fprintf(stderr, "clffn-bench: %s needs a positive integer\n", o);
+                return -1;
+            }
+            ++i;
+            if (!strcmp(o, "--tokens")) { a->tokens = n; }
+            else if (!strcmp(o, "--d-model")) { a->d_model = n; }
+            else if (!strcmp(o, "--d-ff")) { a->d_ff = n; }
+            else { a->reps = n > 100000 ? 100000 : (int)n; }
+        } else if (!strcmp(o, "--activation")) {
+            int g = 0;
+            if (!v || clffn_activation_parse(v, &a->act, &g) != CLFFN_SUCCESS) {
+                fprintf(stderr, "clffn-bench: unknown activation '%s'\n", v ? v : "");
+                return -1;
+            }
+            a->gated |= g;
+            ++i;
+        } else if (!strcmp(o, "--device")) {
+            if (!v) { fprintf(stderr, "clffn-bench: --device needs a value\n"); return -1; }
+            a->device = v;
+            ++i;
+        } else if (!strcmp(o, "--gated")) { a->gated = 1; }
+        else if (!strcmp(o, "--json")) { a->json = 1; }
+        else if (!strcmp(o, "--compare-cpu")) { a->compare_cpu = 1; }
+        else if (!strcmp(o, "--sweep")) { a->sweep = 1; }
+        else if (!strcmp(o, "--help") || !strcmp(o, "-h")) { usage(stdout); exit(0); }
+        else {
+            fprintf(stderr, "clffn-bench: unknown argument '%s'\n", o);
+            return -1;
+        }
+    }
+#ifndef CLFFN_HAVE_CBLAS
+    if (a->compare_cpu) {
+        fprintf(stderr, "clffn-bench: --compare-cpu needs a CBLAS, and none was found at build time\n");
+        return -1;
+    }
+#endif
+    return 0;
+}
+
+static int sweep(const args *a) {
+    enum { MAX_T = 8192 };
+    device_run r;
+    if (device_setup(&r, a, MAX_T) != 0) { device_teardown(&r); return 1; }
+#ifdef CLFFN_HAVE_CBLAS
+    cpu_run c = {0};
+    if (a->compare_cpu && cpu_setup(&c, a, MAX_T) != 0) { return 1; }
+    printf("tokens,clffn_gflops%s\n", a->compare_cpu ? ",cpu_blas_gflops" : "");
+#else
+    printf("tokens,clffn_gflops\n");
+#endif
+    int rc = 0;
+    for (size_t T = 1; T <= MAX_T && rc == 0; T *= 2) {
+        timing t;
+        const int reps = T >= 2048 ? (a->reps < 5 ? a->reps : 5) : a->reps;
+        if ((rc = device_time(&r, T, reps, &t, NULL)) != 0) { break; }
+        printf("%zu,%.4g", T, flops_of(a, T) / t.best_s * 1e-9);
+#ifdef CLFFN_HAVE_CBLAS
+        if (a->compare_cpu) {
+            const timing ct = cpu_time(&c, a, T, reps);
+            printf(",%.4g", flops_of(a, T) / ct.best_s * 1e-9);
+        }
+#endif
+        printf("\n");
+        fflush(stdout);
+    }
+#ifdef CLFFN_HAVE_CBLAS
+    if (a->compare_cpu) { cpu_teardown(&c); }
+#endif
+    device_teardown(&r);
+    return rc;
+}
+
+int main(int argc, char **argv) {
+    process_start = now_s();
+    args a;
+    if (parse_args(argc, argv, &a) != 0) {
+        usage(stderr);
+        return 2;
+    }
+    if (a.sweep) { return sweep(&a); }
+
+    device_run r;
+    if (device_setup(&r, &a, a.tokens) != 0) {
+        device_teardown(&r);
+        return 1;
+    }
+    if (device_forward(&r, a.tokens, NULL) != 0) {
+        device_teardown(&r);
+        return 1;
+    }
+    const double startup = now_s() - process_start;
+    timing t;
+    clffn_stage_times s;
+    if (device_time(&r, a.tokens, a.reps, &t, &s) != 0) {
+        device_teardown(&r);
+        return 1;
+    }
+    char name[256] = "?";
+    clffn_context_device_name(r.ctx, name, sizeof name);
+    const double fl = flops_of(&a, a.tokens), n = (double)a.reps;
+    s.gemm1_s /= n, s.gemm2_s /= n, s.epilogue1_s /= n, s.epilogue2_s /= n, s.total_s /= n;
+    const size_t T = a.tokens, D = a.d_model, F = a.d_ff, N1 = a.gated ? 2 * F : F;
+    const double epi_bytes = 4.0 * (double)T * ((double)N1 + (double)F + 2.0 * (double)D);
+    const double epi_s = s.epilogue1_s + s.epilogue2_s;
+    const double outside = s.total_s > 0 ? (s.total_s - s.gemm1_s - s.gemm2_s) / s.total_s : 0.0;
+
+    double cpu_best = 0, cpu_median = 0;
+#ifdef CLFFN_HAVE_CBLAS
+    if (a.compare_cpu) {
+        cpu_run c = {0};
+        if (cpu_setup(&c, &a, a.tokens) != 0) {
+            device_teardown(&r);
+            return 1;
+        }
+        const timing ct = cpu_time(&c, &a, a.tokens, a.reps);
+        cpu_best = ct.best_s, cpu_median = ct.median_s;
+        cpu_teardown(&c);
+    }
+#endif
+    if (a.json) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "device", name);
+        cJSON_AddNumberToObject(o, "tokens", (double)T);
+        cJSON_AddNumberToObject(o, "d_model", (double)D);
+        cJSON_AddNumberToObject(o, "d_ff", (double)F);
+        cJSON_AddStringToObject(o, "activation", clffn_activation_name(a.act));
+        cJSON_AddBoolToObject(o, "gated", a.gated);
+        cJSON_AddNumberToObject(o, "reps", a.reps);
+        cJSON_AddNumberToObject(o, "best_s", t.best_s);
+        cJSON_AddNumberToObject(o, "median_s", t.median_s);
+        cJSON_AddNumberToObject(o, "gflops", fl / t.best_s * 1e-9);
+        cJSON_AddNumberToObject(o, "startup_s", startup);
+        cJSON *st = cJSON_AddObjectToObject(o, "stages");
+        cJSON_AddNumberToObject(st, "gemm1_s", s.gemm1_s);
+        cJSON_AddNumberToObject(st, "epilogue1_s", s.epilogue1_s);
+        cJSON_AddNumberToObject(st, "gemm2_s", s.gemm2_s);
+        cJSON_AddNumberToObject(st, "epilogue2_s", s.epilogue2_s);
+        cJSON_AddNumberToObject(st, "total_s", s.total_s);
+        cJSON_AddNumberToObject(o, "outside_gemm_share", outside);
+        cJSON_AddNumberToObject(o, "epilogue_gbps", epi_s > 0 ? epi_bytes / epi_s * 1e-9 : 0.0);
+        if (a.compare_cpu) {
+            cJSON *c = cJSON_AddObjectToObject(o, "cpu_blas");
+            cJSON_AddNumberToObject(c, "best_s", cpu_best);
+            cJSON_AddNumberToObject(c, "median_s", cpu_median);
+            cJSON_AddNumberToObject(c, "gflops", fl / cpu_best * 1e-9);
+            cJSON_AddNumberToObject(o, "ratio_vs_cpu_blas", cpu_best / t.best_s);
+        }
+        char *text = cJSON_Print(o);
+        puts(text);
+        free(text);
+        cJSON_Delete(o);
+    } else {
+        printf("device:        %s\n", name);
+        printf("FFN:           %zu tokens, %zu -> %zu, %s%s\n", T, D, F, clffn_activation_name(a.act),
+               a.gated ? ", gated" : "");
+        printf("forward:       best %.3f ms, median %.3f ms over %d reps: %.1f GFLOP/s\n",
+               t.best_s * 1e3, t.median_s * 1e3, a.reps, fl / t.best_s * 1e-9);
+        printf("stages (mean): GEMM 1 %.3f ms | epilogue 1 %.3f ms | GEMM 2 %.3f ms | epilogue 2 %.3f ms\n",
+               s.gemm1_s * 1e3, s.epilogue1_s * 1e3, s.gemm2_s * 1e3, s.epilogue2_s * 1e3);
+        printf("outside GEMMs: %.1f%% of device time; epilogues at %.1f GB/s\n", 100.0 * outside,
+               epi_s > 0 ? epi_bytes / epi_s * 1e-9 : 0.0);
+        printf("startup:       %.3f s from process start to the first result\n", startup);
+        if (a.compare_cpu) {
+            printf("CPU BLAS FFN:  best %.3f ms, median %.3f ms: %.1f GFLOP/s; clffn / CPU = %.2fx\n",
+                   cpu_best * 1e3, cpu_median * 1e3, fl / cpu_best * 1e-9, cpu_best / t.best_s);
+        }
+    }
+    device_teardown(&r);
+    return 0;
+}

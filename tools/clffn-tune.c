@@ -1,0 +1,734 @@
+/* clffn-tune: searches CLBlast's GEMM parameters for a device and the FFN's GEMM shapes, checks
+ * the winner against the CPU reference, and stores it as the device's tuning profile, which the
+ * library applies whenever it opens that device.
+ *
+ *   clffn-tune [--device SPEC] [--budget SECONDS] [--tokens T] [--d-model D] [--d-ff F]
+ *              [--gated] [--fresh] [--print]
+ *
+ * Three phases share the time budget (default 180 s):
+ *   1. Xgemm (CLBlast's tiled kernel, used for large products): random samples of its parameter
+ *      space under CLBlast's constraints (src/tuning/kernels/xgemm.hpp), scored by the time of the
+ *      FFN's two GEMMs together;
+ *   2. XgemmDirect (the kernel for small products): the same, scored at a few tokens;
+ *   3. GemmRoutine's XGEMM_MIN_INDIRECT_SIZE: where the direct kernel stops being faster.
+ * Times come from OpenCL profiling events around each GEMM. Progress is saved after every
+ * candidate next to the profile, so an interrupted run resumes where it stopped.
+ *
+ * Exit status: 0 success, 1 device or runtime failure (or a winner failing the check), 2 usage. */
+#include "clffn.h"
+
+#include <cjson/cJSON.h>
+#include <clblast_c.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static volatile sig_atomic_t interrupted = 0;
+static void on_signal(int sig) {
+    (void)sig;
+    interrupted = 1;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Parameter sets */
+
+#define MAX_PARAMS 16
+
+typedef struct pset {
+    const char *kernel;
+    int n;
+    const char *names[MAX_PARAMS];
+    size_t values[MAX_PARAMS];
+} pset;
+
+static const char *const XGEMM_NAMES[] = {"GEMMK", "KREG", "KWG", "KWI", "MDIMA", "MDIMC",
+                                          "MWG", "NDIMB", "NDIMC", "NWG", "SA", "SB",
+                                          "STRM", "STRN", "VWM", "VWN"};
+enum { GEMMK, KREG, KWG, KWI, MDIMA, MDIMC, MWG, NDIMB, NDIMC, NWG, SA, SB, STRM, STRN, VWM, VWN };
+static const char *const DIRECT_NAMES[] = {"KWID", "MDIMAD", "MDIMCD", "NDIMBD", "NDIMCD",
+                                           "PADA", "PADB", "VWMD", "VWND", "WGD"};
+enum { KWID, MDIMAD, MDIMCD, NDIMBD, NDIMCD, PADA, PADB, VWMD, VWND, WGD };
+
+static size_t pick(uint64_t *s, const size_t *opts, size_t n) {
+    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+    return opts[(*s >> 33) % n];
+}
+
+typedef struct limits {
+    size_t max_wg;
+    cl_ulong local_mem;
+    int cpu; /* a CPU device: local memory is ordinary memory, so SA/SB only add copies */
+} limits;
+
+/* CLBlast's Xgemm constraints (kernel 0) and the device's limits. */
+static int xgemm_valid(const size_t *v, const limits *lim) {
+    if (v[KWG] % v[KWI]) { return 0; }
+    if (v[MWG] % (v[MDIMC] * v[VWM]) || v[NWG] % (v[NDIMC] * v[VWN])) { return 0; }
+    if (v[MWG] % (v[MDIMA] * v[VWM]) || v[NWG] % (v[NDIMB] * v[VWN])) { return 0; }
+    if (v[KWG] % ((v[MDIMC] * v[NDIMC]) / v[MDIMA]) || v[KWG] % ((v[MDIMC] * v[NDIMC]) / v[NDIMB])) {
+        return 0;
+    }
+    if (v[MDIMC] * v[NDIMC] > lim->max_wg) { return 0; }
+    const size_t local = 4 * (v[SA] * v[KWG] * v[MWG] + v[SB] * v[KWG] * v[NWG]);
+    return (cl_ulong)local <= lim->local_mem;
+}
+
+/* Where the search starts: sets that did well on the device class before, so a short budget
+ * begins from a good point and spends the rest improving it. */
+static const size_t XGEMM_SEEDS_CPU[][16] = {
+    {0, 1, 32, 8, 8, 4, 64, 4, 4, 64, 0, 0, 0, 0, 16, 16},
+    {0, 1, 16, 8, 8, 8, 128, 8, 8, 64, 0, 0, 0, 0, 16, 8},
+    {0, 1, 32, 8, 8, 4, 128, 4, 4, 32, 0, 0, 0, 0, 16, 8},
+};
+static const size_t XGEMM_SEEDS_GPU[][16] = {
+    {0, 1, 32, 2, 16, 16, 64, 16, 16, 64, 1, 1, 0, 0, 4, 4},
+    {0, 1, 16, 2, 8, 8, 64, 8, 8, 64, 1, 1, 0, 0, 4, 4},
+};
+
+/* A neighbour of `best`: one parameter changed to another allowed value, constraints kept. */
+static int xgemm_mutate(uint64_t *s, const pset *best, const limits *lim, pset *out) {
+    static const size_t wg[] = {16, 32, 64, 128}, kwg[] = {16, 32}, dim[] = {4, 8, 16, 32},
+                        kwi[] = {2, 8}, vw[] = {1, 2, 4, 8, 16}, bit[] = {0, 1};
+    static const struct { int idx; const size_t *opts; size_t n; } knobs[] = {
+        {MWG, wg, 4}, {NWG, wg, 4}, {KWG, kwg, 2}, {MDIMC, dim, 4}, {NDIMC, dim, 4},
+        {MDIMA, dim, 4}, {NDIMB, dim, 4}, {KWI, kwi, 2}, {VWM, vw, 5}, {VWN, vw, 5},
+        {STRM, bit, 2}, {STRN, bit, 2}};
+    for (int attempt = 0; attempt < 200; ++attempt) {
+        *out = *best;
+        const size_t which[2] = {0, 1};
+        const int changes = 1 + (int)pick(s, which, 2); /* one or two knobs at a time */
+        for (int c = 0; c < changes; ++c) {
+            const size_t k = (size_t)pick(s, (const size_t[]){0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, 12);
+            out->values[knobs[k].idx] = pick(s, knobs[k].opts, knobs[k].n);
+        }
+        if (!lim->cpu || (out->values[VWM] <= 16 && out->values[VWN] <= 16)) {
+            if ((lim->cpu || (out->values[VWM] <= 8 && out->values[VWN] <= 8)) &&
+                xgemm_valid(out->values, lim) &&
+                memcmp(out->values, best->values, sizeof best->values) != 0) {
+                return 0;
+            }
+        }
+    }
+    return -1;
+}
+
+/* One random Xgemm set that satisfies CLBlast's constraints and the device's limits. */
+static pset xgemm_sample(uint64_t *s, const limits *lim) {
+    static const size_t wg[] = {16, 32, 64, 128}, kwg[] = {16, 32}, dim[] = {8, 16, 32},
+                        kwi[] = {2, 8}, vw[] = {1, 2, 4, 8, 16}, bit[] = {0, 1}, k1wg[] = {16, 32, 64},
+                        k1dim[] = {4, 8, 16}, kreg[] = {1, 2, 4};
+    pset p = {"Xgemm", 16, {0}, {0}};
+    for (int i = 0; i < 16; ++i) { p.names[i] = XGEMM_NAMES[i]; }
+    size_t *v = p.values;
+    for (;;) {
+        /* CLBlast's kernel 1 (GEMMK=1, 2D register tiling) is left out: on POCL, parameter sets
+         * that satisfy all of its constraints wrote out of bounds (GEMMK=1 KREG=1 MWG=16 NWG=64
+         * MDIMC=8 NDIMC=16 VWM=VWN=1 crashed the process), and candidates run in child
+         * processes only so that such a crash costs one candidate, not the search */
+        const int k1 = 0;
+        v[GEMMK] = (size_t)k1;
+        if (!k1) {
+            v[MWG] = pick(s, wg, 4), v[NWG] = pick(s, wg, 4), v[KWG] = pick(s, kwg, 2);
+            v[MDIMC] = pick(s, dim, 3), v[NDIMC] = pick(s, dim, 3);
+            v[MDIMA] = pick(s, dim, 3), v[NDIMB] = pick(s, dim, 3);
+            /* 16-wide vectors only where they fill a register (AVX-512 CPUs, some GPUs) */
+            v[KWI] = pick(s, kwi, 2), v[VWM] = pick(s, vw, lim->cpu ? 5 : 4);
+            v[VWN] = pick(s, vw, lim->cpu ? 5 : 4);
+            v[STRM] = pick(s, bit, 2), v[STRN] = pick(s, bit, 2);
+            v[SA] = lim->cpu ? 0 : pick(s, bit, 2), v[SB] = lim->cpu ? 0 : pick(s, bit, 2);
+            v[KREG] = 1;
+        } else {
+            v[MWG] = pick(s, k1wg, 3), v[NWG] = pick(s, k1wg, 3), v[KWG] = 1, v[KWI] = 1;
+            v[MDIMC] = v[MDIMA] = pick(s, k1dim, 3), v[NDIMC] = v[NDIMB] = pick(s, k1dim, 3);
+            v[VWM] = pick(s, vw, 3), v[VWN] = pick(s, vw, 3);
+            v[STRM] = v[STRN] = v[SA] = v[SB] = 0, v[KREG] = pick(s, kreg, 3);
+        }
+        /* CLBlast's constraints */
+        if (v[KWG] % v[KWI]) { continue; }
+        if (v[MWG] % (v[MDIMC] * v[VWM]) || v[NWG] % (v[NDIMC] * v[VWN])) { continue; }
+        if (v[MWG] % (v[MDIMA] * v[VWM]) || v[NWG] % (v[NDIMB] * v[VWN])) { continue; }
+        if (!k1 && (v[KWG] % ((v[MDIMC] * v[NDIMC]) / v[MDIMA]) ||
+                    v[KWG] % ((v[MDIMC] * v[NDIMC]) / v[NDIMB]))) {
+            continue;
+        }
+        if (k1 && v[KREG] % v[VWN]) { continue; }
+        /* the device's limits */
+        if (v[MDIMC] * v[NDIMC] > lim->max_wg) { continue; }
+        const size_t local = 4 * (v[SA] * v[KWG] * v[MWG] + v[SB] * v[KWG] * v[NWG]);
+        if ((cl_ulong)local > lim->local_mem) { continue; }
+        return p;
+    }
+}
+
+static pset direct_sample(uint64_t *s, const limits *lim) {
+    static const size_t wgd[] = {8, 16, 32, 64}, dim[] = {8, 16, 32}, kwid[] = {2, 8},
+                        vw[] = {1, 2, 4, 8}, bit[] = {0, 1};
+    pset p = {"XgemmDirect", 10, {0}, {0}};
+    for (int i = 0; i < 10; ++i) { p.names[i] = DIRECT_NAMES[i]; }
+    size_t *v = p.values;
+    for (;;) {
+        v[WGD] = pick(s, wgd, 4), v[MDIMCD] = pick(s, dim, 3), v[NDIMCD] = pick(s, dim, 3);
+        v[MDIMAD] = pick(s, dim, 3), v[NDIMBD] = pick(s, dim, 3), v[KWID] = pick(s, kwid, 2);
+        v[VWMD] = pick(s, vw, 4), v[VWND] = pick(s, vw, 4);
+        v[PADA] = pick(s, bit, 2), v[PADB] = pick(s, bit, 2);
+        if (v[WGD] % v[KWID] || v[WGD] % (v[MDIMCD] * v[VWMD]) || v[WGD] % (v[NDIMCD] * v[VWND]) ||
+            v[WGD] % (v[MDIMAD] * v[VWMD]) || v[WGD] % (v[NDIMBD] * v[VWND]) ||
+            v[WGD] % ((v[MDIMCD] * v[NDIMCD]) / v[MDIMAD]) ||
+            v[WGD] % ((v[MDIMCD] * v[NDIMCD]) / v[NDIMBD])) {
+            continue;
+        }
+        if (v[MDIMCD] * v[NDIMCD] > lim->max_wg) { continue; }
+        const size_t local = 4 * (v[WGD] * (v[WGD] + v[PADA]) + v[WGD] * (v[WGD] + v[PADB]));
+        if ((cl_ulong)local > lim->local_mem) { continue; }
+        return p;
+    }
+}
+
+static pset routine_set(size_t min_indirect) {
+    pset p = {"GemmRoutine", 1, {"XGEMM_MIN_INDIRECT_SIZE"}, {min_indirect}};
+    return p;
+}
+
+static int apply(cl_device_id d, const pset *p) {
+    if (getenv("CLFFN_TUNE_TRACE")) {
+        fprintf(stderr, "%s:", p->kernel);
+        for (int i = 0; i < p->n; ++i) { fprintf(stderr, " %s=%zu", p->names[i], p->values[i]); }
+        fprintf(stderr, "\n");
+    }
+    return CLBlastOverrideParameters(d, p->kernel, CLBlastPrecisionSingle, (size_t)p->n,
+                                     (const char **)p->names,
+                                     p->values) == CLBlastSuccess ? 0 : -1;
+}
+
+static cJSON *pset_json(const pset *p) {
+    cJSON *o = cJSON_CreateObject();
+    for (int i = 0; i < p->n; ++i) { cJSON_AddNumberToObject(o, p->names[i], (double)p->values[i]); }
+    return o;
+}
+
+static int pset_from_json(const cJSON *o, pset *p) {
+    for (int i = 0; i < p->n; ++i) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, p->names[i]);
+        if (!cJSON_IsNumber(v)) { return -1; }
+        p->values[i] = (size_t)v->valuedouble;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* The GEMMs being tuned: the FFN's two projections, weights [out, in] as nn.Linear stores them */
+
+typedef struct bench {
+    cl_context ctx;
+    cl_device_id dev;
+    cl_command_queue q;
+    size_t T, D, F, N1;
+    cl_mem x, w1, z, h, w2, u;
+} bench;
+
+/* Device seconds of one SGEMM (C[m,n] = A[m,k]·B[n,k]ᵀ), between two markers. */
+static int gemm_time(bench *b, size_t m, size_t n, size_t k, cl_mem A, cl_mem B, cl_mem C,
+                     double *sec) {
+    cl_event e0, e1;
+    if (clEnqueueMarkerWithWaitList(b->q, 0, NULL, &e0) != CL_SUCCESS) { return -1; }
+    const CLBlastStatusCode st =
+        CLBlastSgemm(CLBlastLayoutRowMajor, CLBlastTransposeNo, CLBlastTransposeYes, m, n, k, 1.0f,
+                     A, 0, k, B, 0, k, 0.0f, C, 0, n, &b->q, NULL);
+    if (st != CLBlastSuccess || clEnqueueMarkerWithWaitList(b->q, 0, NULL, &e1) != CL_SUCCESS) {
+        clFinish(b->q);
+        clReleaseEvent(e0);
+        return -1;
+    }
+    cl_ulong t0 = 0, t1 = 0;
+    cl_int err = clWaitForEvents(1, &e1);
+    if (err == CL_SUCCESS) { err = clGetEventProfilingInfo(e0, CL_PROFILING_COMMAND_END, sizeof t0, &t0, NULL); }
+    if (err == CL_SUCCESS) { err = clGetEventProfilingInfo(e1, CL_PROFILING_COMMAND_END, sizeof t1, &t1, NULL); }
+    clReleaseEvent(e0);
+    clReleaseEvent(e1);
+    if (err != CL_SUCCESS) { return -1; }
+    *sec = (double)(t1 - t0) * 1e-9;
+    return 0;
+}
+
+/* Best of `reps` (after a first call that builds the kernels) for both FFN GEMMs at T tokens. */
+static int ffn_gemms_time(bench *b, size_t T, int reps, double *sec) {
+    double best = INFINITY;
+    for (int r = 0; r <= reps; ++r) {
+        double t1, t2;
+        if (gemm_time(b, T, b->N1, b->D, b->x, b->w1, b->z, &t1) != 0 ||
+            gemm_time(b, T, b->D, b->F, b->h, b->w2, b->u, &t2) != 0) {
+            return -1;
+        }
+        if (r > 0 && t1 + t2 < best) { best = t1 + t2; }
+    }
+    *sec = best;
+    return 0;
+}
+
+static cl_mem random_buffer(bench *b, size_t n, uint64_t seed) {
+    float *h = malloc(n * sizeof *h);
+    if (!h) { return NULL; }
+    for (size_t i = 0; i < n; ++i) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        h[i] = (float)((double)(seed >> 40) / 16777216.0 - 0.5);
+    }
+    cl_int err;
+    cl_mem m = clCreateBuffer(b->ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, n * sizeof *h, h, &err);
+    free(h);
+    return err == CL_SUCCESS ? m : NULL;
+}
+
+/* The SGEMM under the parameters now applied, against a double-precision product, on an odd
+ * shape (so no tile fits it exactly). */
+static int verify(bench *b) {
+    const size_t m = 37, n = 131, k = 97;
+    int ok = 0;
+    float *A = malloc(m * k * 4), *B = malloc(n * k * 4), *C = malloc(m * n * 4);
+    cl_int e1 = CL_OUT_OF_HOST_MEMORY, e2 = e1, e3 = e1;
+    cl_mem a = NULL, bb = NULL, c = NULL;
+    if (A && B && C) {
+        for (size_t i = 0; i < m * k; ++i) { A[i] = (float)sin(0.1 * (double)i); }
+        for (size_t i = 0; i < n * k; ++i) { B[i] = (float)cos(0.07 * (double)i); }
+        a = clCreateBuffer(b->ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, m * k * 4, A, &e1);
+        bb = clCreateBuffer(b->ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, n * k * 4, B, &e2);
+        c = clCreateBuffer(b->ctx, CL_MEM_READ_WRITE, m * n * 4, NULL, &e3);
+    }
+    if (e1 == CL_SUCCESS && e2 == CL_SUCCESS && e3 == CL_SUCCESS &&
+        CLBlastSgemm(CLBlastLayoutRowMajor, CLBlastTransposeNo, CLBlastTransposeYes, m, n, k, 1.0f,
+                     a, 0, k, bb, 0, k, 0.0f, c, 0, n, &b->q, NULL) == CLBlastSuccess &&
+        clEnqueueReadBuffer(b->q, c, CL_TRUE, 0, m * n * 4, C, 0, NULL, NULL) == CL_SUCCESS) {
+        double max_ref = 0, max_err = 0;
+        for (size_t i = 0; i < m; ++i) {
+            for (size_t j = 0; j < n; ++j) {
+                double sum = 0;
+                for (size_t l = 0; l < k; ++l) { sum += (double)A[i * k + l] * B[j * k + l]; }
+                max_ref = fmax(max_ref, fabs(sum));
+                const double err = fabs(sum - C[i * n + j]);
+                max_err = isnan(err) ? INFINITY : fmax(max_err, err);
+            }
+        }
+        ok = max_err <= 1e-5 * max_ref + 1e-6;
+    }
+    if (a) { clReleaseMemObject(a); }
+    if (bb) { clReleaseMemObject(bb); }
+    if (c) { clReleaseMemObject(c); }
+    free(A), free(B), free(C);
+    return ok ? 0 : -1;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Progress (resumable) and output */
+
+typedef struct state {
+    int phase;              /* 1, 2, 3 (done) */
+    int index;              /* next candidate of the phase */
+    pset xgemm, direct;     /* the best so far */
+    double xgemm_s, direct_s;
+    int have_xgemm, have_direct;
+    double spent_s;
+} state;
+
+static void save_state(const char *path, const state *s) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "phase", s->phase);
+    cJSON_AddNumberToObject(o, "index", s->index);
+    cJSON_AddNumberToObject(o, "spent_s", s->spent_s);
+    if (s->have_xgemm) {
+        cJSON_AddItemToObject(o, "xgemm", pset_json(&s->xgemm));
+        cJSON_AddNumberToObject(o, "xgemm_s", s->xgemm_s);
+    }
+    if (s->have_direct) {
+        cJSON_AddItemToObject(o, "direct", pset_json(&s->direct));
+        cJSON_AddNumberToObject(o, "direct_s", s->direct_s);
+    }
+    char *text = cJSON_Print(o);
+    cJSON_Delete(o);
+    char tmp[1300];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (f && text) {
+        fputs(text, f);
+        if (fclose(f) == 0) { rename(tmp, path); }
+    } else if (f) {
+        fclose(f);
+    }
+    free(text);
+}
+
+static void load_state(const char *path, state *s) {
+    FILE *f = fopen(path, "rb");
+    if (!f) { return; }
+    char buf[8192];
+    const size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    cJSON *o = cJSON_Parse(buf);
+    if (!o) { return; }
+    const cJSON *v;
+    if (cJSON_IsNumber(v = cJSON_GetObjectItem(o, "phase"))) { s->phase = v->valueint; }
+    if (cJSON_IsNumber(v = cJSON_GetObjectItem(o, "index"))) { s->index = v->valueint; }
+    if (cJSON_IsNumber(v = cJSON_GetObjectItem(o, "spent_s"))) { s->spent_s = v->valuedouble; }
+    if ((v = cJSON_GetObjectItem(o, "xgemm")) && pset_from_json(v, &s->xgemm) == 0) {
+        s->have_xgemm = 1;
+        s->xgemm_s = cJSON_GetObjectItem(o, "xgemm_s")->valuedouble;
+    }
+    if ((v = cJSON_GetObjectItem(o, "direct")) && pset_from_json(v, &s->direct) == 0) {
+        s->have_direct = 1;
+        s->direct_s = cJSON_GetObjectItem(o, "direct_s")->valuedouble;
+    }
+    cJSON_Delete(o);
+}
+
+static void progress(int tty, double spent, double budget, const char *phase, int tried,
+                     double best_gflops) {
+    if (!tty) { return; }
+    const int width = 30, fill = (int)(width * fmin(1.0, spent / budget));
+    fprintf(stderr, "\r[%.*s%.*s] %3.0f s of %.0f s  %s: %d tried, best %.1f GFLOP/s   ", fill,
+            "##############################", width - fill, "..............................",
+            spent, budget, phase, tried, best_gflops);
+    fflush(stderr);
+}
+
+static void usage(FILE *f) {
+    fprintf(f,
+        "usage: clffn-tune [--device SPEC] [--budget SECONDS] [--tokens T] [--d-model D]\n"
+        "                  [--d-ff F] [--gated] [--fresh] [--print]\n"
+        "  --budget   time for the search (default 180 s)\n"
+        "  --tokens, --d-model, --d-ff, --gated   the FFN whose GEMMs are tuned (default 640, 512, 2048)\n"
+        "  --fresh    ignore an interrupted run's progress\n"
+        "  --print    print the profile path and contents, and exit\n");
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Candidates run in child processes: a parameter set whose kernel faults costs one candidate */
+
+typedef struct opts {
+    const char *device;
+    size_t T, D, F;
+    int gated;
+} opts;
+
+static void format_values(const pset *p, char *buf, size_t size) {
+    size_t n = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < p->n && n < size; ++i) {
+        n += (size_t)snprintf(buf + n, size - n, "%s%zu", i ? "," : "", p->values[i]);
+    }
+}
+
+static int parse_values(const char *text, pset *p) {
+    const char *c = text;
+    for (int i = 0; i < p->n; ++i) {
+        char *end;
+        p->values[i] = strtoul(c, &end, 10);
+        if (end == c || (i + 1 < p->n && *end != ',')) { return -1; }
+        c = end + 1;
+    }
+    return 0;
+}
+
+/* Child: applies the sets, checks the SGEMM on an odd shape, and prints the device seconds of the
+ * FFN's two GEMMs at T tokens. Exit 0 with the time, 3 for a wrong result, 1 otherwise. */
+static int eval_main(const opts *o, const char *xg, const char *dir, size_t routine) {
+    clffn_context *cctx = NULL;
+    if (clffn_context_create_for_device(o->device, &cctx) != CLFFN_SUCCESS) { return 1; }
+    bench b = {clffn_context_cl_context(cctx), clffn_context_cl_device(cctx),
+               clffn_context_queue(cctx), o->T, o->D, o->F, o->gated ? 2 * o->F : o->F,
+               NULL, NULL, NULL, NULL, NULL, NULL};
+    pset x = {"Xgemm", 16, {0}, {0}}, d = {"XgemmDirect", 10, {0}, {0}};
+    for (int i = 0; i < 16; ++i) { x.names[i] = XGEMM_NAMES[i]; }
+    for (int i = 0; i < 10; ++i) { d.names[i] = DIRECT_NAMES[i]; }
+    const pset r = routine_set(routine);
+    if ((strcmp(xg, "-") && (parse_values(xg, &x) != 0 || apply(b.dev, &x) != 0)) ||
+        (strcmp(dir, "-") && (parse_values(dir, &d) != 0 || apply(b.dev, &d) != 0)) ||
+        (routine && apply(b.dev, &r) != 0)) {
+        return 1;
+    }
+    if (verify(&b) != 0) { return 3; }
+    b.x = random_buffer(&b, b.T * b.D, 1), b.w1 = random_buffer(&b, b.N1 * b.D, 2);
+    b.z = random_buffer(&b, b.T * b.N1, 3), b.h = random_buffer(&b, b.T * b.F, 4);
+    b.w2 = random_buffer(&b, b.D * b.F, 5), b.u = random_buffer(&b, b.T * b.D, 6);
+    double t;
+    if (!b.x || !b.w1 || !b.z || !b.h || !b.w2 || !b.u || ffn_gemms_time(&b, b.T, 2, &t) != 0) {
+        return 1;
+    }
+    printf("%.9g\n", t);
+    return 0; /* the process ends: OpenCL objects go with it */
+}
+
+/* Parent: runs one evaluation; returns 0 with *sec, -1 for a failed or faulting candidate. */
+static int eval_child(const opts *o, size_t T, const pset *xg, const pset *dir, size_t routine,
+                      double *sec) {
+    char xs[256] = "-", ds[256] = "-", cmd[1400];
+    if (xg) { format_values(xg, xs, sizeof xs); }
+    if (dir) { format_values(dir, ds, sizeof ds); }
+    const int n = snprintf(cmd, sizeof cmd,
+                           "/proc/%ld/exe --eval %s %s %zu --tokens %zu --d-model %zu --d-ff %zu%s%s%s%s",
+                           (long)getpid(), xs, ds, routine, T, o->D, o->F, o->gated ? " --gated" : "",
+                           o->device ? " --device '" : "", o->device ? o->device : "",
+                           o->device ? "'" : "");
+    if (n < 0 || (size_t)n >= sizeof cmd || (o->device && strchr(o->device, '\''))) { return -1; }
+    strncat(cmd, " 2>/dev/null", sizeof cmd - strlen(cmd) - 1);
+    FILE *p = popen(cmd, "r");
+    if (!p) { return -1; }
+    char line[64] = "";
+    const int got = fgets(line, sizeof line, p) != NULL;
+    const int st = pclose(p);
+    if (!got || st != 0) { return -1; }
+    return sscanf(line, "%lf", sec) == 1 && *sec > 0 ? 0 : -1;
+}
+
+int main(int argc, char **argv) {
+    opts o = {NULL, 640, 512, 2048, 0};
+    double budget = 180;
+    int fresh = 0, print_only = 0;
+    const char *eval_x = NULL, *eval_d = NULL;
+    size_t eval_r = 0;
+    for (int i = 1; i < argc; ++i) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        char *end = NULL;
+        if (!strcmp(a, "--device") && v) { o.device = v, ++i; }
+        else if (!strcmp(a, "--budget") && v && (budget = strtod(v, &end)) > 0 && !*end) { ++i; }
+        else if (!strcmp(a, "--tokens") && v && (o.T = strtoul(v, &end, 10)) > 0 && !*end) { ++i; }
+        else if (!strcmp(a, "--d-model") && v && (o.D = strtoul(v, &end, 10)) > 0 && !*end) { ++i; }
+        else if (!strcmp(a, "--d-ff") && v && (o.F = strtoul(v, &end, 10)) > 0 && !*end) { ++i; }
+        else if (!strcmp(a, "--gated")) { o.gated = 1; }
+        else if (!strcmp(a, "--fresh")) { fresh = 1; }
+        else if (!strcmp(a, "--print")) { print_only = 1; }
+        else if (!strcmp(a, "--eval") && i + 3 < argc) { /* internal: one candidate */
+            eval_x = argv[i + 1], eval_d = argv[i + 2], eval_r = strtoul(argv[i + 3], NULL, 10);
+            i += 3;
+        } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return 0; }
+        else {
+            fprintf(stderr, "clffn-tune: bad argument '%s'\n", a);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (eval_x) { return eval_main(&o, eval_x, eval_d, eval_r); }
+
+    clffn_context *cctx = NULL;
+    clffn_status cs = clffn_context_create_for_device(o.device, &cctx);
+    if (cs != CLFFN_SUCCESS) {
+        fprintf(stderr, "clffn-tune: opening the device: %s\n", clffn_status_string(cs));
+        return 1;
+    }
+    const cl_device_id dev = clffn_context_cl_device(cctx);
+    char path[1200], prog[1300], name[256] = "?", dir[1024];
+    if ((cs = clffn_tuning_profile_path(dev, path, sizeof path)) != CLFFN_SUCCESS ||
+        clffn_tuning_dir(dir, sizeof dir) != CLFFN_SUCCESS) {
+        fprintf(stderr, "clffn-tune: no place for profiles: %s (set CLFFN_TUNE_DIR)\n",
+                clffn_status_string(cs));
+        clffn_context_destroy(cctx);
+        return 1;
+    }
+    if (print_only) {
+        printf("%s\n", path);
+        FILE *f = fopen(path, "r");
+        if (f) {
+            int ch;
+            while ((ch = fgetc(f)) != EOF) { putchar(ch); }
+            fclose(f);
+        } else {
+            printf("(none yet; applied now: %s)\n", clffn_context_tuning(cctx));
+        }
+        clffn_context_destroy(cctx);
+        return 0;
+    }
+    snprintf(prog, sizeof prog, "%s.progress", path);
+    clffn_context_device_name(cctx, name, sizeof name);
+    limits lim = {0, 0, 0};
+    cl_device_type type = 0;
+    clGetDeviceInfo(dev, CL_DEVICE_TYPE, sizeof type, &type, NULL);
+    lim.cpu = (type & CL_DEVICE_TYPE_CPU) != 0;
+    clGetDeviceInfo(dev, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof lim.max_wg, &lim.max_wg, NULL);
+    clGetDeviceInfo(dev, CL_DEVICE_LOCAL_MEM_SIZE, sizeof lim.local_mem, &lim.local_mem, NULL);
+    char platform[256] = "", driver[256] = "";
+    cl_platform_id pid;
+    clGetDeviceInfo(dev, CL_DEVICE_PLATFORM, sizeof pid, &pid, NULL);
+    clGetPlatformInfo(pid, CL_PLATFORM_NAME, sizeof platform - 1, platform, NULL);
+    clGetDeviceInfo(dev, CL_DRIVER_VERSION, sizeof driver - 1, driver, NULL);
+    clffn_context_destroy(cctx); /* the parent only plans; children measure */
+
+    char mk[1100];
+    snprintf(mk, sizeof mk, "mkdir -p '%s'", dir);
+    if (strchr(dir, '\'') || system(mk) != 0) {
+        fprintf(stderr, "clffn-tune: cannot create %s\n", dir);
+        return 1;
+    }
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    const int tty = isatty(2);
+    const size_t N1 = o.gated ? 2 * o.F : o.F;
+    const double flops = 2.0 * (double)o.T * (double)o.D * (double)(N1 + o.F);
+
+    state s;
+    memset(&s, 0, sizeof s);
+    s.phase = 1;
+    s.xgemm = (pset){"Xgemm", 16, {0}, {0}};
+    for (int i = 0; i < 16; ++i) { s.xgemm.names[i] = XGEMM_NAMES[i]; }
+    s.direct = (pset){"XgemmDirect", 10, {0}, {0}};
+    for (int i = 0; i < 10; ++i) { s.direct.names[i] = DIRECT_NAMES[i]; }
+    if (!fresh) { load_state(prog, &s); }
+    if (s.spent_s > 0) {
+        fprintf(stderr, "clffn-tune: resuming phase %d at candidate %d (%.0f s spent)\n", s.phase,
+                s.index, s.spent_s);
+    }
+    printf("clffn-tune: %s, FFN %zu tokens, %zu -> %zu%s, budget %.0f s\n", name, o.T, o.D, o.F,
+           o.gated ? " gated" : "", budget);
+    fflush(stdout);
+    /* the budget covers everything from here, the earlier runs of an interrupted search too */
+    const double t_phase = now_s() - s.spent_s;
+
+    /* before: what the library applies today (a profile, the built-in one, or CLBlast's) */
+    double before_s = 0;
+    const int have_before = eval_child(&o, o.T, NULL, NULL, 0, &before_s) == 0;
+
+    /* phase 1: Xgemm on the full shape, through the tiled path: the seeds, then alternately a
+     * random set (to explore) and a neighbour of the best so far (to climb) */
+    int tried = 0;
+    const size_t n_seeds = lim.cpu ? sizeof XGEMM_SEEDS_CPU / sizeof XGEMM_SEEDS_CPU[0]
+                                   : sizeof XGEMM_SEEDS_GPU / sizeof XGEMM_SEEDS_GPU[0];
+    for (int i = s.index; s.phase == 1 && !interrupted; ++i) {
+        /* past its share of the budget a phase stops once it has a winner, or after 32 failures */
+        if ((s.have_xgemm && now_s() - t_phase > 0.6 * budget) || (!s.have_xgemm && tried >= 32)) {
+            s.phase = 2, s.index = 0;
+            break;
+        }
+        uint64_t seed = 0x5eed0001ull + 0x9E3779B97F4A7C15ull * (uint64_t)(i + 1);
+        pset cand = {"Xgemm", 16, {0}, {0}};
+        for (int k = 0; k < 16; ++k) { cand.names[k] = XGEMM_NAMES[k]; }
+        if ((size_t)i < n_seeds) {
+            memcpy(cand.values, lim.cpu ? XGEMM_SEEDS_CPU[i] : XGEMM_SEEDS_GPU[i], sizeof cand.values);
+            if (!xgemm_valid(cand.values, &lim)) { cand = xgemm_sample(&seed, &lim); }
+        } else if (i % 2 == 1 && s.have_xgemm) {
+            if (xgemm_mutate(&seed, &s.xgemm, &lim, &cand) != 0) { cand = xgemm_sample(&seed, &lim); }
+        } else {
+            cand = xgemm_sample(&seed, &lim);
+        }
+        double t;
+        if (eval_child(&o, o.T, &cand, NULL, 1, &t) == 0 && (!s.have_xgemm || t < s.xgemm_s)) {
+            s.xgemm = cand, s.xgemm_s = t, s.have_xgemm = 1;
+        }
+        ++tried;
+        s.index = i + 1;
+        s.spent_s = now_s() - t_phase;
+        save_state(prog, &s);
+        progress(tty, s.spent_s, budget, "Xgemm", tried, s.have_xgemm ? flops / s.xgemm_s * 1e-9 : 0);
+    }
+    /* phase 2: XgemmDirect at a few tokens, through the direct path */
+    const size_t direct_path = 1u << 20, small_t = o.T < 16 ? o.T : 16;
+    tried = 0;
+    for (int i = s.index; s.phase == 2 && !interrupted; ++i) {
+        uint64_t seed = 0x5eed0002ull + 0x9E3779B97F4A7C15ull * (uint64_t)(i + 1);
+        const pset cand = direct_sample(&seed, &lim);
+        if ((s.have_direct && now_s() - t_phase > 0.8 * budget) || (!s.have_direct && tried >= 32)) {
+            s.phase = 3, s.index = 0;
+            break;
+        }
+        double t;
+        if (eval_child(&o, small_t, NULL, &cand, direct_path, &t) == 0 &&
+            (!s.have_direct || t < s.direct_s)) {
+            s.direct = cand, s.direct_s = t, s.have_direct = 1;
+        }
+        ++tried;
+        s.index = i + 1;
+        s.spent_s = now_s() - t_phase;
+        save_state(prog, &s);
+        progress(tty, s.spent_s, budget, "XgemmDirect", tried,
+                 s.have_direct ? flops * (double)small_t / (double)o.T / s.direct_s * 1e-9 : 0);
+    }
+    if (tty) { fputc('\n', stderr); }
+    if (interrupted) {
+        fprintf(stderr, "clffn-tune: interrupted; run again to resume from %s\n", prog);
+        return 1;
+    }
+    if (!s.have_xgemm || !s.have_direct) {
+        fprintf(stderr, "clffn-tune: no working candidate for %s\n", s.have_xgemm ? "XgemmDirect" : "Xgemm");
+        return 1;
+    }
+
+    /* phase 3: the crossover; CLBlast goes direct when m·n·k < XGEMM_MIN_INDIRECT_SIZE³. Each
+     * new size may make the device build another kernel variant, so this phase stops at the
+     * budget too and keeps what it learnt. */
+    size_t crossover_mnk = 0, direct_wins_mnk = 0;
+    const size_t ts[] = {1, 16, 64, 256, 1024};
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0] && ts[i] <= o.T && !interrupted; ++i) {
+        if (now_s() - t_phase > budget) { break; }
+        double td, ti;
+        if (eval_child(&o, ts[i], &s.xgemm, &s.direct, direct_path, &td) != 0 ||
+            eval_child(&o, ts[i], &s.xgemm, &s.direct, 1, &ti) != 0) {
+            break;
+        }
+        if (ti < td) { /* the first token count where the tiled kernel wins */
+            crossover_mnk = ts[i] * o.D * N1;
+            break;
+        }
+        direct_wins_mnk = ts[i] * o.D * N1;
+    }
+    if (!crossover_mnk) { crossover_mnk = direct_wins_mnk ? 2 * direct_wins_mnk : o.D * N1; }
+    const size_t min_indirect = (size_t)ceil(cbrt((double)crossover_mnk));
+    const pset routine = routine_set(min_indirect);
+
+    /* the winners together, checked (each child verifies its path) and timed */
+    double after_s = 0, small_s = 0;
+    if (eval_child(&o, o.T, &s.xgemm, &s.direct, min_indirect, &after_s) != 0 ||
+        eval_child(&o, small_t, &s.xgemm, &s.direct, min_indirect, &small_s) != 0) {
+        fprintf(stderr, "clffn-tune: the winning parameters fail the check against the CPU; "
+                        "no profile written\n");
+        return 1;
+    }
+    if (have_before && after_s >= before_s) { /* a profile must never make things slower */
+        printf("clffn-tune: nothing found beats what is applied now (%.1f vs %.1f GFLOP/s); "
+               "no profile written. A larger --budget searches further.\n",
+               flops / after_s * 1e-9, flops / before_s * 1e-9);
+        remove(prog);
+        return 0;
+    }
+
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "platform", platform);
+    cJSON_AddStringToObject(root, "device", name);
+    cJSON_AddStringToObject(root, "driver", driver);
+    cJSON *shape = cJSON_AddObjectToObject(root, "tuned_for");
+    cJSON_AddNumberToObject(shape, "tokens", (double)o.T);
+    cJSON_AddNumberToObject(shape, "d_model", (double)o.D);
+    cJSON_AddNumberToObject(shape, "d_ff", (double)o.F);
+    cJSON_AddBoolToObject(shape, "gated", o.gated);
+    cJSON_AddNumberToObject(shape, "gemm_gflops", flops / after_s * 1e-9);
+    if (have_before) { cJSON_AddNumberToObject(shape, "gemm_gflops_before", flops / before_s * 1e-9); }
+    cJSON *k = cJSON_AddObjectToObject(root, "clblast");
+    cJSON_AddItemToObject(k, "Xgemm", pset_json(&s.xgemm));
+    cJSON_AddItemToObject(k, "XgemmDirect", pset_json(&s.direct));
+    cJSON_AddItemToObject(k, "GemmRoutine", pset_json(&routine));
+    char *text = cJSON_Print(root);
+    cJSON_Delete(root);
+    char tmp[1300];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    int rc = 1;
+    if (f && text && fputs(text, f) >= 0 && fclose(f) == 0 && rename(tmp, path) == 0) {
+        rc = 0;
+        remove(prog);
+        if (have_before) {
+            printf("GEMMs of the FFN: %.1f GFLOP/s before, %.1f GFLOP/s after (%.0f s)\n",
+                   flops / before_s * 1e-9, flops / after_s * 1e-9, now_s() - t_phase);
+        }
+        printf("direct kernel below m*n*k = %zu^3\nprofile: %s\n%s\n", min_indirect, path, text);
+    } else {
+        fprintf(stderr, "clffn-tune: cannot write %s\n", path);
+        if (f) { fclose(f); }
+    }
+    free(text);
+    return rc;
+}
