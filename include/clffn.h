@@ -434,6 +434,22 @@ CLFFN_API clffn_status clffn_reference_forward(const clffn_config *config, clffn
                                                const float *x, int training, uint64_t seed,
                                                uint64_t offset, double *y, double *hidden);
 
+/** Gradient arrays of the reference backward (double), shapes and layout as the weights'. Arrays
+ *  whose flag is off (and v, bv for a plain FFN) may be NULL. */
+typedef struct clffn_ref_grads {
+    double *w1, *b1, *v, *bv, *w2, *b2;
+} clffn_ref_grads;
+
+/** The backward pass in plain C with double accumulation: given dy [T, D] = ∂L/∂y, writes
+ *  dx [T, D] (may be NULL) and the weight gradients, overwriting them, for the same forward
+ *  (training, seed, offset as the forward had; dropout's mask is recomputed). Errors as
+ *  clffn_reference_forward(). */
+CLFFN_API clffn_status clffn_reference_backward(const clffn_config *config, clffn_layout layout,
+                                                const clffn_host_weights *weights, size_t tokens,
+                                                const float *x, const float *dy, int training,
+                                                uint64_t seed, uint64_t offset, double *dx,
+                                                const clffn_ref_grads *grads);
+
 #ifdef __cplusplus
 }
 #endif

@@ -113,6 +113,19 @@ void clffn__apply_tuning(clffn_context *ctx);
 const char *clffn__builtin_profile(cl_device_id device);
 clffn_status clffn__apply_profile_text(cl_device_id device, const char *json);
 
+/* The reference's double core (reference.c), for the finite-difference tests. */
+typedef struct clffn_ref_params {
+    const double *w1, *b1, *v, *bv, *w2, *b2;
+} clffn_ref_params;
+clffn_status clffn__ref_forward_d(const clffn_config *c, clffn_layout layout,
+                                  const clffn_ref_params *p, size_t tokens, const double *x,
+                                  int training, uint64_t seed, uint64_t offset, double *y,
+                                  double *hidden);
+clffn_status clffn__ref_backward_d(const clffn_config *c, clffn_layout layout,
+                                   const clffn_ref_params *p, size_t tokens, const double *x,
+                                   const double *dy, int training, uint64_t seed,
+                                   uint64_t offset, double *dx, const clffn_ref_grads *gr);
+
 /* Size arithmetic that reports overflow instead of wrapping. */
 static inline bool clffn__mul_ok(size_t a, size_t b, size_t *out) {
     if (a != 0 && b > SIZE_MAX / a) { return false; }

@@ -1,10 +1,15 @@
-/* The FFN in plain C with double accumulation: the independent reference for the tests and for
- * the tools' --verify. Slow on purpose: no blocking, no vectors, nothing shared with the device
- * path but the definition of the dropout mask. */
+/* The FFN in plain C with double accumulation, forward and backward side by side: the
+ * independent reference for the tests and for the tools' --verify. Slow on purpose: no blocking,
+ * no vectors, nothing shared with the device path but the definition of the dropout mask.
+ *
+ * The core works on double parameters so the finite-difference tests can perturb them by 1e-6;
+ * the public calls convert float weights once. Shapes as in clffn.h: x, y, dx [T, D];
+ * W1, V [F, D] or [D, F]; W2 [D, F] or [F, D]; hidden [T, F]. */
 #include "internal.h"
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 static double activate(clffn_activation a, double x) {
     switch (a) {
@@ -21,10 +26,206 @@ static double activate(clffn_activation a, double x) {
     }
 }
 
-/* W[o, i] of an out×in weight in either layout. */
-static double weight(const float *w, clffn_layout layout, size_t out, size_t in, size_t o,
-                     size_t i) {
-    return layout == CLFFN_LAYOUT_OUT_IN ? (double)w[o * in + i] : (double)w[i * out + o];
+/* d act / dx, written out from the definitions above. */
+static double activate_grad(clffn_activation a, double x) {
+    switch (a) {
+    case CLFFN_ACT_RELU: return x > 0.0 ? 1.0 : 0.0;
+    case CLFFN_ACT_GELU:
+        return 0.5 * (1.0 + erf(x / sqrt(2.0))) + x * exp(-0.5 * x * x) / sqrt(2.0 * 3.14159265358979323846);
+    case CLFFN_ACT_GELU_TANH: {
+        const double k = sqrt(2.0 / 3.14159265358979323846), c = 0.044715;
+        const double t = tanh(k * (x + c * x * x * x));
+        return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * k * (1.0 + 3.0 * c * x * x);
+    }
+    case CLFFN_ACT_SILU: {
+        const double s = 1.0 / (1.0 + exp(-x));
+        return s * (1.0 + x * (1.0 - s));
+    }
+    case CLFFN_ACT_SIGMOID: {
+        const double s = 1.0 / (1.0 + exp(-x));
+        return s * (1.0 - s);
+    }
+    case CLFFN_ACT_IDENTITY:
+    default: return 1.0;
+    }
+}
+
+/* Index of W[o, i] of an out×in weight in either layout. */
+static size_t widx(clffn_layout layout, size_t out, size_t in, size_t o, size_t i) {
+    return layout == CLFFN_LAYOUT_OUT_IN ? o * in + i : i * out + o;
+}
+
+static clffn_status check_common(const clffn_config *c, clffn_layout layout, size_t tokens) {
+    if (!c) { return CLFFN_ERROR_NULL_ARGUMENT; }
+    clffn_status st = clffn_config_validate(c);
+    if (st != CLFFN_SUCCESS) { return st; }
+    if (layout != CLFFN_LAYOUT_OUT_IN && layout != CLFFN_LAYOUT_IN_OUT) {
+        return CLFFN_ERROR_INVALID_LAYOUT;
+    }
+    size_t n;
+    if (!clffn__mul_ok(tokens, c->d_ff, &n) || !clffn__mul_ok(tokens, c->d_model, &n)) {
+        return CLFFN_ERROR_SIZE_OVERFLOW;
+    }
+    return CLFFN_SUCCESS;
+}
+
+/* The hidden row of token t: pre-activations a (with b1), gate g (with bv), and h (after the
+ * activation, the gate and dropout). */
+static void hidden_row(const clffn_config *c, clffn_layout layout, const clffn_ref_params *p,
+                       const double *xt, size_t t, int drop, double scale, uint64_t seed,
+                       uint64_t offset, double *a, double *g, double *h) {
+    const size_t D = c->d_model, F = c->d_ff;
+    for (size_t j = 0; j < F; ++j) {
+        double s = c->bias1 ? p->b1[j] : 0.0;
+        for (size_t i = 0; i < D; ++i) { s += xt[i] * p->w1[widx(layout, F, D, j, i)]; }
+        a[j] = s;
+        double v = activate(c->activation, s);
+        if (c->gated) {
+            double q = c->bias_gate ? p->bv[j] : 0.0;
+            for (size_t i = 0; i < D; ++i) { q += xt[i] * p->v[widx(layout, F, D, j, i)]; }
+            g[j] = q;
+            v *= q;
+        }
+        if (drop) {
+            v = clffn_dropout_keep(c->dropout, seed, offset, (uint64_t)t * F + j) ? v * scale : 0.0;
+        }
+        h[j] = v;
+    }
+}
+
+static int params_ok(const clffn_config *c, const clffn_ref_params *p) {
+    return p && p->w1 && p->w2 && (!c->bias1 || p->b1) && (!c->bias2 || p->b2) &&
+           (!c->gated || (p->v && (!c->bias_gate || p->bv)));
+}
+
+clffn_status clffn__ref_forward_d(const clffn_config *c, clffn_layout layout,
+                                  const clffn_ref_params *p, size_t tokens, const double *x,
+                                  int training, uint64_t seed, uint64_t offset, double *y,
+                                  double *hidden) {
+    clffn_status st = check_common(c, layout, tokens);
+    if (st != CLFFN_SUCCESS || tokens == 0) { return st; }
+    if (!x || !y || !params_ok(c, p)) { return CLFFN_ERROR_NULL_ARGUMENT; }
+    const size_t D = c->d_model, F = c->d_ff;
+    double *buf = malloc(3 * F * sizeof *buf);
+    if (!buf) { return CLFFN_ERROR_OUT_OF_HOST_MEMORY; }
+    double *a = buf, *g = buf + F, *h = buf + 2 * F;
+    const int drop = training && c->dropout > 0.0f;
+    const double scale = (double)clffn__drop_scale(c->dropout);
+    for (size_t t = 0; t < tokens; ++t) {
+        const double *xt = x + t * D;
+        hidden_row(c, layout, p, xt, t, drop, scale, seed, offset, a, g, h);
+        if (hidden) { memcpy(hidden + t * F, h, F * sizeof *h); }
+        for (size_t o = 0; o < D; ++o) { /* output: h·W2 + b2 (+ x) */
+            double s = c->bias2 ? p->b2[o] : 0.0;
+            for (size_t j = 0; j < F; ++j) { s += h[j] * p->w2[widx(layout, D, F, o, j)]; }
+            y[t * D + o] = s + (c->residual ? xt[o] : 0.0);
+        }
+    }
+    free(buf);
+    return CLFFN_SUCCESS;
+}
+
+clffn_status clffn__ref_backward_d(const clffn_config *c, clffn_layout layout,
+                                   const clffn_ref_params *p, size_t tokens, const double *x,
+                                   const double *dy, int training, uint64_t seed,
+                                   uint64_t offset, double *dx, const clffn_ref_grads *gr) {
+    clffn_status st = check_common(c, layout, tokens);
+    if (st != CLFFN_SUCCESS) { return st; }
+    if (!gr || !gr->w1 || !gr->w2 || (c->bias1 && !gr->b1) || (c->bias2 && !gr->b2) ||
+        (c->gated && (!gr->v || (c->bias_gate && !gr->bv))) || !params_ok(c, p)) {
+        return CLFFN_ERROR_NULL_ARGUMENT;
+    }
+    const size_t D = c->d_model, F = c->d_ff;
+    /* gradients are sums over tokens: start from zero */
+    memset(gr->w1, 0, D * F * sizeof *gr->w1);
+    memset(gr->w2, 0, D * F * sizeof *gr->w2);
+    if (c->bias1) { memset(gr->b1, 0, F * sizeof *gr->b1); }
+    if (c->bias2) { memset(gr->b2, 0, D * sizeof *gr->b2); }
+    if (c->gated) {
+        memset(gr->v, 0, D * F * sizeof *gr->v);
+        if (c->bias_gate) { memset(gr->bv, 0, F * sizeof *gr->bv); }
+    }
+    if (tokens == 0) { return CLFFN_SUCCESS; }
+    if (!x || !dy) { return CLFFN_ERROR_NULL_ARGUMENT; }
+    double *buf = malloc(4 * F * sizeof *buf);
+    if (!buf) { return CLFFN_ERROR_OUT_OF_HOST_MEMORY; }
+    double *a = buf, *g = buf + F, *h = buf + 2 * F, *dh = buf + 3 * F;
+    const int drop = training && c->dropout > 0.0f;
+    const double scale = (double)clffn__drop_scale(c->dropout);
+    for (size_t t = 0; t < tokens; ++t) {
+        const double *xt = x + t * D, *dyt = dy + t * D;
+        hidden_row(c, layout, p, xt, t, drop, scale, seed, offset, a, g, h);
+        /* y = h·W2 + b2 (+ x): dW2 += dyᵀh, db2 += dy, dh = dy·W2 */
+        for (size_t o = 0; o < D; ++o) {
+            if (c->bias2) { gr->b2[o] += dyt[o]; }
+            for (size_t j = 0; j < F; ++j) { gr->w2[widx(layout, D, F, o, j)] += dyt[o] * h[j]; }
+        }
+        for (size_t j = 0; j < F; ++j) {
+            double s = 0.0;
+            for (size_t o = 0; o < D; ++o) { s += dyt[o] * p->w2[widx(layout, D, F, o, j)]; }
+            /* dropout: the same mask, the same scale */
+            if (drop) {
+                s = clffn_dropout_keep(c->dropout, seed, offset, (uint64_t)t * F + j) ? s * scale : 0.0;
+            }
+            dh[j] = s;
+        }
+        if (dx) {
+            for (size_t i = 0; i < D; ++i) { dx[t * D + i] = c->residual ? dyt[i] : 0.0; }
+        }
+        for (size_t j = 0; j < F; ++j) {
+            /* h = act(a) [· g]: da = dh · act'(a) [· g], dg = dh · act(a) */
+            const double da = dh[j] * activate_grad(c->activation, a[j]) * (c->gated ? g[j] : 1.0);
+            const double dg = c->gated ? dh[j] * activate(c->activation, a[j]) : 0.0;
+            if (c->bias1) { gr->b1[j] += da; }
+            if (c->gated && c->bias_gate) { gr->bv[j] += dg; }
+            for (size_t i = 0; i < D; ++i) {
+                const size_t k = widx(layout, F, D, j, i);
+                gr->w1[k] += da * xt[i];
+                if (dx) { dx[t * D + i] += da * p->w1[k]; }
+                if (c->gated) {
+                    gr->v[k] += dg * xt[i];
+                    if (dx) { dx[t * D + i] += dg * p->v[k]; }
+                }
+            }
+        }
+    }
+    free(buf);
+    return CLFFN_SUCCESS;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* The public float-input calls: weights and inputs widened once, then the double core */
+
+typedef struct widened {
+    double *block;
+    clffn_ref_params p;
+} widened;
+
+static double *widen(const float *src, size_t n, double **cursor) {
+    if (!src) { return NULL; }
+    double *d = *cursor;
+    for (size_t i = 0; i < n; ++i) { d[i] = (double)src[i]; }
+    *cursor += n;
+    return d;
+}
+
+static clffn_status widen_all(const clffn_config *c, const clffn_host_weights *w, size_t tokens,
+                              const float *x, const float *dy, widened *out, double **xd,
+                              double **dyd) {
+    const size_t D = c->d_model, F = c->d_ff;
+    const size_t total = 3 * D * F + 3 * F + D + (x ? tokens * D : 0) + (dy ? tokens * D : 0);
+    out->block = malloc((total ? total : 1) * sizeof(double));
+    if (!out->block) { return CLFFN_ERROR_OUT_OF_HOST_MEMORY; }
+    double *cur = out->block;
+    out->p.w1 = widen(w->w1, D * F, &cur);
+    out->p.b1 = c->bias1 ? widen(w->b1, F, &cur) : NULL;
+    out->p.v = c->gated ? widen(w->v, D * F, &cur) : NULL;
+    out->p.bv = c->gated && c->bias_gate ? widen(w->bv, F, &cur) : NULL;
+    out->p.w2 = widen(w->w2, D * F, &cur);
+    out->p.b2 = c->bias2 ? widen(w->b2, D, &cur) : NULL;
+    *xd = x ? widen(x, tokens * D, &cur) : NULL;
+    if (dyd) { *dyd = dy ? widen(dy, tokens * D, &cur) : NULL; }
+    return CLFFN_SUCCESS;
 }
 
 clffn_status clffn_reference_forward(const clffn_config *c, clffn_layout layout,
@@ -32,53 +233,35 @@ clffn_status clffn_reference_forward(const clffn_config *c, clffn_layout layout,
                                      int training, uint64_t seed, uint64_t offset, double *y,
                                      double *hidden) {
     if (!c || !w) { return CLFFN_ERROR_NULL_ARGUMENT; }
-    clffn_status st = clffn_config_validate(c);
-    if (st != CLFFN_SUCCESS) { return st; }
-    if (layout != CLFFN_LAYOUT_OUT_IN && layout != CLFFN_LAYOUT_IN_OUT) {
-        return CLFFN_ERROR_INVALID_LAYOUT;
-    }
-    if (tokens == 0) { return CLFFN_SUCCESS; }
+    clffn_status st = check_common(c, layout, tokens);
+    if (st != CLFFN_SUCCESS || tokens == 0) { return st; }
     if (!x || !y || !w->w1 || !w->w2 || (c->bias1 && !w->b1) || (c->bias2 && !w->b2) ||
         (c->gated && (!w->v || (c->bias_gate && !w->bv)))) {
         return CLFFN_ERROR_NULL_ARGUMENT;
     }
-    const size_t D = c->d_model, F = c->d_ff;
-    size_t n;
-    if (!clffn__mul_ok(tokens, F, &n) || !clffn__mul_ok(tokens, D, &n)) {
-        return CLFFN_ERROR_SIZE_OVERFLOW;
-    }
-    double *h = malloc(F * sizeof *h);
-    if (!h) { return CLFFN_ERROR_OUT_OF_HOST_MEMORY; }
-    const int drop = training && c->dropout > 0.0f;
-    const double scale = (double)clffn__drop_scale(c->dropout);
+    widened wd;
+    double *xd = NULL;
+    if ((st = widen_all(c, w, tokens, x, NULL, &wd, &xd, NULL)) != CLFFN_SUCCESS) { return st; }
+    st = clffn__ref_forward_d(c, layout, &wd.p, tokens, xd, training, seed, offset, y, hidden);
+    free(wd.block);
+    return st;
+}
 
-    for (size_t t = 0; t < tokens; ++t) {
-        const float *xt = x + t * D;
-        /* hidden: act(x·W1 + b1) [⊙ (x·V + bv)], then dropout */
-        for (size_t j = 0; j < F; ++j) {
-            double a = c->bias1 ? (double)w->b1[j] : 0.0;
-            for (size_t i = 0; i < D; ++i) { a += (double)xt[i] * weight(w->w1, layout, F, D, j, i); }
-            double v = activate(c->activation, a);
-            if (c->gated) {
-                double g = c->bias_gate ? (double)w->bv[j] : 0.0;
-                for (size_t i = 0; i < D; ++i) { g += (double)xt[i] * weight(w->v, layout, F, D, j, i); }
-                v *= g;
-            }
-            if (drop) {
-                v = clffn_dropout_keep(c->dropout, seed, offset, (uint64_t)t * F + j) ? v * scale
-                                                                                      : 0.0;
-            }
-            h[j] = v;
-            if (hidden) { hidden[t * F + j] = v; }
-        }
-        /* output: h·W2 + b2 (+ x) */
-        for (size_t o = 0; o < D; ++o) {
-            double s = c->bias2 ? (double)w->b2[o] : 0.0;
-            for (size_t j = 0; j < F; ++j) { s += h[j] * weight(w->w2, layout, D, F, o, j); }
-            if (c->residual) { s += (double)xt[o]; }
-            y[t * D + o] = s;
-        }
+clffn_status clffn_reference_backward(const clffn_config *c, clffn_layout layout,
+                                      const clffn_host_weights *w, size_t tokens, const float *x,
+                                      const float *dy, int training, uint64_t seed,
+                                      uint64_t offset, double *dx, const clffn_ref_grads *grads) {
+    if (!c || !w || !grads) { return CLFFN_ERROR_NULL_ARGUMENT; }
+    clffn_status st = check_common(c, layout, tokens);
+    if (st != CLFFN_SUCCESS) { return st; }
+    if ((tokens && (!x || !dy)) || !w->w1 || !w->w2 || (c->bias1 && !w->b1) ||
+        (c->bias2 && !w->b2) || (c->gated && (!w->v || (c->bias_gate && !w->bv)))) {
+        return CLFFN_ERROR_NULL_ARGUMENT;
     }
-    free(h);
-    return CLFFN_SUCCESS;
+    widened wd;
+    double *xd = NULL, *dyd = NULL;
+    if ((st = widen_all(c, w, tokens, x, dy, &wd, &xd, &dyd)) != CLFFN_SUCCESS) { return st; }
+    st = clffn__ref_backward_d(c, layout, &wd.p, tokens, xd, dyd, training, seed, offset, dx, grads);
+    free(wd.block);
+    return st;
 }
