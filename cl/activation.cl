@@ -38,3 +38,33 @@
 #else
   #error "unknown CLFFN_ACT"
 #endif
+
+// The derivative d act / dx, for the backward pass (the same forms, differentiated).
+#if CLFFN_ACT == CLFFN_ACT_RELU
+  #define CLFFN_ACTIVATE_GRAD(x) ((x) > 0.0f ? 1.0f : 0.0f)
+#elif CLFFN_ACT == CLFFN_ACT_GELU
+  #define CLFFN_INV_SQRT_2PI 0.39894228040143267794f // 1/sqrt(2*pi)
+  #define CLFFN_ACTIVATE_GRAD(x) \
+    (0.5f * (1.0f + erf((x) * CLFFN_SQRT1_2)) + (x) * exp(-0.5f * (x) * (x)) * CLFFN_INV_SQRT_2PI)
+#elif CLFFN_ACT == CLFFN_ACT_GELU_TANH
+  inline float clffn_gelu_tanh_grad(const float x) {
+    const float t = tanh(CLFFN_SQRT2_PI * (x + CLFFN_GELU_CUBE * x * x * x));
+    return 0.5f * (1.0f + t) +
+           0.5f * x * (1.0f - t * t) * CLFFN_SQRT2_PI * (1.0f + 3.0f * CLFFN_GELU_CUBE * x * x);
+  }
+  #define CLFFN_ACTIVATE_GRAD(x) clffn_gelu_tanh_grad(x)
+#elif CLFFN_ACT == CLFFN_ACT_SILU
+  inline float clffn_silu_grad(const float x) {
+    const float s = 1.0f / (1.0f + exp(-x));
+    return s * (1.0f + x * (1.0f - s));
+  }
+  #define CLFFN_ACTIVATE_GRAD(x) clffn_silu_grad(x)
+#elif CLFFN_ACT == CLFFN_ACT_SIGMOID
+  inline float clffn_sigmoid_grad(const float x) {
+    const float s = 1.0f / (1.0f + exp(-x));
+    return s * (1.0f - s);
+  }
+  #define CLFFN_ACTIVATE_GRAD(x) clffn_sigmoid_grad(x)
+#else
+  #define CLFFN_ACTIVATE_GRAD(x) 1.0f
+#endif

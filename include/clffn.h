@@ -379,6 +379,33 @@ CLFFN_API clffn_status clffn_forward(clffn_ffn *ffn, size_t tokens, cl_mem x, si
 CLFFN_API clffn_status clffn_forward_host(clffn_ffn *ffn, size_t tokens, const float *x,
                                           size_t x_len, float *y, size_t y_len);
 
+/** Device-level backward of the last forward (same T, same x), enqueued on `queue` without
+ *  waiting. Given dy [T, D] = ∂L/∂y, writes dx [T, D] (dx may be NULL to skip it) and the weight
+ *  gradients into `grads` (shapes and layout as the FFN's weights; for a gated FFN leave v.mem
+ *  NULL to get dW1 and dV stacked in w1, computed by one SGEMM; biases with their flag off are
+ *  not touched). accumulate = 0 overwrites the gradients, 1 adds to them (micro-batches).
+ *
+ *  What the forward keeps for this: z = x·[W1|V] (pre-activation, without biases) and h (W2's
+ *  input) in the FFN's workspace, and the dropout offset it used; the mask is recomputed from
+ *  Philox, never stored. z rather than act(z) because act' needs the pre-activation; h because
+ *  dW2 needs it and keeping it costs less than recomputing gate and mask. Another forward on the
+ *  same FFN replaces them. Errors: NULL_ARGUMENT, NO_WEIGHTS, NO_FORWARD (no forward of T
+ *  tokens to differentiate), INVALID_QUEUE, BUFFER_TOO_SMALL, INVALID_ARGUMENT (buffer of another
+ *  context); OpenCL's and CLBlast's. */
+CLFFN_API clffn_status clffn_backward(clffn_ffn *ffn, size_t tokens, cl_mem x, size_t x_offset,
+                                      cl_mem dy, size_t dy_offset, cl_mem dx, size_t dx_offset,
+                                      const clffn_device_weights *grads, int accumulate,
+                                      cl_command_queue queue, cl_event *event);
+
+/** Host-level backward of the last host-level forward, blocking: x and dy [T, D] in, dx [T, D]
+ *  (may be NULL) and the gradients (host arrays as clffn_init_weights_host() fills, in the
+ *  weights' layout) out, overwritten or, with accumulate = 1, added to. Lengths in floats.
+ *  Errors as clffn_backward(), BUFFER_TOO_SMALL for short arrays. */
+CLFFN_API clffn_status clffn_backward_host(clffn_ffn *ffn, size_t tokens, const float *x,
+                                           size_t x_len, const float *dy, size_t dy_len,
+                                           float *dx, size_t dx_len,
+                                           const clffn_weight_arrays *grads, int accumulate);
+
 /** Which hidden tensor clffn_ffn_read_hidden() returns, each [T, F]. */
 typedef enum clffn_hidden {
     CLFFN_HIDDEN_PRE = 0,  /* x·W1 + b1: what the tutorials inspect as w_1(x) */

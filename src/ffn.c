@@ -47,11 +47,19 @@ static clffn_status make_kernel(clffn_context *ctx, const clffn_program_key *key
     return (clffn_status)err;
 }
 
-/* The training kernel exists only while dropout can drop something. */
+/* The training kernels exist only while dropout can drop something. */
 static clffn_status ensure_train_kernel(clffn_ffn *ffn) {
     if (ffn->epilogue1_train || !(ffn->cfg.dropout > 0.0f)) { return CLFFN_SUCCESS; }
     const clffn_program_key key = {(int)ffn->cfg.activation, ffn->cfg.gated, 1};
-    return make_kernel(ffn->ctx, &key, "clffn_epilogue1", &ffn->epilogue1_train);
+    clffn_status st = make_kernel(ffn->ctx, &key, "clffn_epilogue1", &ffn->epilogue1_train);
+    if (st == CLFFN_SUCCESS) {
+        st = make_kernel(ffn->ctx, &key, "clffn_epilogue1_backward", &ffn->backward1_train);
+    }
+    if (st != CLFFN_SUCCESS && ffn->epilogue1_train) { /* both or neither */
+        clReleaseKernel(ffn->epilogue1_train);
+        ffn->epilogue1_train = NULL;
+    }
+    return st;
 }
 
 clffn_status clffn_ffn_create(clffn_context *ctx, const clffn_config *config, clffn_ffn **out) {
@@ -69,6 +77,10 @@ clffn_status clffn_ffn_create(clffn_context *ctx, const clffn_config *config, cl
     const clffn_program_key key = {(int)config->activation, config->gated, 0};
     st = make_kernel(ctx, &key, "clffn_epilogue1", &ffn->epilogue1);
     if (st == CLFFN_SUCCESS) { st = make_kernel(ctx, &key, "clffn_epilogue2", &ffn->epilogue2); }
+    if (st == CLFFN_SUCCESS) {
+        st = make_kernel(ctx, &key, "clffn_epilogue1_backward", &ffn->backward1);
+    }
+    if (st == CLFFN_SUCCESS) { st = make_kernel(ctx, &key, "clffn_column_sums", &ffn->column_sums); }
     if (st == CLFFN_SUCCESS) { st = ensure_train_kernel(ffn); }
     if (st != CLFFN_SUCCESS) {
         clffn_ffn_destroy(ffn);
@@ -79,12 +91,14 @@ clffn_status clffn_ffn_create(clffn_context *ctx, const clffn_config *config, cl
 }
 
 static void workspace_release(clffn_ffn *ffn) {
-    cl_mem *bufs[] = {&ffn->z, &ffn->h, &ffn->u, &ffn->io_x, &ffn->io_y};
+    cl_mem *bufs[] = {&ffn->z,     &ffn->h,    &ffn->u,    &ffn->io_x, &ffn->io_y,
+                      &ffn->dh,    &ffn->dz,   &ffn->io_dy, &ffn->io_dx, &ffn->g_w1,
+                      &ffn->g_b1,  &ffn->g_bv, &ffn->g_w2, &ffn->g_b2};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; ++i) {
         if (*bufs[i]) { clReleaseMemObject(*bufs[i]); }
         *bufs[i] = NULL;
     }
-    ffn->ws_tokens = ffn->io_tokens = 0;
+    ffn->ws_tokens = ffn->io_tokens = ffn->bws_tokens = ffn->bio_tokens = 0;
 }
 
 void clffn_ffn_destroy(clffn_ffn *ffn) {
@@ -92,6 +106,9 @@ void clffn_ffn_destroy(clffn_ffn *ffn) {
     if (ffn->epilogue1) { clReleaseKernel(ffn->epilogue1); }
     if (ffn->epilogue1_train) { clReleaseKernel(ffn->epilogue1_train); }
     if (ffn->epilogue2) { clReleaseKernel(ffn->epilogue2); }
+    if (ffn->backward1) { clReleaseKernel(ffn->backward1); }
+    if (ffn->backward1_train) { clReleaseKernel(ffn->backward1_train); }
+    if (ffn->column_sums) { clReleaseKernel(ffn->column_sums); }
     if (ffn->last_event) { clReleaseEvent(ffn->last_event); }
     if (ffn->last_queue) { clReleaseCommandQueue(ffn->last_queue); }
     if (ffn->prof_start) { clReleaseEvent(ffn->prof_start); }
@@ -216,7 +233,7 @@ clffn_status clffn_ffn_init_weights(clffn_ffn *ffn, clffn_init scheme, uint64_t 
 }
 
 /* Checks that mem belongs to ctx and holds floats [offset, offset + count). */
-static clffn_status check_buffer(const clffn_context *ctx, cl_mem mem, size_t offset, size_t count) {
+clffn_status clffn__check_buffer(const clffn_context *ctx, cl_mem mem, size_t offset, size_t count) {
     if (!mem) { return CLFFN_ERROR_NULL_ARGUMENT; }
     cl_context mctx = NULL;
     size_t size = 0;
@@ -255,7 +272,7 @@ clffn_status clffn_ffn_bind_weights(clffn_ffn *ffn, clffn_layout layout,
     };
     for (size_t i = 0; i < sizeof checks / sizeof checks[0]; ++i) {
         if (!checks[i].needed) { continue; }
-        clffn_status st = check_buffer(ffn->ctx, checks[i].b->mem, checks[i].b->offset,
+        clffn_status st = clffn__check_buffer(ffn->ctx, checks[i].b->mem, checks[i].b->offset,
                                        checks[i].count);
         if (st != CLFFN_SUCCESS) { return st; }
     }
@@ -337,7 +354,7 @@ static clffn_status ensure_workspace(clffn_ffn *ffn, size_t tokens) {
     return CLFFN_SUCCESS;
 }
 
-static clffn_status check_queue(const clffn_context *ctx, cl_command_queue queue) {
+clffn_status clffn__check_queue(const clffn_context *ctx, cl_command_queue queue) {
     cl_context qctx = NULL;
     cl_device_id qdev = NULL;
     cl_command_queue_properties props = 0;
@@ -360,7 +377,7 @@ static clffn_status check_queue(const clffn_context *ctx, cl_command_queue queue
 static size_t round_up(size_t n, size_t m) { return (n + m - 1) / m * m; }
 
 /* Enqueues a (columns/4, T) epilogue launch. */
-static cl_int launch(clffn_ffn *ffn, cl_kernel k, size_t columns, size_t tokens,
+cl_int clffn__launch(clffn_ffn *ffn, cl_kernel k, size_t columns, size_t tokens,
                      cl_command_queue queue, cl_event *event) {
     const size_t ls = ffn->ctx->epilogue_local_size;
     size_t global[2] = {(columns + 3) / 4, tokens};
@@ -407,7 +424,7 @@ static cl_int enqueue_epilogue1(clffn_ffn *ffn, size_t tokens, cl_command_queue 
     SET_ARG(k, 12, scale);
     SET_ARG(k, 13, key);
     SET_ARG(k, 14, rng_offset);
-    if (err == CL_SUCCESS) { err = launch(ffn, k, c->d_ff, tokens, queue, event); }
+    if (err == CL_SUCCESS) { err = clffn__launch(ffn, k, c->d_ff, tokens, queue, event); }
     return err;
 }
 
@@ -432,7 +449,7 @@ static cl_int enqueue_epilogue2(clffn_ffn *ffn, size_t tokens, cl_mem x, size_t 
     SET_ARG(k, 8, vec);
     SET_ARG(k, 9, T);
     SET_ARG(k, 10, D);
-    if (err == CL_SUCCESS) { err = launch(ffn, k, c->d_model, tokens, queue, event); }
+    if (err == CL_SUCCESS) { err = clffn__launch(ffn, k, c->d_model, tokens, queue, event); }
     return err;
 }
 
@@ -484,7 +501,7 @@ clffn_status clffn_forward(clffn_ffn *ffn, size_t tokens, cl_mem x, size_t x_off
                            size_t y_offset, cl_command_queue queue, cl_event *event) {
     if (!ffn || !x || !y || !queue) { return CLFFN_ERROR_NULL_ARGUMENT; }
     if (!ffn->has_weights) { return CLFFN_ERROR_NO_WEIGHTS; }
-    clffn_status st = check_queue(ffn->ctx, queue);
+    clffn_status st = clffn__check_queue(ffn->ctx, queue);
     if (st != CLFFN_SUCCESS) { return st; }
     const clffn_config *c = &ffn->cfg;
 
@@ -495,8 +512,8 @@ clffn_status clffn_forward(clffn_ffn *ffn, size_t tokens, cl_mem x, size_t x_off
         !clffn__mul_ok(nx, sizeof(float), &bytes) || (cl_ulong)bytes > ffn->ctx->max_alloc) {
         return CLFFN_ERROR_SIZE_OVERFLOW;
     }
-    if ((st = check_buffer(ffn->ctx, x, x_offset, nx)) != CLFFN_SUCCESS ||
-        (st = check_buffer(ffn->ctx, y, y_offset, nx)) != CLFFN_SUCCESS) {
+    if ((st = clffn__check_buffer(ffn->ctx, x, x_offset, nx)) != CLFFN_SUCCESS ||
+        (st = clffn__check_buffer(ffn->ctx, y, y_offset, nx)) != CLFFN_SUCCESS) {
         return st;
     }
     if (x == y && x_offset != y_offset && x_offset < y_offset + nx && y_offset < x_offset + nx) {
@@ -527,6 +544,9 @@ clffn_status clffn_forward(clffn_ffn *ffn, size_t tokens, cl_mem x, size_t x_off
         return (clffn_status)err;
     }
     remember_forward(ffn, tokens, queue, ev1);
+    ffn->last_drop = ffn->training && c->dropout > 0.0f;
+    ffn->last_p = c->dropout;
+    ffn->last_rng_offset = ffn->rng_offset;
     if (ffn->profiling) {
         if (ffn->prof_start) { clReleaseEvent(ffn->prof_start); }
         if (ffn->prof_end) { clReleaseEvent(ffn->prof_end); }

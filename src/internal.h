@@ -51,6 +51,9 @@ struct clffn_ffn {
     cl_kernel epilogue1;       /* no dropout: inference, or p = 0 */
     cl_kernel epilogue1_train; /* with dropout; exists while p > 0 */
     cl_kernel epilogue2;
+    cl_kernel backward1;       /* epilogue 1's backward without dropout */
+    cl_kernel backward1_train; /* with dropout; exists while p > 0 */
+    cl_kernel column_sums;
 
     /* weights */
     bool has_weights;
@@ -70,7 +73,18 @@ struct clffn_ffn {
     size_t io_tokens;
     cl_mem io_x, io_y;
 
-    /* the last forward, for clffn_ffn_read_hidden() */
+    /* backward workspace, grown on demand: dh [T, F], dz [T, N1] */
+    size_t bws_tokens;
+    cl_mem dh, dz;
+    /* host-level backward buffers: dy, dx [T, D] and the gradients (W1 and V stacked) */
+    size_t bio_tokens;
+    cl_mem io_dy, io_dx;
+    cl_mem g_w1, g_b1, g_bv, g_w2, g_b2;
+
+    /* the last forward, for clffn_ffn_read_hidden() and clffn_backward() */
+    int last_drop;            /* it applied dropout */
+    float last_p;             /* with this p */
+    uint64_t last_rng_offset; /* with this offset */
     size_t last_tokens;
     cl_event last_event;         /* completion of epilogue1 of the last forward, or NULL */
     cl_command_queue last_queue; /* its queue (retained), flushed before we wait on it */
@@ -112,6 +126,13 @@ clffn_status clffn__device_philox(clffn_context *ctx, const uint32_t counter[4],
 void clffn__apply_tuning(clffn_context *ctx);
 const char *clffn__builtin_profile(cl_device_id device);
 clffn_status clffn__apply_profile_text(cl_device_id device, const char *json);
+
+/* Shared by the forward (ffn.c) and the backward (backward.c). */
+clffn_status clffn__check_buffer(const clffn_context *ctx, cl_mem mem, size_t offset, size_t count);
+clffn_status clffn__check_queue(const clffn_context *ctx, cl_command_queue queue);
+/* Enqueues a (columns/4, T) element-wise launch of k. */
+cl_int clffn__launch(clffn_ffn *ffn, cl_kernel k, size_t columns, size_t tokens,
+                     cl_command_queue queue, cl_event *event);
 
 /* The reference's double core (reference.c), for the finite-difference tests. */
 typedef struct clffn_ref_params {

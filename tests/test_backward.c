@@ -92,3 +92,194 @@ ParameterizedTest(int *k, backward_reference, finite_differences) {
     gradcheck(act, gated, 1, 1, 1, 1, 0);  /* dropout in training mode: the same mask */
     gradcheck(act, gated, 1, 1, 1, 0, 1);  /* the residual */
 }
+
+/* ------------------------------------------------------------------------------------------ */
+/* The device backward against the reference backward */
+
+typedef struct bvariant {
+    clffn_activation act;
+    int gated, bias1, bias2, bias_gate;
+} bvariant;
+
+typedef struct grads_f {
+    float *w1, *b1, *v, *bv, *w2, *b2, *block;
+} grads_f;
+
+static grads_f grads_alloc(size_t D, size_t F) {
+    grads_f g;
+    g.block = calloc(3 * D * F + 3 * F + D, sizeof(float));
+    cr_assert(g.block);
+    g.w1 = g.block, g.v = g.block + D * F, g.w2 = g.block + 2 * D * F;
+    g.b1 = g.w2 + D * F, g.bv = g.b1 + F, g.b2 = g.bv + F;
+    return g;
+}
+
+typedef struct grads_d {
+    double *w1, *b1, *v, *bv, *w2, *b2, *block;
+} grads_d;
+
+static grads_d grads_d_alloc(size_t D, size_t F) {
+    grads_d g;
+    g.block = calloc(3 * D * F + 3 * F + D, sizeof(double));
+    cr_assert(g.block);
+    g.w1 = g.block, g.v = g.block + D * F, g.w2 = g.block + 2 * D * F;
+    g.b1 = g.w2 + D * F, g.bv = g.b1 + F, g.b2 = g.bv + F;
+    return g;
+}
+
+static void compare_grads(const clffn_config *c, const grads_f *g, const grads_d *r, double rtol,
+                          const char *what) {
+    const size_t D = c->d_model, F = c->d_ff;
+    char w[200];
+    snprintf(w, sizeof w, "%s dW1", what), assert_close(g->w1, r->w1, D * F, rtol, w);
+    snprintf(w, sizeof w, "%s dW2", what), assert_close(g->w2, r->w2, D * F, rtol, w);
+    if (c->bias1) { snprintf(w, sizeof w, "%s db1", what), assert_close(g->b1, r->b1, F, rtol, w); }
+    if (c->bias2) { snprintf(w, sizeof w, "%s db2", what), assert_close(g->b2, r->b2, D, rtol, w); }
+    if (c->gated) {
+        snprintf(w, sizeof w, "%s dV", what), assert_close(g->v, r->v, D * F, rtol, w);
+        if (c->bias_gate) { snprintf(w, sizeof w, "%s dbv", what), assert_close(g->bv, r->bv, F, rtol, w); }
+    }
+}
+
+/* Forward then backward through the host API, against the reference; training and residual
+ * optional. */
+static void device_case(clffn_context *ctx, const clffn_config *c, clffn_layout layout, size_t T,
+                        int training, const char *what) {
+    const size_t D = c->d_model, F = c->d_ff;
+    test_weights w;
+    test_weights_make(&w, c, layout, 500 + T + D + F);
+    float *x = malloc(T * D * sizeof *x), *y = malloc(T * D * sizeof *y);
+    float *dy = malloc(T * D * sizeof *dy), *dx = malloc(T * D * sizeof *dx);
+    double *rdx = malloc(T * D * sizeof *rdx);
+    cr_assert(x && y && dy && dx && rdx);
+    fill_uniform(x, T * D, -1, 1, 21 + T);
+    fill_uniform(dy, T * D, -1, 1, 22 + T);
+    clffn_ffn *ffn = NULL;
+    ASSERT_OK(clffn_ffn_create(ctx, c, &ffn));
+    ASSERT_OK(clffn_ffn_upload_weights(ffn, layout, &w.host));
+    ASSERT_OK(clffn_ffn_set_training(ffn, training));
+    ASSERT_OK(clffn_ffn_set_rng(ffn, 77, 3));
+    ASSERT_OK(clffn_forward_host(ffn, T, x, T * D, y, T * D));
+    grads_f g = grads_alloc(D, F);
+    const clffn_weight_arrays ga = {g.w1, g.b1, g.v, g.bv, g.w2, g.b2};
+    ASSERT_OK(clffn_backward_host(ffn, T, x, T * D, dy, T * D, dx, T * D, &ga, 0));
+    grads_d r = grads_d_alloc(D, F);
+    const clffn_ref_grads rg = {r.w1, r.b1, r.v, r.bv, r.w2, r.b2};
+    ASSERT_OK(clffn_reference_backward(c, layout, &w.host, T, x, dy, training, 77, 3, rdx, &rg));
+    char wx[200];
+    snprintf(wx, sizeof wx, "%s dx", what);
+    assert_close(dx, rdx, T * D, act_rtol(c->activation), wx);
+    compare_grads(c, &g, &r, act_rtol(c->activation), what);
+
+    /* accumulate: a second backward adds the same gradients again */
+    ASSERT_OK(clffn_backward_host(ffn, T, x, T * D, dy, T * D, NULL, 0, &ga, 1));
+    for (size_t i = 0; i < 3 * D * F + 3 * F + D; ++i) { r.block[i] *= 2.0; }
+    snprintf(wx, sizeof wx, "%s accumulated", what);
+    compare_grads(c, &g, &r, act_rtol(c->activation), wx);
+
+    clffn_ffn_destroy(ffn);
+    free(x), free(y), free(dy), free(dx), free(rdx), free(g.block), free(r.block);
+    test_weights_free(&w);
+}
+
+static const size_t bshapes[][3] = {{1, 16, 40}, {7, 13, 29}, {18, 37, 61}};
+
+ParameterizedTestParameters(backward_device, variants) {
+    static bvariant vs[CLFFN_ACT_COUNT_ * 9];
+    size_t n = 0;
+    for (int a = 0; a < CLFFN_ACT_COUNT_; ++a) {
+        const bvariant plain[] = {{a, 0, 1, 1, 1}, {a, 0, 0, 1, 1}, {a, 0, 1, 0, 1}, {a, 0, 0, 0, 0}};
+        const bvariant gated[] = {{a, 1, 1, 1, 1}, {a, 1, 0, 1, 1}, {a, 1, 1, 0, 1},
+                                  {a, 1, 1, 1, 0}, {a, 1, 0, 0, 0}};
+        for (size_t i = 0; i < 4; ++i) { vs[n++] = plain[i]; }
+        for (size_t i = 0; i < 5; ++i) { vs[n++] = gated[i]; }
+    }
+    return cr_make_param_array(bvariant, vs, n);
+}
+
+ParameterizedTest(bvariant *v, backward_device, variants, .timeout = 120) {
+    clffn_context *ctx = test_context();
+    for (size_t s = 0; s < sizeof bshapes / sizeof bshapes[0]; ++s) {
+        for (int layout = 0; layout < 2; ++layout) {
+            clffn_config c = clffn_config_default(bshapes[s][1], bshapes[s][2]);
+            c.activation = v->act, c.gated = v->gated, c.bias1 = v->bias1, c.bias2 = v->bias2;
+            c.bias_gate = v->bias_gate;
+            char what[160];
+            snprintf(what, sizeof what, "%s%s b1=%d b2=%d bg=%d T=%zu D=%zu F=%zu %s",
+                     clffn_activation_name(v->act), v->gated ? " gated" : "", v->bias1, v->bias2,
+                     v->bias_gate, bshapes[s][0], c.d_model, c.d_ff, layout ? "in_out" : "out_in");
+            device_case(ctx, &c, (clffn_layout)layout, bshapes[s][0], 0, what);
+        }
+    }
+    clffn_context_destroy(ctx);
+}
+
+/* Dropout's backward uses exactly the forward's mask; the residual passes dy through. */
+Test(backward_device, dropout_and_residual) {
+    clffn_context *ctx = test_context();
+    for (int gated = 0; gated < 2; ++gated) {
+        clffn_config c = clffn_config_default(20, 44);
+        c.activation = CLFFN_ACT_GELU_TANH, c.gated = gated, c.dropout = 0.35f, c.residual = 1;
+        device_case(ctx, &c, CLFFN_LAYOUT_OUT_IN, 9, 1, gated ? "gated dropout" : "dropout");
+        c.dropout = 0.35f;
+        device_case(ctx, &c, CLFFN_LAYOUT_IN_OUT, 9, 1, gated ? "gated dropout in_out" : "dropout in_out");
+    }
+    clffn_context_destroy(ctx);
+}
+
+/* Caller-owned weights and gradients at offsets, V and dV separate (two SGEMMs each way). */
+Test(backward_device, device_level_separate_gate) {
+    clffn_context *ctx = test_context();
+    const size_t T = 6, D = 12, F = 20;
+    clffn_config c = clffn_config_default(D, F);
+    c.gated = 1, c.activation = CLFFN_ACT_SILU;
+    for (int layout = 0; layout < 2; ++layout) {
+        test_weights w;
+        test_weights_make(&w, &c, (clffn_layout)layout, 8);
+        float x[6 * 12], dy[6 * 12], dx[6 * 12];
+        fill_uniform(x, T * D, -1, 1, 1), fill_uniform(dy, T * D, -1, 1, 2);
+        guarded gw1 = guarded_make(ctx, CANARY, D * F, w.w1), gv = guarded_make(ctx, CANARY, D * F, w.v);
+        guarded gw2 = guarded_make(ctx, CANARY, D * F, w.w2), gb1 = guarded_make(ctx, CANARY, F, w.b1);
+        guarded gbv = guarded_make(ctx, CANARY, F, w.bv), gb2 = guarded_make(ctx, CANARY, D, w.b2);
+        guarded gx = guarded_make(ctx, CANARY, T * D, x), gy = guarded_make(ctx, CANARY, T * D, NULL);
+        guarded gdy = guarded_make(ctx, CANARY, T * D, dy), gdx = guarded_make(ctx, CANARY + 1, T * D, NULL);
+        guarded d1 = guarded_make(ctx, CANARY, D * F, NULL), dv = guarded_make(ctx, CANARY, D * F, NULL);
+        guarded d2 = guarded_make(ctx, CANARY, D * F, NULL), db1 = guarded_make(ctx, CANARY, F, NULL);
+        guarded dbv = guarded_make(ctx, CANARY, F, NULL), db2 = guarded_make(ctx, CANARY, D, NULL);
+        clffn_ffn *ffn = NULL;
+        ASSERT_OK(clffn_ffn_create(ctx, &c, &ffn));
+        const clffn_device_weights dwts = {{gw1.mem, CANARY}, {gb1.mem, CANARY}, {gv.mem, CANARY},
+                                           {gbv.mem, CANARY}, {gw2.mem, CANARY}, {gb2.mem, CANARY}};
+        ASSERT_OK(clffn_ffn_bind_weights(ffn, (clffn_layout)layout, &dwts));
+        cl_command_queue q = clffn_context_queue(ctx);
+        ASSERT_STATUS(clffn_backward(ffn, T, gx.mem, CANARY, gdy.mem, CANARY, gdx.mem, gdx.offset,
+                                     &dwts, 0, q, NULL), CLFFN_ERROR_NO_FORWARD);
+        ASSERT_OK(clffn_forward(ffn, T, gx.mem, CANARY, gy.mem, CANARY, q, NULL));
+        const clffn_device_weights dg = {{d1.mem, CANARY}, {db1.mem, CANARY}, {dv.mem, CANARY},
+                                         {dbv.mem, CANARY}, {d2.mem, CANARY}, {db2.mem, CANARY}};
+        ASSERT_STATUS(clffn_backward(ffn, T + 1, gx.mem, CANARY, gdy.mem, CANARY, NULL, 0, &dg, 0, q, NULL),
+                      CLFFN_ERROR_NO_FORWARD);
+        cl_event ev = NULL;
+        ASSERT_OK(clffn_backward(ffn, T, gx.mem, CANARY, gdy.mem, CANARY, gdx.mem, gdx.offset, &dg, 0, q, &ev));
+        ASSERT_OK(clWaitForEvents(1, &ev));
+        clReleaseEvent(ev);
+        grads_f g = grads_alloc(D, F);
+        guarded_read(ctx, &d1, g.w1), guarded_read(ctx, &dv, g.v), guarded_read(ctx, &d2, g.w2);
+        guarded_read(ctx, &db1, g.b1), guarded_read(ctx, &dbv, g.bv), guarded_read(ctx, &db2, g.b2);
+        guarded_read(ctx, &gdx, dx);
+        grads_d r = grads_d_alloc(D, F);
+        double rdx[6 * 12];
+        const clffn_ref_grads rg = {r.w1, r.b1, r.v, r.bv, r.w2, r.b2};
+        ASSERT_OK(clffn_reference_backward(&c, (clffn_layout)layout, &w.host, T, x, dy, 0, 0, 0, rdx, &rg));
+        assert_close(dx, rdx, T * D, TOL_RTOL, "device-level dx");
+        compare_grads(&c, &g, &r, TOL_RTOL, layout ? "device-level in_out" : "device-level out_in");
+        guarded *all[] = {&d1, &dv, &d2, &db1, &dbv, &db2, &gdx};
+        for (size_t i = 0; i < 7; ++i) { guarded_assert_canaries(ctx, all[i], "gradient buffer"); }
+        clffn_ffn_destroy(ffn);
+        guarded *rel[] = {&gw1, &gv, &gw2, &gb1, &gbv, &gb2, &gx, &gy, &gdy, &gdx, &d1, &dv, &d2, &db1, &dbv, &db2};
+        for (size_t i = 0; i < 16; ++i) { guarded_free(rel[i]); }
+        free(g.block), free(r.block);
+        test_weights_free(&w);
+    }
+    clffn_context_destroy(ctx);
+}
