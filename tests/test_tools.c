@@ -403,6 +403,8 @@ Test(clffn_bench, json_report, .timeout = 120) {
     cr_assert(fabs(parts - num(st, "total_s")) <= 1e-9 + 1e-6 * num(st, "total_s"),
               "stages %.9f vs total %.9f", parts, num(st, "total_s"));
     cr_assert(num(o, "startup_s") > 0);
+    cr_assert(num(o, "backward_best_s") > 0 && num(o, "backward_best_s") <= num(o, "backward_median_s"));
+    cr_assert(fabs(num(o, "backward_over_forward") - num(o, "backward_best_s") / num(o, "best_s")) < 1e-9);
     cJSON_Delete(o);
     /* with the CPU BLAS beside it, when one was found at build time */
     snprintf(cmd, sizeof cmd, "'%s' --json --tokens 9 --d-model 24 --d-ff 64 --reps 3 --compare-cpu",

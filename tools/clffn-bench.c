@@ -63,7 +63,7 @@ static double flops_of(const args *a, size_t tokens) {
 typedef struct device_run {
     clffn_context *ctx;
     clffn_ffn *ffn;
-    cl_mem x, y;
+    cl_mem x, y, dy, dx, g[5]; /* g: dW1 (stacked with dV), db1, dbv, dW2, db2 */
     size_t cap;
 } device_run;
 
@@ -90,11 +90,25 @@ static int device_setup(device_run *r, const args *a, size_t max_tokens) {
     if (err == CL_SUCCESS) {
         r->y = clCreateBuffer(clffn_context_cl_context(r->ctx), CL_MEM_READ_WRITE, bytes, NULL, &err);
     }
-    if (err != CL_SUCCESS) { return fail("allocating x and y", (clffn_status)err); }
+    if (err == CL_SUCCESS) {
+        r->dy = clCreateBuffer(clffn_context_cl_context(r->ctx), CL_MEM_READ_WRITE, bytes, NULL, &err);
+    }
+    if (err == CL_SUCCESS) {
+        r->dx = clCreateBuffer(clffn_context_cl_context(r->ctx), CL_MEM_READ_WRITE, bytes, NULL, &err);
+    }
+    const size_t D = a->d_model, F = a->d_ff, gsz[5] = {(a->gated ? 2 : 1) * D * F, F, F, D * F, D};
+    for (int i = 0; i < 5 && err == CL_SUCCESS; ++i) {
+        r->g[i] = clCreateBuffer(clffn_context_cl_context(r->ctx), CL_MEM_READ_WRITE,
+                                 gsz[i] * sizeof(float), NULL, &err);
+    }
+    if (err != CL_SUCCESS) { return fail("allocating the buffers", (clffn_status)err); }
     float *host = malloc(bytes);
     if (!host) { return fail("allocating x", CLFFN_ERROR_OUT_OF_HOST_MEMORY); }
     for (size_t i = 0; i < max_tokens * a->d_model; ++i) { host[i] = (float)sin(0.01 * (double)i); }
     err = clEnqueueWriteBuffer(clffn_context_queue(r->ctx), r->x, CL_TRUE, 0, bytes, host, 0, NULL, NULL);
+    if (err == CL_SUCCESS) {
+        err = clEnqueueWriteBuffer(clffn_context_queue(r->ctx), r->dy, CL_TRUE, 0, bytes, host, 0, NULL, NULL);
+    }
     free(host);
     if (err != CL_SUCCESS) { return fail("uploading x", (clffn_status)err); }
     r->cap = max_tokens;
@@ -102,8 +116,10 @@ static int device_setup(device_run *r, const args *a, size_t max_tokens) {
 }
 
 static void device_teardown(device_run *r) {
-    if (r->x) { clReleaseMemObject(r->x); }
-    if (r->y) { clReleaseMemObject(r->y); }
+    cl_mem all[] = {r->x, r->y, r->dy, r->dx, r->g[0], r->g[1], r->g[2], r->g[3], r->g[4]};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i) {
+        if (all[i]) { clReleaseMemObject(all[i]); }
+    }
     clffn_ffn_destroy(r->ffn);
     clffn_context_destroy(r->ctx);
 }
@@ -114,6 +130,29 @@ static int device_forward(device_run *r, size_t tokens, clffn_stage_times *stage
     if (st == CLFFN_SUCCESS) { st = (clffn_status)clFinish(q); }
     if (st == CLFFN_SUCCESS && stages) { st = clffn_ffn_stage_times(r->ffn, stages); }
     if (st != CLFFN_SUCCESS) { return fail("forward", st); }
+    return 0;
+}
+
+/* reps timed backwards (each after an untimed forward of the same tokens) */
+static int backward_time(device_run *r, size_t tokens, int reps, timing *t) {
+    double *ts = malloc((size_t)reps * sizeof *ts);
+    if (!ts) { return fail("timing", CLFFN_ERROR_OUT_OF_HOST_MEMORY); }
+    cl_command_queue q = clffn_context_queue(r->ctx);
+    const clffn_device_weights g = {{r->g[0], 0}, {r->g[1], 0}, {NULL, 0},
+                                    {r->g[2], 0}, {r->g[3], 0}, {r->g[4], 0}};
+    for (int i = -2; i < reps; ++i) { /* two warm-ups */
+        if (device_forward(r, tokens, NULL) != 0) { free(ts); return 1; }
+        const double t0 = now_s();
+        clffn_status st = clffn_backward(r->ffn, tokens, r->x, 0, r->dy, 0, r->dx, 0, &g, 0, q, NULL);
+        if (st == CLFFN_SUCCESS) { st = (clffn_status)clFinish(q); }
+        if (st != CLFFN_SUCCESS) {
+            free(ts);
+            return fail("backward", st);
+        }
+        if (i >= 0) { ts[i] = now_s() - t0; }
+    }
+    *t = summarize(ts, reps);
+    free(ts);
     return 0;
 }
 
@@ -354,6 +393,11 @@ int main(int argc, char **argv) {
         device_teardown(&r);
         return 1;
     }
+    timing bt = {0.0, 0.0};
+    if (backward_time(&r, a.tokens, a.reps, &bt) != 0) {
+        device_teardown(&r);
+        return 1;
+    }
     char name[256] = "?";
     clffn_context_device_name(r.ctx, name, sizeof name);
     const double fl = flops_of(&a, a.tokens), n = (double)a.reps;
@@ -389,6 +433,9 @@ int main(int argc, char **argv) {
         cJSON_AddNumberToObject(o, "median_s", t.median_s);
         cJSON_AddNumberToObject(o, "gflops", fl / t.best_s * 1e-9);
         cJSON_AddNumberToObject(o, "startup_s", startup);
+        cJSON_AddNumberToObject(o, "backward_best_s", bt.best_s);
+        cJSON_AddNumberToObject(o, "backward_median_s", bt.median_s);
+        cJSON_AddNumberToObject(o, "backward_over_forward", bt.best_s / t.best_s);
         cJSON *st = cJSON_AddObjectToObject(o, "stages");
         cJSON_AddNumberToObject(st, "gemm1_s", s.gemm1_s);
         cJSON_AddNumberToObject(st, "epilogue1_s", s.epilogue1_s);
@@ -418,6 +465,8 @@ int main(int argc, char **argv) {
                s.gemm1_s * 1e3, s.epilogue1_s * 1e3, s.gemm2_s * 1e3, s.epilogue2_s * 1e3);
         printf("outside GEMMs: %.1f%% of device time; epilogues at %.1f GB/s\n", 100.0 * outside,
                epi_s > 0 ? epi_bytes / epi_s * 1e-9 : 0.0);
+        printf("backward:      best %.3f ms, median %.3f ms: %.2fx the forward\n", bt.best_s * 1e3,
+               bt.median_s * 1e3, bt.best_s / t.best_s);
         printf("startup:       %.3f s from process start to the first result\n", startup);
         if (a.compare_cpu) {
             printf("CPU BLAS FFN:  best %.3f ms, median %.3f ms: %.1f GFLOP/s; clffn / CPU = %.2fx\n",
