@@ -169,10 +169,12 @@ static void run_preset(const preset_case *pc) {
     static const float other[3] = {1, 2, 3};
     ts[n++] = (tensor){"unrelated.tensor", "F32", 1, {3, 0}, other};
 #undef ADD
-    char wpath[128], xpath[128], ypath[128], cmd[1024], out[8192];
+    char wpath[128], xpath[128], ypath[128], dypath[128], gpath[128], cmd[1400], out[8192];
     snprintf(wpath, sizeof wpath, "%s/model.safetensors", dir);
     snprintf(xpath, sizeof xpath, "%s/x.npy", dir);
     snprintf(ypath, sizeof ypath, "%s/y.npy", dir);
+    snprintf(dypath, sizeof dypath, "%s/dy.npy", dir);
+    snprintf(gpath, sizeof gpath, "%s/grads.safetensors", dir);
     write_checkpoint(wpath, ts, n);
     /* input of rank 3: [2, 3, D] */
     const uint64_t xshape[3] = {2, 3, D};
@@ -181,9 +183,15 @@ static void run_preset(const preset_case *pc) {
     fill_uniform(x, T * D, -1, 1, 9);
     char err[CLFFN_IO_ERR];
     cr_assert_eq(clffn_npy_save(xpath, x, 3, xshape, err), 0, "%s", err);
+    float dy[6 * D];
+    fill_uniform(dy, T * D, -1, 1, 10);
+    cr_assert_eq(clffn_npy_save(dypath, dy, 3, xshape, err), 0, "%s", err);
 
-    snprintf(cmd, sizeof cmd, "'%s' --weights '%s' --input '%s' --output '%s' --preset %s --layer %d --verify %s",
-             CLFFN_RUN_PATH, wpath, xpath, ypath, pc->preset, pc->layer, pc->extra_args ? pc->extra_args : "");
+    snprintf(cmd, sizeof cmd,
+             "'%s' --weights '%s' --input '%s' --output '%s' --preset %s --layer %d --verify "
+             "--grad-output '%s' --grads-out '%s' %s",
+             CLFFN_RUN_PATH, wpath, xpath, ypath, pc->preset, pc->layer, dypath, gpath,
+             pc->extra_args ? pc->extra_args : "");
     const int rc = run(cmd, out, sizeof out);
     cr_assert_eq(rc, 0, "%s %s: exit %d:\n%s", pc->preset, pc->dtype, rc, out);
     cr_assert(strstr(out, "PASS") != NULL, "%s", out);
@@ -207,6 +215,35 @@ static void run_preset(const preset_case *pc) {
     assert_mostly_nonzero(ref, T * D, 0.9, pc->preset);
     assert_close(y.data, ref, T * D, act_rtol(pc->act), pc->preset);
     clffn_npy_free(&y);
+
+    /* the gradients, under the checkpoint's names, against the reference backward */
+    double rw1[D * F], rv[D * F], rw2[D * F], rb1[F], rbv[F], rb2[D], rdx[6 * D];
+    const clffn_ref_grads rg = {rw1, rb1, rv, rbv, rw2, rb2};
+    ASSERT_OK(clffn_reference_backward(&c, pc->layout, &hw, T, x, dy, 0, 0, 0, rdx, &rg));
+    clffn_st_file gf;
+    cr_assert_eq(clffn_st_open(gpath, &gf, err), 0, "%s", err);
+    const struct { const char *pattern; const double *ref; size_t n; } want[] = {
+        {pc->w1, rw1, D * F}, {pc->b1, rb1, F}, {pc->v, rv, D * F}, {pc->bv, rbv, F},
+        {pc->w2, rw2, D * F}, {pc->b2, rb2, D}, {"input", rdx, T * D}};
+    size_t found = 0;
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; ++i) {
+        if (!want[i].pattern) { continue; }
+        char name[96];
+        snprintf(name, sizeof name, want[i].pattern, pc->layer);
+        const clffn_st_tensor *t = clffn_st_find(&gf, name);
+        cr_assert_not_null(t, "%s: no gradient '%s'", pc->preset, name);
+        cr_assert_eq(t->numel, want[i].n);
+        float *g = malloc(want[i].n * sizeof *g);
+        cr_assert_eq(clffn_st_read_f32(&gf, t, g, err), 0);
+        char what[160];
+        snprintf(what, sizeof what, "%s gradient %s", pc->preset, name);
+        assert_close(g, want[i].ref, want[i].n, act_rtol(pc->act), what);
+        free(g);
+        ++found;
+    }
+    cr_assert_eq(gf.count, found, "%s: %zu tensors in the gradient file, %zu expected", pc->preset,
+                 gf.count, found);
+    clffn_st_close(&gf);
     free(w1), free(v), free(w2), free(b1), free(bv), free(b2);
     remove_dir();
 }
@@ -292,6 +329,11 @@ Test(clffn_run, refusals) {
     expect_refusal("--bogus", 2, "unknown argument", NULL);
     expect_refusal("--weights only.safetensors", 2, "go together", NULL);
     expect_refusal("--activation gelu", 2, "--weights", NULL);
+    snprintf(args, sizeof args, "--weights '%s' --input '%s' --output '%s' --grad-output '%s'", w, x, y, x);
+    expect_refusal(args, 2, "go together", y);
+    snprintf(args, sizeof args, "--weights '%s' --input '%s' --output '%s' --grad-output '%s' "
+             "--grads-out '%s/g.safetensors'", w, x, y, x_bad, dir);
+    expect_refusal(args, 2, "x_bad.npy: shape differs", y);
     snprintf(args, sizeof args, "--weights '%s' --input '%s' --output '%s' --preset nope", w, x, y);
     expect_refusal(args, 2, "unknown preset", y);
     snprintf(args, sizeof args, "--weights '%s' --input '%s' --output '%s' --dropout 1.5", w, x, y);

@@ -53,6 +53,9 @@ static void usage(FILE *f) {
         "  --device SPEC      \"platform:device\" or a name substring (default: CLFFN_DEVICE,\n"
         "                     else the first GPU, else the first device)\n"
         "  --verify           compare with the CPU reference and print the error\n"
+        "  --grad-output DY.npy --grads-out G.safetensors\n"
+        "                     backward pass for dL/dy = DY (the output's shape): writes the gradient\n"
+        "                     of every weight tensor under its own name, and 'input' for dL/dx\n"
         "Weights may be F32, F16, BF16 or F64; inputs '<f4', '<f8' or '<f2'.\n");
 }
 
@@ -85,6 +88,7 @@ static const preset presets[] = {
 
 typedef struct options {
     const char *weights, *input, *output, *device;
+    const char *grad_output, *grads_out; /* dy in, gradients out */
     const preset *preset;
     int layer;
     int have_act, act_gated, gated_flag;
@@ -197,6 +201,12 @@ static int parse_args(int argc, char **argv, options *o) {
             o->residual = 1;
         } else if (!strcmp(a, "--verify")) {
             o->verify = 1;
+        } else if (!strcmp(a, "--grad-output")) {
+            NEEDS_VALUE;
+            o->grad_output = val;
+        } else if (!strcmp(a, "--grads-out")) {
+            NEEDS_VALUE;
+            o->grads_out = val;
         } else {
             fprintf(stderr, "clffn-run: unknown argument '%s'\n", a);
             return -1;
@@ -204,10 +214,15 @@ static int parse_args(int argc, char **argv, options *o) {
 #undef NEEDS_VALUE
     }
     const int ckpt_only = o->have_act || o->gated_flag || o->dropout > 0.0f || o->train ||
-                          o->seed || o->residual || o->verify || o->layer ||
+                          o->seed || o->residual || o->verify || o->layer || o->grad_output ||
+                          o->grads_out ||
                           o->preset != &presets[0];
     if (!o->weights && ckpt_only) {
         fprintf(stderr, "clffn-run: these options apply to --weights runs (the demo takes only --device)\n");
+        return -1;
+    }
+    if (!o->grad_output != !o->grads_out) {
+        fprintf(stderr, "clffn-run: --grad-output and --grads-out go together\n");
         return -1;
     }
     const int any = o->weights || o->input || o->output;
@@ -261,6 +276,70 @@ static int take(const clffn_st_file *f, const char *file, const clffn_st_tensor 
         return -1;
     }
     return 0;
+}
+
+/* The backward pass for --grad-output: dy must have the output's shape; the gradients are
+ * written under the checkpoint's own names (the prefix found included) and 'input'. Returns 0, or
+ * -1 with *rc set (2 for a bad file, 1 for a runtime failure). */
+static int run_backward(const options *o, const clffn_st_file *st, clffn_ffn *ffn, const loaded *L,
+                        const clffn_st_tensor *const t[6], const clffn_npy *x, size_t T, int *rc) {
+    (void)st, (void)L;
+    char err[CLFFN_IO_ERR];
+    clffn_npy dy = {0};
+    if (clffn_npy_load(o->grad_output, &dy, err) != 0) {
+        fprintf(stderr, "clffn-run: %s: %s\n", o->grad_output, err);
+        *rc = EXIT_USAGE;
+        return -1;
+    }
+    int same = dy.rank == x->rank;
+    for (size_t k = 0; same && k < x->rank; ++k) { same = dy.shape[k] == x->shape[k]; }
+    if (!same) {
+        fprintf(stderr, "clffn-run: %s: shape differs from the output's (the input's shape)\n",
+                o->grad_output);
+        clffn_npy_free(&dy);
+        *rc = EXIT_USAGE;
+        return -1;
+    }
+    /* one array per present tensor, in the tensor's own shape */
+    float *arr[6] = {NULL};
+    for (int i = 0; i < 6; ++i) {
+        if (t[i] && !(arr[i] = calloc((size_t)(t[i]->numel ? t[i]->numel : 1), sizeof(float)))) {
+            fprintf(stderr, "clffn-run: out of memory for gradients\n");
+            for (int k = 0; k < i; ++k) { free(arr[k]); }
+            clffn_npy_free(&dy);
+            *rc = EXIT_RUNTIME;
+            return -1;
+        }
+    }
+    float *dx = malloc((size_t)(x->numel ? x->numel : 1) * sizeof *dx);
+    const clffn_weight_arrays ga = {arr[0], arr[1], arr[2], arr[3], arr[4], arr[5]};
+    clffn_status s = dx ? clffn_backward_host(ffn, T, x->data, (size_t)x->numel, dy.data,
+                                              (size_t)dy.numel, dx, (size_t)x->numel, &ga, 0)
+                        : CLFFN_ERROR_OUT_OF_HOST_MEMORY;
+    int ret = 0;
+    if (s != CLFFN_SUCCESS) {
+        fail("backward pass", s);
+        *rc = EXIT_RUNTIME;
+        ret = -1;
+    } else {
+        clffn_st_out outs[7];
+        size_t n = 0;
+        for (int i = 0; i < 6; ++i) {
+            if (t[i]) { outs[n++] = (clffn_st_out){t[i]->name, t[i]->rank, t[i]->shape, arr[i]}; }
+        }
+        outs[n++] = (clffn_st_out){"input", x->rank, x->shape, dx};
+        if (clffn_st_write(o->grads_out, outs, n, err) != 0) {
+            fprintf(stderr, "clffn-run: %s: %s\n", o->grads_out, err);
+            *rc = EXIT_RUNTIME;
+            ret = -1;
+        } else {
+            printf("gradients: %zu tensors and 'input' written to %s\n", n - 1, o->grads_out);
+        }
+    }
+    for (int i = 0; i < 6; ++i) { free(arr[i]); }
+    free(dx);
+    clffn_npy_free(&dy);
+    return ret;
 }
 
 static int run_checkpoint(const options *o) {
@@ -402,6 +481,10 @@ static int run_checkpoint(const options *o) {
         printf("max error: %.3g vs CPU reference in double (tolerance %.3g): %s\n", max_err, tol,
                max_err <= tol ? "PASS" : "FAIL");
         if (!(max_err <= tol)) { goto done; }
+    }
+    if (o->grad_output && run_backward(o, &st, ffn, &L, (const clffn_st_tensor *[]){tw1, tb1, tv, tbv, tw2, tb2},
+                                       &x, T, &rc) != 0) {
+        goto done;
     }
     if (clffn_npy_save(o->output, y, x.rank, x.shape, err) != 0) {
         fprintf(stderr, "clffn-run: %s: %s\n", o->output, err);
