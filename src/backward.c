@@ -41,11 +41,6 @@ static clffn_status ensure_backward_workspace(clffn_ffn *ffn, size_t tokens) {
     return CLFFN_SUCCESS;
 }
 
-#define SET_ARG(k, i, v)                                                             \
-    do {                                                                             \
-        if (err == CL_SUCCESS) { err = clSetKernelArg((k), (i), sizeof(v), &(v)); } \
-    } while (0)
-
 static cl_int column_sums(clffn_ffn *ffn, cl_mem m, size_t m_off, size_t ld, size_t rows, size_t n,
                           const clffn_buffer *out, int accumulate, cl_command_queue q) {
     cl_kernel k = ffn->column_sums;

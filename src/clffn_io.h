@@ -13,6 +13,10 @@
 #define CLFFN_IO_ERR 256     /* size of an error buffer */
 #define CLFFN_IO_MAX_RANK 16 /* more dimensions than any checkpoint uses: refused */
 
+/* Formats one line into err (CLFFN_IO_ERR bytes) and returns -1: every loader error goes
+ * through it. */
+int clffn__io_fail(char *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 /* ------------------------------------------------------------------------------------------ */
 /* Element types */
 

@@ -386,11 +386,6 @@ cl_int clffn__launch(clffn_ffn *ffn, cl_kernel k, size_t columns, size_t tokens,
     return clEnqueueNDRangeKernel(queue, k, 2, NULL, global, ls ? local : NULL, 0, NULL, event);
 }
 
-#define SET_ARG(k, i, v)                                                        \
-    do {                                                                        \
-        if (err == CL_SUCCESS) { err = clSetKernelArg((k), (i), sizeof(v), &(v)); } \
-    } while (0)
-
 static cl_int enqueue_epilogue1(clffn_ffn *ffn, size_t tokens, cl_command_queue queue,
                                 cl_event *event) {
     const clffn_config *c = &ffn->cfg;

@@ -127,6 +127,13 @@ void clffn__apply_tuning(clffn_context *ctx);
 const char *clffn__builtin_profile(cl_device_id device);
 clffn_status clffn__apply_profile_text(cl_device_id device, const char *json);
 
+/* Sets kernel argument i while err (a cl_int in scope) is still CL_SUCCESS, so a run of them
+ * stops at the first failure. Shared by the forward (ffn.c) and the backward (backward.c). */
+#define SET_ARG(k, i, v)                                                             \
+    do {                                                                             \
+        if (err == CL_SUCCESS) { err = clSetKernelArg((k), (i), sizeof(v), &(v)); } \
+    } while (0)
+
 /* Shared by the forward (ffn.c) and the backward (backward.c). */
 clffn_status clffn__check_buffer(const clffn_context *ctx, cl_mem mem, size_t offset, size_t count);
 clffn_status clffn__check_queue(const clffn_context *ctx, cl_command_queue queue);

@@ -2,10 +2,19 @@
 #include "clffn_io.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+int clffn__io_fail(char *err, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, CLFFN_IO_ERR, fmt, ap);
+    va_end(ap);
+    return -1;
+}
 
 static const struct {
     const char *name;

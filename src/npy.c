@@ -8,18 +8,11 @@
 #include "clffn_io.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static int fail(char *err, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, CLFFN_IO_ERR, fmt, ap);
-    va_end(ap);
-    return -1;
-}
+#define fail clffn__io_fail
 
 typedef struct cursor {
     const char *p, *end;

@@ -11,7 +11,6 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,13 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static int fail(char *err, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, CLFFN_IO_ERR, fmt, ap);
-    va_end(ap);
-    return -1;
-}
+#define fail clffn__io_fail
 
 /* Strict UTF-8: no overlong forms, no surrogates, nothing above U+10FFFF. */
 static size_t utf8_invalid_at(const uint8_t *s, size_t n) {
