@@ -27,11 +27,7 @@ __kernel void clffn_epilogue1_backward(__global const float *restrict dh,
   for (ulong j = j0; j < j0 + 4 && j < d_ff; ++j) {
     float d = dh[t * d_ff + j];
     #if CLFFN_DROPOUT
-      const ulong e = t * d_ff + j;
-      const uint4 r = clffn_philox(clffn_philox_counter(rng_offset, e), key);
-      const uint lane = (uint)(e & 3);
-      const uint word = lane == 0 ? r.x : lane == 1 ? r.y : lane == 2 ? r.z : r.w;
-      d = CLFFN_DROP(d, word);
+      d = CLFFN_DROP(d, clffn_philox_word(rng_offset, t * d_ff + j, key));
     #endif
     float a = zrow[j];
     if (flags & CLFFN_F_BIAS1) { a += b1[b1_off + j]; }

@@ -74,11 +74,7 @@ __kernel void clffn_epilogue1(__global const float *restrict z, const ulong ldz,
     #endif
     #if CLFFN_DROPOUT
       // Rows need not start on a Philox block here, so each element finds its own word.
-      const ulong e = t * d_ff + j;
-      const uint4 r = clffn_philox(clffn_philox_counter(rng_offset, e), key);
-      const uint lane = (uint)(e & 3);
-      const uint word = lane == 0 ? r.x : lane == 1 ? r.y : lane == 2 ? r.z : r.w;
-      v = CLFFN_DROP(v, word);
+      v = CLFFN_DROP(v, clffn_philox_word(rng_offset, t * d_ff + j, key));
     #endif
     hrow[j] = v;
   }

@@ -34,6 +34,13 @@ inline uint4 clffn_philox_counter(const ulong offset, const ulong e) {
   return (uint4)((uint)c, (uint)(c >> 32), 0u, 0u);
 }
 
+// The dropout word of hidden element e: word e mod 4 of its counter's Philox output.
+inline uint clffn_philox_word(const ulong offset, const ulong e, const uint2 key) {
+  const uint4 r = clffn_philox(clffn_philox_counter(offset, e), key);
+  const uint lane = (uint)(e & 3);
+  return lane == 0 ? r.x : lane == 1 ? r.y : lane == 2 ? r.z : r.w;
+}
+
 // Raw generator output for the known-answer tests: out[0..3] = philox(counter, key).
 __kernel void clffn_philox_raw(__global uint *out, const uint4 counter, const uint2 key) {
   const uint4 r = clffn_philox(counter, key);

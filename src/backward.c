@@ -18,9 +18,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define F_BIAS1 1u
-#define F_BIAS_GATE 2u
-
 static size_t n1(const clffn_config *c) { return c->gated ? 2 * c->d_ff : c->d_ff; }
 
 static clffn_status ensure_backward_workspace(clffn_ffn *ffn, size_t tokens) {
@@ -64,32 +61,15 @@ static cl_int epilogue_backward(clffn_ffn *ffn, size_t tokens, cl_command_queue 
     const clffn_config *c = &ffn->cfg;
     const int drop = ffn->last_drop;
     cl_kernel k = drop ? ffn->backward1_train : ffn->backward1;
-    const cl_ulong ldz = n1(c), T = tokens, F = c->d_ff;
-    const cl_mem b1 = c->bias1 ? ffn->b1.mem : ffn->z;
-    const cl_mem bv = c->gated && c->bias_gate ? ffn->bv.mem : ffn->z;
-    const cl_ulong b1_off = c->bias1 ? ffn->b1.offset : 0;
-    const cl_ulong bv_off = c->gated && c->bias_gate ? ffn->bv.offset : 0;
-    const cl_uint flags = (c->bias1 ? F_BIAS1 : 0) | (c->gated && c->bias_gate ? F_BIAS_GATE : 0);
-    const cl_ulong thresh = drop ? clffn__drop_threshold(ffn->last_p) : 0;
-    const cl_float scale = drop ? clffn__drop_scale(ffn->last_p) : 1.0f;
-    const cl_uint2 key = {{(cl_uint)ffn->seed, (cl_uint)(ffn->seed >> 32)}};
-    const cl_ulong off = ffn->last_rng_offset;
+    const cl_ulong ldz = n1(c);
     cl_int err = k ? CL_SUCCESS : CL_INVALID_KERNEL;
     SET_ARG(k, 0, ffn->dh);
     SET_ARG(k, 1, ffn->z);
     SET_ARG(k, 2, ldz);
     SET_ARG(k, 3, ffn->dz);
-    SET_ARG(k, 4, b1);
-    SET_ARG(k, 5, b1_off);
-    SET_ARG(k, 6, bv);
-    SET_ARG(k, 7, bv_off);
-    SET_ARG(k, 8, flags);
-    SET_ARG(k, 9, T);
-    SET_ARG(k, 10, F);
-    SET_ARG(k, 11, thresh);
-    SET_ARG(k, 12, scale);
-    SET_ARG(k, 13, key);
-    SET_ARG(k, 14, off);
+    if (err == CL_SUCCESS) {
+        err = clffn__set_epilogue1_args(ffn, k, 4, tokens, drop, ffn->last_p, ffn->last_rng_offset);
+    }
     if (err == CL_SUCCESS) { err = clffn__launch(ffn, k, c->d_ff, tokens, q, NULL); }
     return err;
 }

@@ -391,34 +391,16 @@ static cl_int enqueue_epilogue1(clffn_ffn *ffn, size_t tokens, cl_command_queue 
     const clffn_config *c = &ffn->cfg;
     const bool drop = ffn->training && c->dropout > 0.0f;
     cl_kernel k = drop ? ffn->epilogue1_train : ffn->epilogue1;
-    const cl_ulong ldz = n1_of(c), T = tokens, F = c->d_ff;
-    /* a bias that is off is never read; any valid buffer stands in for it */
-    const cl_mem b1 = c->bias1 ? ffn->b1.mem : ffn->z;
-    const cl_mem bv = c->gated && c->bias_gate ? ffn->bv.mem : ffn->z;
-    const cl_ulong b1_off = c->bias1 ? ffn->b1.offset : 0;
-    const cl_ulong bv_off = c->gated && c->bias_gate ? ffn->bv.offset : 0;
-    const cl_uint flags = (c->bias1 ? F_BIAS1 : 0) | (c->gated && c->bias_gate ? F_BIAS_GATE : 0);
-    const cl_uint vec = (F % 4) == 0;
-    const cl_ulong thresh = drop ? clffn__drop_threshold(c->dropout) : 0;
-    const cl_float scale = drop ? clffn__drop_scale(c->dropout) : 1.0f;
-    const cl_uint2 key = {{(cl_uint)ffn->seed, (cl_uint)(ffn->seed >> 32)}};
-    const cl_ulong rng_offset = ffn->rng_offset;
+    const cl_ulong ldz = n1_of(c);
+    const cl_uint vec = (c->d_ff % 4) == 0;
     cl_int err = CL_SUCCESS;
     SET_ARG(k, 0, ffn->z);
     SET_ARG(k, 1, ldz);
     SET_ARG(k, 2, ffn->h);
-    SET_ARG(k, 3, b1);
-    SET_ARG(k, 4, b1_off);
-    SET_ARG(k, 5, bv);
-    SET_ARG(k, 6, bv_off);
-    SET_ARG(k, 7, flags);
+    if (err == CL_SUCCESS) {
+        err = clffn__set_epilogue1_args(ffn, k, 3, tokens, drop, c->dropout, ffn->rng_offset);
+    }
     SET_ARG(k, 8, vec);
-    SET_ARG(k, 9, T);
-    SET_ARG(k, 10, F);
-    SET_ARG(k, 11, thresh);
-    SET_ARG(k, 12, scale);
-    SET_ARG(k, 13, key);
-    SET_ARG(k, 14, rng_offset);
     if (err == CL_SUCCESS) { err = clffn__launch(ffn, k, c->d_ff, tokens, queue, event); }
     return err;
 }
@@ -445,6 +427,34 @@ static cl_int enqueue_epilogue2(clffn_ffn *ffn, size_t tokens, cl_mem x, size_t 
     SET_ARG(k, 9, T);
     SET_ARG(k, 10, D);
     if (err == CL_SUCCESS) { err = clffn__launch(ffn, k, c->d_model, tokens, queue, event); }
+    return err;
+}
+
+cl_int clffn__set_epilogue1_args(clffn_ffn *ffn, cl_kernel k, cl_uint bias_index, size_t tokens,
+                                 int drop, float p, uint64_t rng_offset) {
+    const clffn_config *c = &ffn->cfg;
+    /* a bias that is off is never read; any valid buffer stands in for it */
+    const cl_mem b1 = c->bias1 ? ffn->b1.mem : ffn->z;
+    const cl_mem bv = c->gated && c->bias_gate ? ffn->bv.mem : ffn->z;
+    const cl_ulong b1_off = c->bias1 ? ffn->b1.offset : 0;
+    const cl_ulong bv_off = c->gated && c->bias_gate ? ffn->bv.offset : 0;
+    const cl_uint flags = (c->bias1 ? F_BIAS1 : 0) | (c->gated && c->bias_gate ? F_BIAS_GATE : 0);
+    const cl_ulong T = tokens, F = c->d_ff, off = rng_offset;
+    const cl_ulong thresh = drop ? clffn__drop_threshold(p) : 0;
+    const cl_float scale = drop ? clffn__drop_scale(p) : 1.0f;
+    const cl_uint2 key = {{(cl_uint)ffn->seed, (cl_uint)(ffn->seed >> 32)}};
+    cl_int err = CL_SUCCESS;
+    SET_ARG(k, bias_index, b1);
+    SET_ARG(k, bias_index + 1, b1_off);
+    SET_ARG(k, bias_index + 2, bv);
+    SET_ARG(k, bias_index + 3, bv_off);
+    SET_ARG(k, bias_index + 4, flags);
+    SET_ARG(k, 9, T);
+    SET_ARG(k, 10, F);
+    SET_ARG(k, 11, thresh);
+    SET_ARG(k, 12, scale);
+    SET_ARG(k, 13, key);
+    SET_ARG(k, 14, off);
     return err;
 }
 

@@ -137,6 +137,10 @@ clffn_status clffn__apply_profile_text(cl_device_id device, const char *json);
 /* Shared by the forward (ffn.c) and the backward (backward.c). */
 clffn_status clffn__check_buffer(const clffn_context *ctx, cl_mem mem, size_t offset, size_t count);
 clffn_status clffn__check_queue(const clffn_context *ctx, cl_command_queue queue);
+/* Sets the arguments epilogue 1 and its backward share: the biases (b1, b1_off, bv, bv_off,
+ * flags) from bias_index on, and tokens, d_ff and the dropout state at 9..14. */
+cl_int clffn__set_epilogue1_args(clffn_ffn *ffn, cl_kernel k, cl_uint bias_index, size_t tokens,
+                                 int drop, float p, uint64_t rng_offset);
 /* Enqueues a (columns/4, T) element-wise launch of k. */
 cl_int clffn__launch(clffn_ffn *ffn, cl_kernel k, size_t columns, size_t tokens,
                      cl_command_queue queue, cl_event *event);
