@@ -27,8 +27,11 @@
 #elif CLFFN_ACT == CLFFN_ACT_GELU
   #define CLFFN_ACTIVATE(x) (0.5f * (x) * (1.0f + erf((x) * CLFFN_SQRT1_2)))
 #elif CLFFN_ACT == CLFFN_ACT_GELU_TANH
-  #define CLFFN_ACTIVATE(x) \
-    (0.5f * (x) * (1.0f + tanh(CLFFN_SQRT2_PI * ((x) + CLFFN_GELU_CUBE * (x) * (x) * (x)))))
+  // 0.5·(1 + tanh(u)) written as 1 / (1 + exp(-2u)), the same function: POCL's tanh returns
+  // -0.99999994 for large negative u (within OpenCL's 5-ulp bound), which made gelu_tanh(-100)
+  // -3e-6 instead of -0 and gelu_tanh(-Inf) -Inf instead of the formula's NaN (-Inf · 0).
+  #define CLFFN_GELU_TANH_U(x) (CLFFN_SQRT2_PI * ((x) + CLFFN_GELU_CUBE * (x) * (x) * (x)))
+  #define CLFFN_ACTIVATE(x) ((x) / (1.0f + exp(-2.0f * CLFFN_GELU_TANH_U(x))))
 #elif CLFFN_ACT == CLFFN_ACT_SILU
   #define CLFFN_ACTIVATE(x) ((x) / (1.0f + exp(-(x))))
 #elif CLFFN_ACT == CLFFN_ACT_SIGMOID
@@ -47,10 +50,10 @@
   #define CLFFN_ACTIVATE_GRAD(x) \
     (0.5f * (1.0f + erf((x) * CLFFN_SQRT1_2)) + (x) * exp(-0.5f * (x) * (x)) * CLFFN_INV_SQRT_2PI)
 #elif CLFFN_ACT == CLFFN_ACT_GELU_TANH
+  // with s = 0.5·(1 + tanh(u)) = 1 / (1 + exp(-2u)): 1 - tanh(u)² = 4·s·(1 - s)
   inline float clffn_gelu_tanh_grad(const float x) {
-    const float t = tanh(CLFFN_SQRT2_PI * (x + CLFFN_GELU_CUBE * x * x * x));
-    return 0.5f * (1.0f + t) +
-           0.5f * x * (1.0f - t * t) * CLFFN_SQRT2_PI * (1.0f + 3.0f * CLFFN_GELU_CUBE * x * x);
+    const float s = 1.0f / (1.0f + exp(-2.0f * CLFFN_GELU_TANH_U(x)));
+    return s + 2.0f * x * s * (1.0f - s) * CLFFN_SQRT2_PI * (1.0f + 3.0f * CLFFN_GELU_CUBE * x * x);
   }
   #define CLFFN_ACTIVATE_GRAD(x) clffn_gelu_tanh_grad(x)
 #elif CLFFN_ACT == CLFFN_ACT_SILU

@@ -27,9 +27,11 @@
 #define CLFFN_F_BIAS2     4u
 #define CLFFN_F_RESIDUAL  8u
 
-// Dropout of one element: kept values are scaled by 1/(1-p), dropped ones are exactly 0.
-// drop_threshold = round(p * 2^32), so p = 0 keeps all and p = 1 drops all.
-#define CLFFN_DROP(v, word) (((ulong)(word) < drop_threshold) ? 0.0f : (v) * drop_scale)
+// Dropout of one element: kept values are scaled by 1/(1-p), dropped ones multiplied by 0, as
+// PyTorch does (input * mask): a finite value becomes 0, while NaN and Inf stay NaN, so dropout
+// never hides a non-finite hidden value. drop_threshold = round(p * 2^32): p = 0 keeps all and
+// p = 1 drops all.
+#define CLFFN_DROP(v, word) ((v) * (((ulong)(word) < drop_threshold) ? 0.0f : drop_scale))
 
 __kernel void clffn_epilogue1(__global const float *restrict z, const ulong ldz,
                               __global float *restrict h,

@@ -23,11 +23,11 @@ static size_t n1(const clffn_config *c) { return c->gated ? 2 * c->d_ff : c->d_f
 static clffn_status ensure_backward_workspace(clffn_ffn *ffn, size_t tokens) {
     if (tokens <= ffn->bws_tokens) { return CLFFN_SUCCESS; }
     cl_int err;
-    cl_mem dh = clCreateBuffer(ffn->ctx->context, CL_MEM_READ_WRITE,
-                               tokens * ffn->cfg.d_ff * sizeof(float), NULL, &err);
+    cl_mem dh = clffn__buffer(ffn->ctx, CL_MEM_READ_WRITE,
+                               tokens * ffn->cfg.d_ff * sizeof(float), &err);
     if (err != CL_SUCCESS) { return (clffn_status)err; }
-    cl_mem dz = clCreateBuffer(ffn->ctx->context, CL_MEM_READ_WRITE,
-                               tokens * n1(&ffn->cfg) * sizeof(float), NULL, &err);
+    cl_mem dz = clffn__buffer(ffn->ctx, CL_MEM_READ_WRITE,
+                               tokens * n1(&ffn->cfg) * sizeof(float), &err);
     if (err != CL_SUCCESS) {
         clReleaseMemObject(dh);
         return (clffn_status)err;
@@ -117,13 +117,13 @@ clffn_status clffn_backward(clffn_ffn *ffn, size_t tokens, cl_mem x, size_t x_of
     const CLBlastTranspose N = CLBlastTransposeNo, Y = CLBlastTransposeYes;
     cl_int err;
     /* dh = dy·W2 (W2 [D, F] OUT_IN, [F, D] IN_OUT) */
-    err = CLBlastSgemm(R, N, oi ? N : Y, T, F, D, 1.0f, dy, dy_offset, D, ffn->w2.mem,
+    err = clffn__sgemm(ffn, R, N, oi ? N : Y, T, F, D, 1.0f, dy, dy_offset, D, ffn->w2.mem,
                        ffn->w2.offset, oi ? F : D, 0.0f, ffn->dh, 0, F, &queue, NULL);
     /* dW2 */
     if (err == CL_SUCCESS) {
-        err = oi ? CLBlastSgemm(R, Y, N, D, F, T, 1.0f, dy, dy_offset, D, ffn->h, 0, F, beta,
+        err = oi ? clffn__sgemm(ffn, R, Y, N, D, F, T, 1.0f, dy, dy_offset, D, ffn->h, 0, F, beta,
                                 g->w2.mem, g->w2.offset, F, &queue, NULL)
-                 : CLBlastSgemm(R, Y, N, F, D, T, 1.0f, ffn->h, 0, F, dy, dy_offset, D, beta,
+                 : clffn__sgemm(ffn, R, Y, N, F, D, T, 1.0f, ffn->h, 0, F, dy, dy_offset, D, beta,
                                 g->w2.mem, g->w2.offset, D, &queue, NULL);
     }
     if (err == CL_SUCCESS && c->bias2) { err = column_sums(ffn, dy, dy_offset, D, T, D, &g->b2, accumulate, queue); }
@@ -136,16 +136,16 @@ clffn_status clffn_backward(clffn_ffn *ffn, size_t tokens, cl_mem x, size_t x_of
     if (err == CL_SUCCESS) {
         if (!c->gated || stacked_g) {
             const size_t M = c->gated ? N1 : F;
-            err = oi ? CLBlastSgemm(R, Y, N, M, D, T, 1.0f, ffn->dz, 0, N1, x, x_offset, D, beta,
+            err = oi ? clffn__sgemm(ffn, R, Y, N, M, D, T, 1.0f, ffn->dz, 0, N1, x, x_offset, D, beta,
                                     g->w1.mem, g->w1.offset, D, &queue, NULL)
-                     : CLBlastSgemm(R, Y, N, D, M, T, 1.0f, x, x_offset, D, ffn->dz, 0, N1, beta,
+                     : clffn__sgemm(ffn, R, Y, N, D, M, T, 1.0f, x, x_offset, D, ffn->dz, 0, N1, beta,
                                     g->w1.mem, g->w1.offset, M, &queue, NULL);
         } else {
             const clffn_buffer *dst[2] = {&g->w1, &g->v};
             for (int h = 0; h < 2 && err == CL_SUCCESS; ++h) {
-                err = oi ? CLBlastSgemm(R, Y, N, F, D, T, 1.0f, ffn->dz, h * F, N1, x, x_offset, D,
+                err = oi ? clffn__sgemm(ffn, R, Y, N, F, D, T, 1.0f, ffn->dz, h * F, N1, x, x_offset, D,
                                         beta, dst[h]->mem, dst[h]->offset, D, &queue, NULL)
-                         : CLBlastSgemm(R, Y, N, D, F, T, 1.0f, x, x_offset, D, ffn->dz, h * F, N1,
+                         : clffn__sgemm(ffn, R, Y, N, D, F, T, 1.0f, x, x_offset, D, ffn->dz, h * F, N1,
                                         beta, dst[h]->mem, dst[h]->offset, F, &queue, NULL);
             }
         }
@@ -160,12 +160,12 @@ clffn_status clffn_backward(clffn_ffn *ffn, size_t tokens, cl_mem x, size_t x_of
         }
         if (err == CL_SUCCESS && (!c->gated || ffn->stacked)) {
             const size_t K = c->gated ? N1 : F;
-            err = CLBlastSgemm(R, N, oi ? N : Y, T, D, K, 1.0f, ffn->dz, 0, N1, ffn->w1.mem,
+            err = clffn__sgemm(ffn, R, N, oi ? N : Y, T, D, K, 1.0f, ffn->dz, 0, N1, ffn->w1.mem,
                                ffn->w1.offset, oi ? D : K, b, dx, dx_offset, D, &queue, NULL);
         } else if (err == CL_SUCCESS) {
             const clffn_bound *w[2] = {&ffn->w1, &ffn->v};
             for (int h = 0; h < 2 && err == CL_SUCCESS; ++h) {
-                err = CLBlastSgemm(R, N, oi ? N : Y, T, D, F, 1.0f, ffn->dz, h * F, N1, w[h]->mem,
+                err = clffn__sgemm(ffn, R, N, oi ? N : Y, T, D, F, 1.0f, ffn->dz, h * F, N1, w[h]->mem,
                                    w[h]->offset, oi ? D : F, h ? 1.0f : b, dx, dx_offset, D, &queue,
                                    NULL);
             }
@@ -228,13 +228,12 @@ static clffn_status ensure_backward_io(clffn_ffn *ffn, size_t tokens) {
     const clffn_config *c = &ffn->cfg;
     const size_t D = c->d_model, F = c->d_ff;
     cl_int err = CL_SUCCESS;
-    cl_context cx = ffn->ctx->context;
     if (!ffn->g_w1) { /* gradients: allocated once per FFN */
-        ffn->g_w1 = clCreateBuffer(cx, CL_MEM_READ_WRITE, n1(c) * D * 4, NULL, &err);
-        if (err == CL_SUCCESS) { ffn->g_w2 = clCreateBuffer(cx, CL_MEM_READ_WRITE, D * F * 4, NULL, &err); }
-        if (err == CL_SUCCESS) { ffn->g_b1 = clCreateBuffer(cx, CL_MEM_READ_WRITE, F * 4, NULL, &err); }
-        if (err == CL_SUCCESS) { ffn->g_bv = clCreateBuffer(cx, CL_MEM_READ_WRITE, F * 4, NULL, &err); }
-        if (err == CL_SUCCESS) { ffn->g_b2 = clCreateBuffer(cx, CL_MEM_READ_WRITE, D * 4, NULL, &err); }
+        ffn->g_w1 = clffn__buffer(ffn->ctx, CL_MEM_READ_WRITE, n1(c) * D * 4, &err);
+        if (err == CL_SUCCESS) { ffn->g_w2 = clffn__buffer(ffn->ctx, CL_MEM_READ_WRITE, D * F * 4, &err); }
+        if (err == CL_SUCCESS) { ffn->g_b1 = clffn__buffer(ffn->ctx, CL_MEM_READ_WRITE, F * 4, &err); }
+        if (err == CL_SUCCESS) { ffn->g_bv = clffn__buffer(ffn->ctx, CL_MEM_READ_WRITE, F * 4, &err); }
+        if (err == CL_SUCCESS) { ffn->g_b2 = clffn__buffer(ffn->ctx, CL_MEM_READ_WRITE, D * 4, &err); }
         if (err != CL_SUCCESS) {
             cl_mem *gs[] = {&ffn->g_w1, &ffn->g_w2, &ffn->g_b1, &ffn->g_bv, &ffn->g_b2};
             for (int i = 0; i < 5; ++i) {
@@ -245,8 +244,8 @@ static clffn_status ensure_backward_io(clffn_ffn *ffn, size_t tokens) {
         }
     }
     if (tokens > ffn->bio_tokens) {
-        cl_mem a = clCreateBuffer(cx, CL_MEM_READ_WRITE, tokens * D * 4, NULL, &err);
-        cl_mem b = err == CL_SUCCESS ? clCreateBuffer(cx, CL_MEM_READ_WRITE, tokens * D * 4, NULL, &err) : NULL;
+        cl_mem a = clffn__buffer(ffn->ctx, CL_MEM_READ_WRITE, tokens * D * 4, &err);
+        cl_mem b = err == CL_SUCCESS ? clffn__buffer(ffn->ctx, CL_MEM_READ_WRITE, tokens * D * 4, &err) : NULL;
         if (err != CL_SUCCESS) {
             if (a) { clReleaseMemObject(a); }
             return (clffn_status)err;

@@ -72,7 +72,7 @@ typedef struct clffn_st_file {
  * non-negative integers whose product does not overflow, data_offsets [begin, end] with
  * end − begin = numel × dtype size, inside the data section; tensors contiguous from 0 without
  * overlap or gaps, the last ending at the end of the buffer; no duplicate names. No alignment
- * is assumed. */
+ * is assumed. Returns 0, or -1 with a message in err and *out as it was (nothing to close). */
 int clffn_st_parse(const uint8_t *buf, size_t len, clffn_st_file *out, char *err);
 
 /* Maps the file read-only and parses it: a multi-GB checkpoint is not read to use one layer. */
@@ -110,7 +110,8 @@ typedef struct clffn_npy {
 
 /* Parses an .npy image: format versions 1, 2 and 3; descr '<f4', '<f8' or '<f2' (others are
  * refused by name, '|O' always); fortran_order arrays are transposed to C order; shape overflow
- * and truncated or trailing data are refused. */
+ * and truncated or trailing data are refused. Returns 0, or -1 with a message in err and *out
+ * as it was (nothing to free). */
 int clffn_npy_parse(const uint8_t *buf, size_t len, clffn_npy *out, char *err);
 int clffn_npy_load(const char *path, clffn_npy *out, char *err);
 void clffn_npy_free(clffn_npy *a);

@@ -52,6 +52,10 @@ static clffn_status context_init(clffn_context *ctx, cl_context context, cl_devi
     cl_int err = clGetDeviceInfo(device, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof ctx->max_alloc,
                                  &ctx->max_alloc, NULL);
     if (err != CL_SUCCESS) { return (clffn_status)err; }
+    cl_device_type type = 0;
+    err = clGetDeviceInfo(device, CL_DEVICE_TYPE, sizeof type, &type, NULL);
+    if (err != CL_SUCCESS) { return (clffn_status)err; }
+    ctx->cpu = (type & CL_DEVICE_TYPE_CPU) != 0;
     ctx->queue = clCreateCommandQueue(context, device, CL_QUEUE_PROFILING_ENABLE, &err);
     if (err != CL_SUCCESS) { return (clffn_status)err; }
     if (pthread_mutex_init(&ctx->lock, NULL) != 0) {
@@ -61,8 +65,12 @@ static clffn_status context_init(clffn_context *ctx, cl_context context, cl_devi
     }
     ctx->context = context;
     ctx->device = device;
-    clffn__apply_tuning(ctx);
-    return CLFFN_SUCCESS;
+    if ((st = clffn__apply_tuning(ctx)) != CLFFN_SUCCESS) {
+        pthread_mutex_destroy(&ctx->lock);
+        clReleaseCommandQueue(ctx->queue);
+        ctx->queue = NULL;
+    }
+    return st;
 }
 
 clffn_status clffn_context_create(cl_context context, cl_device_id device, clffn_context **out) {
@@ -195,14 +203,17 @@ const char *clffn_context_build_log(const clffn_context *ctx) {
 /* ------------------------------------------------------------------------------------------ */
 /* Kernel sources: embedded at build time, or read from CLFFN_KERNEL_DIR while developing */
 
-static char *read_file(const char *path) {
+/* The file's text, or NULL: *oom tells "no memory" apart from "no (readable) file". */
+static char *read_file(const char *path, int *oom) {
+    *oom = 0;
     FILE *f = fopen(path, "rb");
     if (!f) { return NULL; }
     char *buf = NULL;
     long n = -1;
-    if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 &&
-        (buf = malloc((size_t)n + 1)) != NULL) {
-        if (fread(buf, 1, (size_t)n, f) != (size_t)n) {
+    if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0) {
+        if (!(buf = malloc((size_t)n + 1))) {
+            *oom = 1;
+        } else if (fread(buf, 1, (size_t)n, f) != (size_t)n) {
             free(buf);
             buf = NULL;
         } else {
@@ -229,9 +240,10 @@ clffn_status clffn__kernel_source(char **out) {
                 break;
             }
             snprintf(path, len, "%s/%s", dir, clffn_embedded_sources[i].name);
-            parts[i] = read_file(path);
+            int oom;
+            parts[i] = read_file(path, &oom);
             free(path);
-            if (!parts[i]) { st = CLFFN_ERROR_KERNEL_SOURCE; }
+            if (!parts[i]) { st = oom ? CLFFN_ERROR_OUT_OF_HOST_MEMORY : CLFFN_ERROR_KERNEL_SOURCE; }
         }
         if (st == CLFFN_SUCCESS) {
             total += strlen(parts[i] ? parts[i] : clffn_embedded_sources[i].text) + 1;

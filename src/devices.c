@@ -15,22 +15,25 @@ const char *clffn_device_type_name(cl_device_type type) {
     return "other";
 }
 
-static void info_string(cl_device_id d, cl_device_info what, char *buf, size_t size) {
+/* A device string, truncated to buf; an unanswered query leaves it empty. Returns 0 only when
+ * out of memory. */
+static int info_string(cl_device_id d, cl_device_info what, char *buf, size_t size) {
     buf[0] = '\0';
     size_t need = 0;
-    if (clGetDeviceInfo(d, what, 0, NULL, &need) != CL_SUCCESS || need == 0) { return; }
+    if (clGetDeviceInfo(d, what, 0, NULL, &need) != CL_SUCCESS || need == 0) { return 1; }
     char *tmp = malloc(need + 1);
-    if (!tmp) { return; }
+    if (!tmp) { return 0; }
     if (clGetDeviceInfo(d, what, need, tmp, NULL) == CL_SUCCESS) {
         tmp[need] = '\0';
         strncpy(buf, tmp, size - 1);
         buf[size - 1] = '\0';
     }
     free(tmp);
+    return 1;
 }
 
-static void fill_info(clffn_device_info *info, cl_platform_id p, cl_device_id d, unsigned pi,
-                      unsigned di) {
+static clffn_status fill_info(clffn_device_info *info, cl_platform_id p, cl_device_id d,
+                              unsigned pi, unsigned di) {
     memset(info, 0, sizeof *info);
     info->platform_index = pi;
     info->device_index = di;
@@ -41,12 +44,14 @@ static void fill_info(clffn_device_info *info, cl_platform_id p, cl_device_id d,
                           &n) != CL_SUCCESS) {
         info->platform_name[0] = '\0';
     }
-    info_string(d, CL_DEVICE_NAME, info->name, sizeof info->name);
-    info_string(d, CL_DEVICE_VENDOR, info->vendor, sizeof info->vendor);
-    info_string(d, CL_DRIVER_VERSION, info->driver_version, sizeof info->driver_version);
-    info_string(d, CL_DEVICE_VERSION, info->device_version, sizeof info->device_version);
-    info_string(d, CL_DEVICE_OPENCL_C_VERSION, info->opencl_c_version,
-                sizeof info->opencl_c_version);
+    if (!info_string(d, CL_DEVICE_NAME, info->name, sizeof info->name) ||
+        !info_string(d, CL_DEVICE_VENDOR, info->vendor, sizeof info->vendor) ||
+        !info_string(d, CL_DRIVER_VERSION, info->driver_version, sizeof info->driver_version) ||
+        !info_string(d, CL_DEVICE_VERSION, info->device_version, sizeof info->device_version) ||
+        !info_string(d, CL_DEVICE_OPENCL_C_VERSION, info->opencl_c_version,
+                     sizeof info->opencl_c_version)) {
+        return CLFFN_ERROR_OUT_OF_HOST_MEMORY;
+    }
     clGetDeviceInfo(d, CL_DEVICE_TYPE, sizeof info->type, &info->type, NULL);
     clGetDeviceInfo(d, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof info->compute_units,
                     &info->compute_units, NULL);
@@ -62,13 +67,14 @@ static void fill_info(clffn_device_info *info, cl_platform_id p, cl_device_id d,
                     &info->max_work_group_size, NULL);
     char *ext = NULL;
     size_t ext_len = 0;
-    if (clGetDeviceInfo(d, CL_DEVICE_EXTENSIONS, 0, NULL, &ext_len) == CL_SUCCESS &&
-        (ext = calloc(ext_len + 1, 1)) != NULL &&
-        clGetDeviceInfo(d, CL_DEVICE_EXTENSIONS, ext_len, ext, NULL) == CL_SUCCESS) {
-        info->fp16 = strstr(ext, "cl_khr_fp16") != NULL;
-        info->fp64 = strstr(ext, "cl_khr_fp64") != NULL;
+    if (clGetDeviceInfo(d, CL_DEVICE_EXTENSIONS, 0, NULL, &ext_len) == CL_SUCCESS) {
+        if (!(ext = calloc(ext_len + 1, 1))) { return CLFFN_ERROR_OUT_OF_HOST_MEMORY; }
+        if (clGetDeviceInfo(d, CL_DEVICE_EXTENSIONS, ext_len, ext, NULL) == CL_SUCCESS) {
+            info->fp16 = strstr(ext, "cl_khr_fp16") != NULL;
+            info->fp64 = strstr(ext, "cl_khr_fp64") != NULL;
+        }
+        free(ext);
     }
-    free(ext);
     cl_device_fp_config dfp = 0;
     if (clGetDeviceInfo(d, CL_DEVICE_DOUBLE_FP_CONFIG, sizeof dfp, &dfp, NULL) == CL_SUCCESS &&
         dfp != 0) {
@@ -77,6 +83,7 @@ static void fill_info(clffn_device_info *info, cl_platform_id p, cl_device_id d,
     clffn_device_caps caps;
     info->supported = clffn__device_caps_query(d, &caps) == CLFFN_SUCCESS &&
                       clffn__device_caps_check(&caps) == CLFFN_SUCCESS;
+    return CLFFN_SUCCESS;
 }
 
 clffn_status clffn_devices_list(clffn_device_info *out, size_t capacity, size_t *count) {
@@ -93,6 +100,18 @@ clffn_status clffn_devices_list(clffn_device_info *out, size_t capacity, size_t 
         free(plats);
         return (clffn_status)err;
     }
+    /* the descriptions go to scratch first: out is written only once every one succeeded */
+    size_t room = 0;
+    for (cl_uint p = 0; p < np; ++p) {
+        cl_uint nd = 0;
+        if (clGetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, 0, NULL, &nd) == CL_SUCCESS) { room += nd; }
+    }
+    if (room > capacity) { room = capacity; }
+    clffn_device_info *tmp = room ? calloc(room, sizeof *tmp) : NULL;
+    if (room && !tmp) {
+        free(plats);
+        return CLFFN_ERROR_OUT_OF_HOST_MEMORY;
+    }
     size_t total = 0;
     clffn_status st = CLFFN_SUCCESS;
     for (cl_uint p = 0; p < np && st == CLFFN_SUCCESS; ++p) {
@@ -107,13 +126,17 @@ clffn_status clffn_devices_list(clffn_device_info *out, size_t capacity, size_t 
             break;
         }
         if (clGetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, nd, devs, NULL) == CL_SUCCESS) {
-            for (cl_uint d = 0; d < nd; ++d, ++total) {
-                if (total < capacity) { fill_info(&out[total], plats[p], devs[d], p, d); }
+            for (cl_uint d = 0; d < nd && st == CLFFN_SUCCESS; ++d, ++total) {
+                if (total < room) { st = fill_info(&tmp[total], plats[p], devs[d], p, d); }
             }
         }
         free(devs);
     }
     free(plats);
-    if (st == CLFFN_SUCCESS) { *count = total; }
+    if (st == CLFFN_SUCCESS) {
+        if (tmp) { memcpy(out, tmp, (total < room ? total : room) * sizeof *tmp); }
+        *count = total;
+    }
+    free(tmp);
     return st;
 }

@@ -99,6 +99,9 @@ static void workspace_release(clffn_ffn *ffn) {
         *bufs[i] = NULL;
     }
     ffn->ws_tokens = ffn->io_tokens = ffn->bws_tokens = ffn->bio_tokens = 0;
+    if (ffn->gemm_tmp) { clReleaseMemObject(ffn->gemm_tmp); }
+    ffn->gemm_tmp = NULL;
+    ffn->gemm_tmp_bytes = 0;
 }
 
 void clffn_ffn_destroy(clffn_ffn *ffn) {
@@ -132,7 +135,7 @@ clffn_config clffn_ffn_get_config(const clffn_ffn *ffn) {
 
 static clffn_status upload(clffn_context *ctx, size_t n, const float *src, cl_mem *out) {
     cl_int err;
-    cl_mem m = clCreateBuffer(ctx->context, CL_MEM_READ_ONLY, n * sizeof(float), NULL, &err);
+    cl_mem m = clffn__buffer(ctx, CL_MEM_READ_ONLY, n * sizeof(float), &err);
     if (err != CL_SUCCESS) { return (clffn_status)err; }
     if (src) {
         err = clEnqueueWriteBuffer(ctx->queue, m, CL_TRUE, 0, n * sizeof(float), src, 0, NULL, NULL);
@@ -335,8 +338,7 @@ static clffn_status ensure_workspace(clffn_ffn *ffn, size_t tokens) {
     cl_mem m[3] = {NULL, NULL, NULL};
     cl_int err = CL_SUCCESS;
     for (int i = 0; i < 3 && err == CL_SUCCESS; ++i) {
-        m[i] = clCreateBuffer(ffn->ctx->context, CL_MEM_READ_WRITE, sizes[i] * sizeof(float), NULL,
-                              &err);
+        m[i] = clffn__buffer(ffn->ctx, CL_MEM_READ_WRITE, sizes[i] * sizeof(float), &err);
     }
     if (err != CL_SUCCESS) {
         for (int i = 0; i < 3; ++i) {
@@ -375,6 +377,35 @@ clffn_status clffn__check_queue(const clffn_context *ctx, cl_command_queue queue
 }
 
 static size_t round_up(size_t n, size_t m) { return (n + m - 1) / m * m; }
+
+cl_mem clffn__buffer(const clffn_context *ctx, cl_mem_flags flags, size_t bytes, cl_int *err) {
+    return clCreateBuffer(ctx->context, flags | (ctx->cpu ? CL_MEM_ALLOC_HOST_PTR : 0), bytes,
+                          NULL, err);
+}
+
+cl_int clffn__sgemm(clffn_ffn *ffn, int layout, int ta, int tb, size_t m, size_t n, size_t k,
+                    float alpha, cl_mem a, size_t a_off, size_t a_ld, cl_mem b, size_t b_off,
+                    size_t b_ld, float beta, cl_mem c, size_t c_off, size_t c_ld,
+                    cl_command_queue *queue, cl_event *event) {
+    const CLBlastLayout L = (CLBlastLayout)layout;
+    const CLBlastTranspose A = (CLBlastTranspose)ta, B = (CLBlastTranspose)tb;
+    size_t need = 0;
+    cl_int err = CLBlastSGemmTempBufferSize(L, A, B, m, n, k, a_off, a_ld, b_off, b_ld, c_off,
+                                            c_ld, queue, &need);
+    if (err != CL_SUCCESS) { return err; }
+    if (need > ffn->gemm_tmp_bytes) {
+        /* the old scratch may still be in use by enqueued GEMMs: OpenCL keeps it alive until
+         * they complete, so releasing it here is safe */
+        cl_mem t = clffn__buffer(ffn->ctx, CL_MEM_READ_WRITE, need, &err);
+        if (err != CL_SUCCESS) { return err; }
+        if (ffn->gemm_tmp) { clReleaseMemObject(ffn->gemm_tmp); }
+        ffn->gemm_tmp = t;
+        ffn->gemm_tmp_bytes = need;
+    }
+    return CLBlastSgemmWithTempBuffer(L, A, B, m, n, k, alpha, a, a_off, a_ld, b, b_off, b_ld, beta,
+                                      c, c_off, c_ld, queue, event,
+                                      need ? ffn->gemm_tmp : NULL);
+}
 
 /* Enqueues a (columns/4, T) epilogue launch. */
 cl_int clffn__launch(clffn_ffn *ffn, cl_kernel k, size_t columns, size_t tokens,
@@ -467,15 +498,15 @@ static cl_int enqueue_gemm1(clffn_ffn *ffn, size_t tokens, cl_mem x, size_t x_of
     const bool out_in = ffn->layout == CLFFN_LAYOUT_OUT_IN;
     const CLBlastTranspose tb = out_in ? CLBlastTransposeYes : CLBlastTransposeNo;
     if (!c->gated || ffn->stacked) {
-        return CLBlastSgemm(CLBlastLayoutRowMajor, CLBlastTransposeNo, tb, tokens, ldz, D, 1.0f,
+        return clffn__sgemm(ffn, CLBlastLayoutRowMajor, CLBlastTransposeNo, tb, tokens, ldz, D, 1.0f,
                             x, x_off, D, ffn->w1.mem, ffn->w1.offset, out_in ? D : ldz, 0.0f,
                             ffn->z, 0, ldz, queue, NULL);
     }
-    cl_int err = CLBlastSgemm(CLBlastLayoutRowMajor, CLBlastTransposeNo, tb, tokens, F, D, 1.0f,
+    cl_int err = clffn__sgemm(ffn, CLBlastLayoutRowMajor, CLBlastTransposeNo, tb, tokens, F, D, 1.0f,
                               x, x_off, D, ffn->w1.mem, ffn->w1.offset, out_in ? D : F, 0.0f,
                               ffn->z, 0, ldz, queue, NULL);
     if (err == CL_SUCCESS) {
-        err = CLBlastSgemm(CLBlastLayoutRowMajor, CLBlastTransposeNo, tb, tokens, F, D, 1.0f, x,
+        err = clffn__sgemm(ffn, CLBlastLayoutRowMajor, CLBlastTransposeNo, tb, tokens, F, D, 1.0f, x,
                            x_off, D, ffn->v.mem, ffn->v.offset, out_in ? D : F, 0.0f, ffn->z, F,
                            ldz, queue, NULL);
     }
@@ -487,7 +518,7 @@ static cl_int enqueue_gemm2(clffn_ffn *ffn, size_t tokens, cl_command_queue *que
     const clffn_config *c = &ffn->cfg;
     const size_t D = c->d_model, F = c->d_ff;
     const bool out_in = ffn->layout == CLFFN_LAYOUT_OUT_IN;
-    return CLBlastSgemm(CLBlastLayoutRowMajor, CLBlastTransposeNo,
+    return clffn__sgemm(ffn, CLBlastLayoutRowMajor, CLBlastTransposeNo,
                         out_in ? CLBlastTransposeYes : CLBlastTransposeNo, tokens, D, F, 1.0f,
                         ffn->h, 0, F, ffn->w2.mem, ffn->w2.offset, out_in ? F : D, 0.0f, ffn->u,
                         0, D, queue, NULL);
@@ -587,12 +618,17 @@ clffn_status clffn_forward_host(clffn_ffn *ffn, size_t tokens, const float *x, s
         return CLFFN_SUCCESS;
     }
     clffn_context *ctx = ffn->ctx;
-    if ((cl_ulong)bytes > ctx->max_alloc) { return CLFFN_ERROR_SIZE_OVERFLOW; }
+    /* the workspace too, before any buffer is made for a call that cannot run */
+    size_t nz, zbytes;
+    if ((cl_ulong)bytes > ctx->max_alloc || !clffn__mul_ok(tokens, n1_of(&ffn->cfg), &nz) ||
+        !clffn__mul_ok(nz, sizeof(float), &zbytes) || (cl_ulong)zbytes > ctx->max_alloc) {
+        return CLFFN_ERROR_SIZE_OVERFLOW;
+    }
     if (tokens > ffn->io_tokens) {
         cl_int err;
-        cl_mem bx = clCreateBuffer(ctx->context, CL_MEM_READ_ONLY, bytes, NULL, &err);
+        cl_mem bx = clffn__buffer(ctx, CL_MEM_READ_ONLY, bytes, &err);
         cl_mem by = err == CL_SUCCESS
-                        ? clCreateBuffer(ctx->context, CL_MEM_WRITE_ONLY, bytes, NULL, &err)
+                        ? clffn__buffer(ctx, CL_MEM_WRITE_ONLY, bytes, &err)
                         : NULL;
         if (err != CL_SUCCESS) {
             if (bx) { clReleaseMemObject(bx); }

@@ -28,6 +28,7 @@ struct clffn_context {
     cl_device_id device;
     cl_command_queue queue; /* internal, in-order, profiling on */
     cl_ulong max_alloc;     /* CL_DEVICE_MAX_MEM_ALLOC_SIZE */
+    int cpu;                /* a CPU device: own buffers take CL_MEM_ALLOC_HOST_PTR */
     pthread_mutex_t lock;   /* guards programs[] and build_log */
     clffn_program_entry programs[CLFFN_MAX_PROGRAMS];
     int n_programs;
@@ -89,6 +90,10 @@ struct clffn_ffn {
     cl_event last_event;         /* completion of epilogue1 of the last forward, or NULL */
     cl_command_queue last_queue; /* its queue (retained), flushed before we wait on it */
 
+    /* CLBlast's scratch for the GEMMs (clffn__sgemm), grown on demand */
+    cl_mem gemm_tmp;
+    size_t gemm_tmp_bytes;
+
     /* stage timing (clffn_ffn_set_profiling): a marker before GEMM 1 and epilogue 2's event */
     int profiling;
     cl_event prof_start, prof_end;
@@ -123,7 +128,9 @@ clffn_status clffn__device_philox(clffn_context *ctx, const uint32_t counter[4],
                                   const uint32_t key[2], uint32_t out[4]);
 
 /* Tuning profiles (tuning.c): applied when a context opens its device. */
-void clffn__apply_tuning(clffn_context *ctx);
+/* OUT_OF_HOST_MEMORY is the only failure: a missing or damaged profile falls back and says so
+ * in ctx->tuning. */
+clffn_status clffn__apply_tuning(clffn_context *ctx);
 const char *clffn__builtin_profile(cl_device_id device);
 clffn_status clffn__apply_profile_text(cl_device_id device, const char *json);
 
@@ -133,6 +140,21 @@ clffn_status clffn__apply_profile_text(cl_device_id device, const char *json);
     do {                                                                             \
         if (err == CL_SUCCESS) { err = clSetKernelArg((k), (i), sizeof(v), &(v)); } \
     } while (0)
+
+/* clCreateBuffer for clffn's own buffers. On a CPU device they are made with
+ * CL_MEM_ALLOC_HOST_PTR (all its memory is host memory anyway): POCL then takes the memory at
+ * creation, so running out is a status here, where a plain buffer is taken lazily at its first
+ * use and POCL aborts the process when that fails. */
+cl_mem clffn__buffer(const clffn_context *ctx, cl_mem_flags flags, size_t bytes, cl_int *err);
+
+/* CLBlastSgemm's arguments, run through CLBlastSgemmWithTempBuffer with the FFN's own scratch
+ * buffer (grown with clffn__buffer), so CLBlast allocates nothing behind our back: a padded or
+ * transposed copy that does not fit fails here with a status, and no call pays for a
+ * temporary allocation. */
+cl_int clffn__sgemm(clffn_ffn *ffn, int layout, int ta, int tb, size_t m, size_t n, size_t k,
+                    float alpha, cl_mem a, size_t a_off, size_t a_ld, cl_mem b, size_t b_off,
+                    size_t b_ld, float beta, cl_mem c, size_t c_off, size_t c_ld,
+                    cl_command_queue *queue, cl_event *event);
 
 /* Shared by the forward (ffn.c) and the backward (backward.c). */
 clffn_status clffn__check_buffer(const clffn_context *ctx, cl_mem mem, size_t offset, size_t count);

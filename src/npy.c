@@ -144,7 +144,6 @@ static int parse_header(const char *s, size_t n, header *h, char *err) {
 }
 
 int clffn_npy_parse(const uint8_t *buf, size_t len, clffn_npy *out, char *err) {
-    memset(out, 0, sizeof *out);
     if (!buf || len < 10 || memcmp(buf, "\x93NUMPY", 6) != 0) {
         return fail(err, "not an .npy file (no \\x93NUMPY magic)");
     }
@@ -218,6 +217,8 @@ int clffn_npy_parse(const uint8_t *buf, size_t len, clffn_npy *out, char *err) {
             }
         }
     }
+    /* written only now: a refused file leaves the caller's struct as it was */
+    memset(out, 0, sizeof *out);
     out->rank = h.rank;
     memcpy(out->shape, h.shape, sizeof h.shape);
     out->numel = numel;
@@ -226,7 +227,6 @@ int clffn_npy_parse(const uint8_t *buf, size_t len, clffn_npy *out, char *err) {
 }
 
 int clffn_npy_load(const char *path, clffn_npy *out, char *err) {
-    memset(out, 0, sizeof *out);
     FILE *f = fopen(path, "rb");
     if (!f) { return fail(err, "cannot open: %s", strerror(errno)); }
     uint8_t *buf = NULL;

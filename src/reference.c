@@ -87,7 +87,8 @@ static void hidden_row(const clffn_config *c, clffn_layout layout, const clffn_r
             v *= q;
         }
         if (drop) {
-            v = clffn_dropout_keep(c->dropout, seed, offset, (uint64_t)t * F + j) ? v * scale : 0.0;
+            /* times 0, not set to 0: NaN and Inf stay NaN, as in PyTorch's input * mask */
+            v *= clffn_dropout_keep(c->dropout, seed, offset, (uint64_t)t * F + j) ? scale : 0.0;
         }
         h[j] = v;
     }
@@ -136,6 +137,10 @@ clffn_status clffn__ref_backward_d(const clffn_config *c, clffn_layout layout,
         return CLFFN_ERROR_NULL_ARGUMENT;
     }
     const size_t D = c->d_model, F = c->d_ff;
+    if (tokens && (!x || !dy)) { return CLFFN_ERROR_NULL_ARGUMENT; }
+    /* taken before the gradients are touched, so a failure leaves them as they were */
+    double *buf = malloc(4 * F * sizeof *buf);
+    if (!buf) { return CLFFN_ERROR_OUT_OF_HOST_MEMORY; }
     /* gradients are sums over tokens: start from zero */
     memset(gr->w1, 0, D * F * sizeof *gr->w1);
     memset(gr->w2, 0, D * F * sizeof *gr->w2);
@@ -145,10 +150,6 @@ clffn_status clffn__ref_backward_d(const clffn_config *c, clffn_layout layout,
         memset(gr->v, 0, D * F * sizeof *gr->v);
         if (c->bias_gate) { memset(gr->bv, 0, F * sizeof *gr->bv); }
     }
-    if (tokens == 0) { return CLFFN_SUCCESS; }
-    if (!x || !dy) { return CLFFN_ERROR_NULL_ARGUMENT; }
-    double *buf = malloc(4 * F * sizeof *buf);
-    if (!buf) { return CLFFN_ERROR_OUT_OF_HOST_MEMORY; }
     double *a = buf, *g = buf + F, *h = buf + 2 * F, *dh = buf + 3 * F;
     const int drop = training && c->dropout > 0.0f;
     const double scale = (double)clffn__drop_scale(c->dropout);
@@ -165,7 +166,7 @@ clffn_status clffn__ref_backward_d(const clffn_config *c, clffn_layout layout,
             for (size_t o = 0; o < D; ++o) { s += dyt[o] * p->w2[widx(layout, D, F, o, j)]; }
             /* dropout: the same mask, the same scale */
             if (drop) {
-                s = clffn_dropout_keep(c->dropout, seed, offset, (uint64_t)t * F + j) ? s * scale : 0.0;
+                s *= clffn_dropout_keep(c->dropout, seed, offset, (uint64_t)t * F + j) ? scale : 0.0;
             }
             dh[j] = s;
         }

@@ -145,7 +145,6 @@ static int check_metadata(const cJSON *meta, char *err) {
 }
 
 int clffn_st_parse(const uint8_t *buf, size_t len, clffn_st_file *out, char *err) {
-    memset(out, 0, sizeof *out);
     if (!buf || len < 8) { return fail(err, "too short for a safetensors file (%zu bytes)", len); }
     uint64_t n = 0;
     for (int i = 7; i >= 0; --i) { n = (n << 8) | buf[i]; }
@@ -166,7 +165,8 @@ int clffn_st_parse(const uint8_t *buf, size_t len, clffn_st_file *out, char *err
     cJSON *root = cJSON_ParseWithLengthOpts((const char *)hdr, (size_t)n, &end, 0);
     if (!root) {
         const char *at = cJSON_GetErrorPtr();
-        return fail(err, "header is not valid JSON (near byte %ld)",
+        /* cJSON gives NULL for no memory too, and cannot say which */
+        return fail(err, "header is not valid JSON (near byte %ld), or there was no memory to parse it",
                     at ? (long)(at - (const char *)hdr) : -1L);
     }
     for (const char *p = end; p < (const char *)hdr + n; ++p) { /* padding may follow */
@@ -243,6 +243,8 @@ int clffn_st_parse(const uint8_t *buf, size_t len, clffn_st_file *out, char *err
         free_tensors(ts, count);
         return -1;
     }
+    /* written only now: a refused file leaves the caller's struct as it was */
+    memset(out, 0, sizeof *out);
     out->data = hdr + n;
     out->data_len = data_len;
     out->tensors = ts;
@@ -251,7 +253,6 @@ int clffn_st_parse(const uint8_t *buf, size_t len, clffn_st_file *out, char *err
 }
 
 int clffn_st_open(const char *path, clffn_st_file *out, char *err) {
-    memset(out, 0, sizeof *out);
     const int fd = open(path, O_RDONLY);
     if (fd < 0) { return fail(err, "cannot open: %s", strerror(errno)); }
     struct stat sb;
@@ -267,10 +268,12 @@ int clffn_st_open(const char *path, clffn_st_file *out, char *err) {
     void *map = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
     close(fd);
     if (map == MAP_FAILED) { return fail(err, "cannot map: %s", strerror(errno)); }
-    if (clffn_st_parse(map, len, out, err) != 0) {
+    clffn_st_file f;
+    if (clffn_st_parse(map, len, &f, err) != 0) {
         munmap(map, len);
         return -1;
     }
+    *out = f;
     out->map = map;
     out->map_len = len;
     return 0;
@@ -299,6 +302,18 @@ void clffn_st_close(clffn_st_file *f) {
     memset(f, 0, sizeof *f);
 }
 
+/* Appends a number to a JSON array; 0 when out of memory (a header missing it would be a
+ * corrupt file, so the caller must stop). */
+static int add_number(cJSON *array, double v) {
+    cJSON *num = cJSON_CreateNumber(v);
+    if (!num) { return 0; }
+    if (!cJSON_AddItemToArray(array, num)) {
+        cJSON_Delete(num);
+        return 0;
+    }
+    return 1;
+}
+
 int clffn_st_write(const char *path, const clffn_st_out *ts, size_t n, char *err) {
     cJSON *root = cJSON_CreateObject();
     if (!root) { return fail(err, "out of memory"); }
@@ -313,13 +328,15 @@ int clffn_st_write(const char *path, const clffn_st_out *ts, size_t n, char *err
             break;
         }
         uint64_t numel = 1;
+        int ok = 1;
         for (size_t k = 0; k < ts[i].rank; ++k) {
             numel *= ts[i].shape[k];
-            cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)ts[i].shape[k]));
+            ok = ok && add_number(shape, (double)ts[i].shape[k]);
         }
-        cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)offset));
+        ok = ok && add_number(offs, (double)offset);
         offset += numel * sizeof(float);
-        cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)offset));
+        ok = ok && add_number(offs, (double)offset);
+        if (!ok) { rc = fail(err, "out of memory"); }
     }
     char *json = rc == 0 ? cJSON_PrintUnformatted(root) : NULL;
     cJSON_Delete(root);

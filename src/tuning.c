@@ -85,9 +85,11 @@ clffn_status clffn_tuning_profile_path(cl_device_id device, char *buf, size_t si
 
 /* Applies {"clblast": {"Kernel": {"PARAM": value, …}, …}}: every kernel's parameters at once,
  * since CLBlast wants a kernel's full set. Returns the first CLBlast refusal, if any. */
-static clffn_status apply_json(cl_device_id device, const char *text) {
+static clffn_status apply_json(cl_device_id device, const char *text, int trusted) {
     cJSON *root = cJSON_Parse(text);
-    if (!root) { return CLFFN_ERROR_INVALID_ARGUMENT; }
+    /* cJSON says NULL for bad JSON and for no memory alike; our own built-in text is valid JSON,
+     * so its failing to parse can only be the latter */
+    if (!root) { return trusted ? CLFFN_ERROR_OUT_OF_HOST_MEMORY : CLFFN_ERROR_INVALID_ARGUMENT; }
     const cJSON *kernels = cJSON_GetObjectItemCaseSensitive(root, "clblast");
     clffn_status st = cJSON_IsObject(kernels) ? CLFFN_SUCCESS : CLFFN_ERROR_INVALID_ARGUMENT;
     const cJSON *k;
@@ -120,14 +122,18 @@ static clffn_status apply_json(cl_device_id device, const char *text) {
     return st;
 }
 
-static char *slurp(const char *path) {
+/* The file's text, or NULL: *oom tells "no memory" apart from "no (readable) file". */
+static char *slurp(const char *path, int *oom) {
+    *oom = 0;
     FILE *f = fopen(path, "rb");
     if (!f) { return NULL; }
     char *buf = NULL;
     long n;
     if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && n < (1 << 20) &&
-        fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)n + 1)) != NULL) {
-        if (fread(buf, 1, (size_t)n, f) == (size_t)n) {
+        fseek(f, 0, SEEK_SET) == 0) {
+        if (!(buf = malloc((size_t)n + 1))) {
+            *oom = 1;
+        } else if (fread(buf, 1, (size_t)n, f) == (size_t)n) {
             buf[n] = '\0';
         } else {
             free(buf);
@@ -163,36 +169,43 @@ int clffn_tuning_has_profile(cl_device_id device) {
     return clffn__builtin_profile(device) ? 2 : 0;
 }
 
-void clffn__apply_tuning(clffn_context *ctx) {
+clffn_status clffn__apply_tuning(clffn_context *ctx) {
     const char *off = getenv("CLFFN_NO_TUNING");
     if (off && *off && strcmp(off, "0") != 0) {
         snprintf(ctx->tuning, sizeof ctx->tuning, "none (CLFFN_NO_TUNING is set)");
-        return;
+        return CLFFN_SUCCESS;
     }
     char path[1200];
+    const char *skipped = NULL; /* a profile file that exists but was not applied */
     if (clffn_tuning_profile_path(ctx->device, path, sizeof path) == CLFFN_SUCCESS) {
-        char *text = slurp(path);
+        int oom;
+        char *text = slurp(path, &oom);
+        if (oom) { return CLFFN_ERROR_OUT_OF_HOST_MEMORY; }
         if (text) {
-            const clffn_status st = apply_json(ctx->device, text);
+            const clffn_status st = apply_json(ctx->device, text, 0);
             free(text);
             if (st == CLFFN_SUCCESS) {
                 snprintf(ctx->tuning, sizeof ctx->tuning, "profile %s", path);
-                return;
+                return CLFFN_SUCCESS;
             }
-            /* a damaged or stale file must not stop the device from working: fall through */
+            /* a damaged or stale file must not stop the device from working: fall through,
+             * and say so */
+            skipped = path;
         }
     }
     const char *builtin = clffn__builtin_profile(ctx->device);
-    if (builtin && apply_json(ctx->device, builtin) == CLFFN_SUCCESS) {
-        snprintf(ctx->tuning, sizeof ctx->tuning, "built-in profile");
-        return;
-    }
-    snprintf(ctx->tuning, sizeof ctx->tuning, "none (CLBlast's defaults)");
+    const clffn_status st = builtin ? apply_json(ctx->device, builtin, 1) : CLFFN_ERROR_INVALID_ARGUMENT;
+    if (st == CLFFN_ERROR_OUT_OF_HOST_MEMORY) { return st; }
+    snprintf(ctx->tuning, sizeof ctx->tuning, "%s%s%s%s",
+             st == CLFFN_SUCCESS ? "built-in profile" : "none (CLBlast's defaults)",
+             skipped ? " (" : "", skipped ? skipped : "",
+             skipped ? " could not be applied: damaged, stale, or no memory to parse it)" : "");
+    return CLFFN_SUCCESS;
 }
 
 clffn_status clffn__apply_profile_text(cl_device_id device, const char *json) {
     if (!device || !json) { return CLFFN_ERROR_NULL_ARGUMENT; }
-    return apply_json(device, json);
+    return apply_json(device, json, 0);
 }
 
 const char *clffn_context_tuning(const clffn_context *ctx) { return ctx ? ctx->tuning : ""; }

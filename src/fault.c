@@ -1,0 +1,95 @@
+/* The counters behind fault.h: a countdown to the allocation that fails, and the number of
+ * blocks alive, so a test can prove each failure path frees what it took. Atomic because
+ * POCL calls back into nothing of ours, but the thread tests may share a build with these. */
+#include "fault.h"
+/* the build force-includes fault.h here too: this file alone calls the C library itself */
+#undef malloc
+#undef calloc
+#undef realloc
+#undef strdup
+#undef free
+
+#include <cjson/cJSON.h>
+#include <stdatomic.h>
+
+static atomic_long countdown; /* 0: disarmed; k > 0: the k-th allocation from now fails */
+static atomic_int sticky_mode;
+static atomic_int tripped; /* the countdown reached its allocation (sticky: fail from then on) */
+static atomic_long failed;
+static atomic_long live;
+
+static int should_fail(void) {
+    if (atomic_load(&tripped)) { return atomic_load(&sticky_mode); }
+    long c = atomic_load(&countdown);
+    while (c > 0) {
+        if (atomic_compare_exchange_weak(&countdown, &c, c - 1)) {
+            if (c == 1) {
+                atomic_store(&tripped, 1);
+                return 1;
+            }
+            return 0;
+        }
+    }
+    return 0;
+}
+
+static void *counted(void *p) {
+    if (p) { atomic_fetch_add(&live, 1); }
+    return p;
+}
+
+void *clffn__fi_malloc(size_t n) {
+    if (should_fail()) {
+        atomic_fetch_add(&failed, 1);
+        return NULL;
+    }
+    return counted(malloc(n));
+}
+
+void *clffn__fi_calloc(size_t n, size_t size) {
+    if (should_fail()) {
+        atomic_fetch_add(&failed, 1);
+        return NULL;
+    }
+    return counted(calloc(n, size));
+}
+
+void *clffn__fi_realloc(void *p, size_t n) {
+    if (should_fail()) {
+        atomic_fetch_add(&failed, 1);
+        return NULL;
+    }
+    void *q = realloc(p, n);
+    if (!p) { counted(q); }
+    return q;
+}
+
+char *clffn__fi_strdup(const char *s) {
+    if (should_fail()) {
+        atomic_fetch_add(&failed, 1);
+        return NULL;
+    }
+    return counted(strdup(s));
+}
+
+void clffn__fi_free(void *p) {
+    if (p) { atomic_fetch_sub(&live, 1); }
+    free(p);
+}
+
+void clffn__fi_arm(long n, int sticky) {
+    atomic_store(&tripped, 0);
+    atomic_store(&sticky_mode, sticky);
+    atomic_store(&failed, 0);
+    atomic_store(&countdown, n > 0 ? n : 0);
+}
+
+long clffn__fi_failed(void) { return atomic_load(&failed); }
+long clffn__fi_live(void) { return atomic_load(&live); }
+
+/* cJSON allocates for our code (the safetensors header, tuning profiles): through the counters
+ * too. Set before main, so no cJSON block predates the hooks. */
+__attribute__((constructor)) static void hook_cjson(void) {
+    cJSON_Hooks hooks = {clffn__fi_malloc, clffn__fi_free};
+    cJSON_InitHooks(&hooks);
+}

@@ -1,0 +1,238 @@
+/* Device memory exhaustion. On POCL the device's memory is the process's: POCL_MEMORY_LIMIT
+ * caps what the device reports (and so the largest single allocation, a quarter of it), and
+ * RLIMIT_AS makes the allocations themselves fail. Either way a forward or backward that does not
+ * fit must return a clear status, leave the caller's output as it was, leak nothing, and leave
+ * the context and the FFN usable for a shape that fits. Each test runs in its own process
+ * (Criterion), so the limits end with it. */
+#include "common.h"
+
+#include <clblast_c.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#if defined(__SANITIZE_ADDRESS__)
+#define UNDER_ASAN 1 /* ASan reserves terabytes of shadow: an address-space limit cannot work */
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define UNDER_ASAN 1
+#endif
+#endif
+#ifndef UNDER_ASAN
+#define UNDER_ASAN 0
+#endif
+
+static cl_uint context_refs(clffn_context *ctx) {
+    /* CLBlast's program cache holds a reference until cleared; POCL drops its own from finished
+     * commands shortly after they complete */
+    CLBlastClearCache();
+    cl_uint refs = 0, last = 0;
+    for (int i = 0; i < 50; ++i) {
+        clGetContextInfo(clffn_context_cl_context(ctx), CL_CONTEXT_REFERENCE_COUNT, sizeof refs,
+                         &refs, NULL);
+        if (i && refs == last) { break; }
+        last = refs;
+        const struct timespec ms20 = {0, 20000000};
+        nanosleep(&ms20, NULL);
+    }
+    return refs;
+}
+
+/* y = FFN(x) for T tokens on the host level, checked against the reference. */
+static void forward_fits(clffn_ffn *ffn, const clffn_config *c, const test_weights *w, size_t T) {
+    const size_t D = c->d_model;
+    float *x = malloc(T * D * sizeof *x), *y = malloc(T * D * sizeof *y);
+    double *ref = malloc(T * D * sizeof *ref);
+    cr_assert(x && y && ref);
+    fill_uniform(x, T * D, -1.0f, 1.0f, 5 + T);
+    ASSERT_OK(clffn_reference_forward(c, CLFFN_LAYOUT_OUT_IN, &w->host, T, x, 0, 0, 0, ref, NULL));
+    ASSERT_OK(clffn_ffn_set_training(ffn, 0));
+    ASSERT_OK(clffn_forward_host(ffn, T, x, T * D, y, T * D));
+    assert_close(y, ref, T * D, TOL_RTOL, "forward after exhaustion");
+    free(x);
+    free(y);
+    free(ref);
+}
+
+/* POCL_MEMORY_LIMIT=1 (GB): the device reports 1 GB and a 256 MB allocation limit; a workspace
+ * beyond it is refused before anything is enqueued. */
+Test(memory, pocl_memory_limit) {
+    setenv("POCL_MEMORY_LIMIT", "1", 1);
+    clffn_context *ctx = test_context();
+    cl_ulong global = 0;
+    clGetDeviceInfo(clffn_context_cl_device(ctx), CL_DEVICE_GLOBAL_MEM_SIZE, sizeof global, &global,
+                    NULL);
+    cr_assert(global <= (1ull << 30), "POCL_MEMORY_LIMIT was not applied (%llu bytes)",
+              (unsigned long long)global);
+    clffn_config c = clffn_config_default(64, 4096);
+    c.activation = CLFFN_ACT_SILU;
+    c.gated = 1; /* z is [T, 2F]: 9000 tokens need 295 MB */
+    test_weights w;
+    test_weights_make(&w, &c, CLFFN_LAYOUT_OUT_IN, 3);
+    clffn_ffn *ffn = NULL;
+    ASSERT_OK(clffn_ffn_create(ctx, &c, &ffn));
+    ASSERT_OK(clffn_ffn_upload_weights(ffn, CLFFN_LAYOUT_OUT_IN, &w.host));
+    const size_t T = 9000, D = c.d_model;
+    guarded gx = guarded_make(ctx, CANARY, T * D, NULL);
+    guarded gy = guarded_make(ctx, CANARY, T * D, NULL);
+    const cl_uint refs0 = context_refs(ctx);
+    ASSERT_STATUS(clffn_forward(ffn, T, gx.mem, gx.offset, gy.mem, gy.offset,
+                                clffn_context_queue(ctx), NULL),
+                  CLFFN_ERROR_SIZE_OVERFLOW);
+    float *y = malloc(T * D * sizeof *y), *x = calloc(T * D, sizeof *x);
+    cr_assert(y && x);
+    guarded_read(ctx, &gy, y);
+    for (size_t i = 0; i < T * D; ++i) { cr_assert(y[i] == CANARY_VALUE, "y [%zu] written", i); }
+    guarded_assert_canaries(ctx, &gy, "y");
+    for (size_t i = 0; i < T * D; ++i) { y[i] = 3.5f; }
+    ASSERT_STATUS(clffn_forward_host(ffn, T, x, T * D, y, T * D), CLFFN_ERROR_SIZE_OVERFLOW);
+    for (size_t i = 0; i < T * D; ++i) { cr_assert(y[i] == 3.5f, "host y [%zu] written", i); }
+    /* the backward of a forward that could not run: said so, nothing written */
+    float *dx = malloc(T * D * sizeof *dx);
+    cr_assert(dx);
+    for (size_t i = 0; i < T * D; ++i) { dx[i] = 3.5f; }
+    float *g = malloc(3 * D * c.d_ff * sizeof *g);
+    const clffn_weight_arrays ga = {g, g, g + D * c.d_ff, g, g + 2 * D * c.d_ff, g};
+    ASSERT_STATUS(clffn_backward_host(ffn, T, x, T * D, x, T * D, dx, T * D, &ga, 0),
+                  CLFFN_ERROR_NO_FORWARD);
+    for (size_t i = 0; i < T * D; ++i) { cr_assert(dx[i] == 3.5f, "dx [%zu] written", i); }
+    cr_assert_eq(context_refs(ctx), refs0, "a failed call left OpenCL objects behind");
+
+    forward_fits(ffn, &c, &w, 100); /* the context and the FFN still work */
+    free(g);
+    free(dx);
+    free(x);
+    free(y);
+    guarded_free(&gx);
+    guarded_free(&gy);
+    clffn_ffn_destroy(ffn);
+    test_weights_free(&w);
+    clffn_context_destroy(ctx);
+}
+
+static size_t address_space_used(void) {
+    FILE *f = fopen("/proc/self/statm", "r");
+    cr_assert(f);
+    unsigned long pages = 0;
+    cr_assert_eq(fscanf(f, "%lu", &pages), 1);
+    fclose(f);
+    return (size_t)pages * 4096;
+}
+
+static void limit_address_space(size_t headroom) {
+    struct rlimit rl;
+    cr_assert_eq(getrlimit(RLIMIT_AS, &rl), 0);
+    rl.rlim_cur = address_space_used() + headroom;
+    cr_assert_eq(setrlimit(RLIMIT_AS, &rl), 0);
+}
+
+static void unlimit_address_space(void) {
+    struct rlimit rl;
+    cr_assert_eq(getrlimit(RLIMIT_AS, &rl), 0);
+    rl.rlim_cur = rl.rlim_max;
+    cr_assert_eq(setrlimit(RLIMIT_AS, &rl), 0);
+}
+
+static int is_memory_status(int st) {
+    return st == CL_OUT_OF_HOST_MEMORY || st == CL_MEM_OBJECT_ALLOCATION_FAILURE ||
+           st == CL_OUT_OF_RESOURCES || st == CLFFN_ERROR_OUT_OF_HOST_MEMORY;
+}
+
+/* The allocations themselves fail: the process may grow by 32 MB, the forward needs ~200 MB of
+ * workspace. The status is OpenCL's out-of-memory code, passed through. */
+Test(memory, forward_allocation_fails) {
+    if (UNDER_ASAN) { cr_skip_test("an address-space limit does not work under ASan"); }
+    clffn_context *ctx = test_context();
+    clffn_config c = clffn_config_default(64, 1024);
+    c.gated = 1;
+    c.activation = CLFFN_ACT_GELU;
+    test_weights w;
+    test_weights_make(&w, &c, CLFFN_LAYOUT_OUT_IN, 4);
+    clffn_ffn *ffn = NULL;
+    ASSERT_OK(clffn_ffn_create(ctx, &c, &ffn));
+    ASSERT_OK(clffn_ffn_upload_weights(ffn, CLFFN_LAYOUT_OUT_IN, &w.host));
+    forward_fits(ffn, &c, &w, 16); /* CLBlast's kernels compiled before the limit */
+    const size_t T = 24000, D = c.d_model; /* z: 24000 × 2048 floats = 197 MB */
+    guarded gx = guarded_make(ctx, CANARY, T * D, NULL);
+    guarded gy = guarded_make(ctx, CANARY, T * D, NULL);
+    const cl_uint refs0 = context_refs(ctx);
+    limit_address_space(32u << 20);
+    const int st = clffn_forward(ffn, T, gx.mem, gx.offset, gy.mem, gy.offset,
+                                 clffn_context_queue(ctx), NULL);
+    const int fin = clFinish(clffn_context_queue(ctx));
+    unlimit_address_space();
+    cr_assert(is_memory_status(st), "forward: %s", clffn_status_string(st));
+    cr_assert_eq(fin, CL_SUCCESS);
+    float *y = malloc(T * D * sizeof *y);
+    cr_assert(y);
+    guarded_read(ctx, &gy, y);
+    for (size_t i = 0; i < T * D; ++i) { cr_assert(y[i] == CANARY_VALUE, "y [%zu] written", i); }
+    free(y);
+    guarded_assert_canaries(ctx, &gy, "y");
+    cr_assert_eq(context_refs(ctx), refs0, "the failed forward left OpenCL objects behind");
+    guarded_free(&gx);
+    guarded_free(&gy);
+
+    forward_fits(ffn, &c, &w, 37);
+    forward_fits(ffn, &c, &w, T); /* and the shape that failed, now that memory is back */
+    clffn_ffn_destroy(ffn);
+    test_weights_free(&w);
+    clffn_context_destroy(ctx);
+}
+
+/* The same for the backward: its dh and dz ([T, F] and [T, 2F]) do not fit after a forward that
+ * did; the gradients and dx keep what they held. */
+Test(memory, backward_allocation_fails) {
+    if (UNDER_ASAN) { cr_skip_test("an address-space limit does not work under ASan"); }
+    clffn_context *ctx = test_context();
+    clffn_config c = clffn_config_default(64, 1024);
+    c.gated = 1;
+    c.activation = CLFFN_ACT_SILU;
+    test_weights w;
+    test_weights_make(&w, &c, CLFFN_LAYOUT_OUT_IN, 5);
+    clffn_ffn *ffn = NULL;
+    ASSERT_OK(clffn_ffn_create(ctx, &c, &ffn));
+    ASSERT_OK(clffn_ffn_upload_weights(ffn, CLFFN_LAYOUT_OUT_IN, &w.host));
+    ASSERT_OK(clffn_ffn_set_training(ffn, 1));
+    const size_t T = 24000, D = c.d_model, F = c.d_ff;
+    float *x = malloc(T * D * sizeof *x), *y = malloc(T * D * sizeof *y);
+    float *dx = malloc(T * D * sizeof *dx), *g = malloc((3 * D * F + 2 * F + D) * sizeof *g);
+    cr_assert(x && y && dx && g);
+    fill_uniform(x, T * D, -1.0f, 1.0f, 6);
+    for (size_t i = 0; i < T * D; ++i) { dx[i] = 2.5f; }
+    for (size_t i = 0; i < 3 * D * F + 2 * F + D; ++i) { g[i] = 2.5f; }
+    const clffn_weight_arrays ga = {g, g + 3 * D * F, g + D * F, g + 3 * D * F + F, g + 2 * D * F,
+                                    g + 3 * D * F + 2 * F};
+    ASSERT_OK(clffn_forward_host(ffn, 16, x, 16 * D, y, 16 * D)); /* compile, then the real one */
+    ASSERT_OK(clffn_backward_host(ffn, 16, x, 16 * D, x, 16 * D, dx, 16 * D, &ga, 0));
+    for (size_t i = 0; i < T * D; ++i) { dx[i] = 2.5f; }
+    for (size_t i = 0; i < 3 * D * F + 2 * F + D; ++i) { g[i] = 2.5f; }
+    ASSERT_OK(clffn_forward_host(ffn, T, x, T * D, y, T * D));
+    const cl_uint refs0 = context_refs(ctx);
+
+    limit_address_space(32u << 20);
+    const int st = clffn_backward_host(ffn, T, x, T * D, y, T * D, dx, T * D, &ga, 0);
+    unlimit_address_space();
+    cr_assert(is_memory_status(st), "backward: %s", clffn_status_string(st));
+    for (size_t i = 0; i < T * D; ++i) { cr_assert(dx[i] == 2.5f, "dx [%zu] written", i); }
+    for (size_t i = 0; i < 3 * D * F + 2 * F + D; ++i) {
+        cr_assert(g[i] == 2.5f, "gradient [%zu] written", i);
+    }
+    cr_assert_eq(context_refs(ctx), refs0, "the failed backward left OpenCL objects behind");
+
+    /* the same backward once memory is back, against the reference (a few tokens' worth of
+     * checking would do, but the shape that failed is the point) */
+    ASSERT_OK(clffn_backward_host(ffn, T, x, T * D, y, T * D, dx, T * D, &ga, 0));
+    for (size_t i = 0; i < T * D; ++i) { cr_assert(isfinite(dx[i]) && dx[i] != 2.5f); }
+    forward_fits(ffn, &c, &w, 19);
+    free(x);
+    free(y);
+    free(dx);
+    free(g);
+    clffn_ffn_destroy(ffn);
+    test_weights_free(&w);
+    clffn_context_destroy(ctx);
+}
