@@ -27,8 +27,15 @@
  * passed through unchanged; clffn's own codes sit in the range CLFFN_ERROR_BASE and below.
  * A failing call leaves the caller's outputs untouched.
  *
- * Threads: a clffn_context may be shared between threads. A clffn_ffn may not be used from two
- * threads at once (it owns kernel objects and a workspace); give each thread its own.
+ * Threads: a clffn_context may be shared between threads (tested: 8 threads × 100 forwards,
+ * host level and device level with a queue each, results bit-identical to one thread's). A
+ * clffn_ffn may not be used from two threads at once: it owns kernel arguments and a workspace
+ * that a second caller would overwrite while the first one's commands still read them. Give
+ * each thread its own clffn_ffn; they can bind the same device weights
+ * (clffn_ffn_bind_weights) so the weights are stored once.
+ *
+ * NaN and Inf propagate as IEEE arithmetic on the formulas says: relu(NaN) is NaN, dropout
+ * multiplies by 0 (a dropped NaN stays NaN, as in PyTorch), nothing is clamped.
  */
 #ifndef CLFFN_H
 #define CLFFN_H
@@ -235,7 +242,9 @@ CLFFN_API clffn_status clffn_context_create_for_device(const char *spec, clffn_c
 CLFFN_API clffn_status clffn_context_create_default(clffn_context **out);
 
 /** Releases the context and what it retained. NULL is a no-op. FFNs created on it must be
- *  destroyed first. */
+ *  destroyed first. CLBlast's process-wide program cache keeps its own reference to every
+ *  cl_context it ran a GEMM on, until CLBlastClearCache() (a call of the application's: clearing
+ *  it costs every other context a rebuild of its GEMM kernels). */
 CLFFN_API void clffn_context_destroy(clffn_context *ctx);
 
 /** The context's OpenCL handles (not retained for the caller); NULL for a NULL ctx. The queue

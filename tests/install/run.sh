@@ -15,6 +15,6 @@ pcdir=$(dirname "$(find "$tmp/prefix" -name clffn.pc | head -1)")
 cflags=$(PKG_CONFIG_PATH="$pcdir" pkg-config --cflags clffn)
 libs=$(PKG_CONFIG_PATH="$pcdir" pkg-config --libs clffn)
 # shellcheck disable=SC2086
-cc -std=c11 $cflags "$src/tests/install/consumer/main.c" $libs -o "$tmp/pc-consumer"
+cc -std=c11 ${CFLAGS:-} $cflags "$src/tests/install/consumer/main.c" $libs ${LDFLAGS:-} -o "$tmp/pc-consumer"
 LD_LIBRARY_PATH="$(dirname "$(find "$tmp/prefix" -name 'libclffn.so*' | head -1)")" "$tmp/pc-consumer"
 echo "install: find_package and pkg-config consumers ran"
