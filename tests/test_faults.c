@@ -236,11 +236,19 @@ static int run_ref_backward(fx *f) {
     return clffn_reference_backward(&f->cfg, CLFFN_LAYOUT_OUT_IN, &hw, T, f->x, f->dy, 1, 1, 0,
                                     f->rdx, &g);
 }
-static int run_st_parse(fx *f) { return io_status(f, clffn_st_parse(f->st_bytes, f->st_len, &f->st, f->err)); }
+static int run_st_parse(fx *f) {
+    return io_status(f, clffn_st_parse(f->st_bytes, f->st_len, &f->st, f->err));
+}
 static int run_st_open(fx *f) {
     char path[128];
     snprintf(path, sizeof path, "%s/w.safetensors", f->dir);
     return io_status(f, clffn_st_open(path, &f->st, f->err));
+}
+/* a writer's status; a failed write leaves no file (and no temporary) behind */
+static int written_or_absent(fx *f, const char *path, int rc) {
+    const int st = io_status(f, rc);
+    if (st != CLFFN_SUCCESS) { cr_assert(access(path, F_OK) != 0, "a partial file is left"); }
+    return st;
 }
 static int run_st_write(fx *f) {
     char path[128];
@@ -248,10 +256,7 @@ static int run_st_write(fx *f) {
     unlink(path);
     const uint64_t s1[2] = {F, D}, s2[1] = {F};
     const clffn_st_out t[2] = {{"w_1.weight", 2, s1, f->w[0]}, {"w_1.bias", 1, s2, f->w[1]}};
-    const int st = io_status(f, clffn_st_write(path, t, 2, f->err));
-    /* a failed write leaves no file (and no temporary) behind */
-    if (st != CLFFN_SUCCESS) { cr_assert(access(path, F_OK) != 0, "a partial file is left"); }
-    return st;
+    return written_or_absent(f, path, clffn_st_write(path, t, 2, f->err));
 }
 static int run_npy_parse(fx *f) {
     return io_status(f, clffn_npy_parse(f->npy_bytes, f->npy_len, &f->npy, f->err));
@@ -266,9 +271,7 @@ static int run_npy_save(fx *f) {
     snprintf(path, sizeof path, "%s/out.npy", f->dir);
     unlink(path);
     const uint64_t shape[2] = {T, D};
-    const int st = io_status(f, clffn_npy_save(path, f->x, 2, shape, f->err));
-    if (st != CLFFN_SUCCESS) { cr_assert(access(path, F_OK) != 0, "a partial file is left"); }
-    return st;
+    return written_or_absent(f, path, clffn_npy_save(path, f->x, 2, shape, f->err));
 }
 
 static const op ops[] = {

@@ -141,19 +141,27 @@ static int is_memory_status(int st) {
            st == CL_OUT_OF_RESOURCES || st == CLFFN_ERROR_OUT_OF_HOST_MEMORY;
 }
 
+/* A gated 64 → 1024 FFN with weights uploaded, for the RLIMIT_AS tests. */
+static clffn_ffn *gated_ffn(clffn_context *ctx, clffn_activation act, uint64_t seed,
+                            clffn_config *c, test_weights *w) {
+    *c = clffn_config_default(64, 1024);
+    c->gated = 1;
+    c->activation = act;
+    test_weights_make(w, c, CLFFN_LAYOUT_OUT_IN, seed);
+    clffn_ffn *ffn = NULL;
+    ASSERT_OK(clffn_ffn_create(ctx, c, &ffn));
+    ASSERT_OK(clffn_ffn_upload_weights(ffn, CLFFN_LAYOUT_OUT_IN, &w->host));
+    return ffn;
+}
+
 /* The allocations themselves fail: the process may grow by 32 MB, the forward needs ~200 MB of
  * workspace. The status is OpenCL's out-of-memory code, passed through. */
 Test(memory, forward_allocation_fails) {
     if (UNDER_ASAN) { cr_skip_test("an address-space limit does not work under ASan"); }
     clffn_context *ctx = test_context();
-    clffn_config c = clffn_config_default(64, 1024);
-    c.gated = 1;
-    c.activation = CLFFN_ACT_GELU;
+    clffn_config c;
     test_weights w;
-    test_weights_make(&w, &c, CLFFN_LAYOUT_OUT_IN, 4);
-    clffn_ffn *ffn = NULL;
-    ASSERT_OK(clffn_ffn_create(ctx, &c, &ffn));
-    ASSERT_OK(clffn_ffn_upload_weights(ffn, CLFFN_LAYOUT_OUT_IN, &w.host));
+    clffn_ffn *ffn = gated_ffn(ctx, CLFFN_ACT_GELU, 4, &c, &w);
     forward_fits(ffn, &c, &w, 16); /* CLBlast's kernels compiled before the limit */
     const size_t T = 24000, D = c.d_model; /* z: 24000 × 2048 floats = 197 MB */
     guarded gx = guarded_make(ctx, CANARY, T * D, NULL);
@@ -188,14 +196,9 @@ Test(memory, forward_allocation_fails) {
 Test(memory, backward_allocation_fails) {
     if (UNDER_ASAN) { cr_skip_test("an address-space limit does not work under ASan"); }
     clffn_context *ctx = test_context();
-    clffn_config c = clffn_config_default(64, 1024);
-    c.gated = 1;
-    c.activation = CLFFN_ACT_SILU;
+    clffn_config c;
     test_weights w;
-    test_weights_make(&w, &c, CLFFN_LAYOUT_OUT_IN, 5);
-    clffn_ffn *ffn = NULL;
-    ASSERT_OK(clffn_ffn_create(ctx, &c, &ffn));
-    ASSERT_OK(clffn_ffn_upload_weights(ffn, CLFFN_LAYOUT_OUT_IN, &w.host));
+    clffn_ffn *ffn = gated_ffn(ctx, CLFFN_ACT_SILU, 5, &c, &w);
     ASSERT_OK(clffn_ffn_set_training(ffn, 1));
     const size_t T = 24000, D = c.d_model, F = c.d_ff;
     float *x = malloc(T * D * sizeof *x), *y = malloc(T * D * sizeof *y);

@@ -318,7 +318,7 @@ Test(clffn_run, refusals) {
     snprintf(y, sizeof y, "%s/y.npy", dir);
     snprintf(trunc, sizeof trunc, "%s/trunc.safetensors", dir);
     write_checkpoint(w, ts, 2);
-    float xv[4 * D] = {0};
+    float xv[4 * (D + 1)] = {0}; /* room for x_bad, one column wider */
     const uint64_t xs[2] = {4, D}, xbs[2] = {4, D + 1};
     cr_assert_eq(clffn_npy_save(x, xv, 2, xs, err), 0);
     cr_assert_eq(clffn_npy_save(x_bad, xv, 2, xbs, err), 0);
