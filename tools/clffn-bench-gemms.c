@@ -1,0 +1,109 @@
+/* clffn-bench-gemms: each SGEMM of the FFN's forward and backward alone, on the context's tuned
+ * CLBlast, with the operand arrangement clffn uses (row-major, OUT_IN weights), so a slow pass
+ * can be traced to one product. Buffers are filled first: an untouched POCL buffer reads the
+ * kernel's shared zero page and makes every product look faster than it is.
+ *   clffn-bench-gemms [--tokens T] [--d-model D] [--d-ff F] [--gated] [--reps N] */
+#include "clffn.h"
+
+#include <clblast_c.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static size_t arg(int argc, char **argv, const char *name, size_t dflt) {
+    for (int i = 1; i + 1 < argc; ++i) {
+        if (strcmp(argv[i], name) == 0) { return (size_t)strtoull(argv[i + 1], NULL, 10); }
+    }
+    return dflt;
+}
+
+int main(int argc, char **argv) {
+    for (int i = 1; i < argc; ++i) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            puts("usage: clffn-bench-gemms [--tokens T] [--d-model D] [--d-ff F] [--gated] [--reps N]");
+            return 0;
+        }
+    }
+    int gated = 0;
+    for (int i = 1; i < argc; ++i) { gated |= strcmp(argv[i], "--gated") == 0; }
+    const size_t T = arg(argc, argv, "--tokens", 2048), D = arg(argc, argv, "--d-model", 1024);
+    const size_t F = arg(argc, argv, "--d-ff", 2816), reps = arg(argc, argv, "--reps", 3);
+    const size_t N1 = gated ? 2 * F : F;
+    if (!T || !D || !F || !reps) {
+        fprintf(stderr, "clffn-bench-gemms: sizes and --reps must be positive\n");
+        return 2;
+    }
+    clffn_context *ctx = NULL;
+    int st = clffn_context_create_default(&ctx);
+    if (st != CLFFN_SUCCESS) {
+        fprintf(stderr, "clffn-bench-gemms: %s\n", clffn_status_string(st));
+        return 1;
+    }
+    cl_context cx = clffn_context_cl_context(ctx);
+    cl_command_queue q = clffn_context_queue(ctx);
+    /* A holds every first operand (x, h, dy, dz: [T, max(N1, D)]); B every second one (the
+     * weights [N1, D], h [T, F], x [T, D]); C every product */
+    const size_t na = T * (N1 > D ? N1 : D);
+    size_t nw = N1 * D;
+    if (T * F > nw) { nw = T * F; }
+    if (T * D > nw) { nw = T * D; }
+    const size_t nc = na > nw ? na : nw;
+    cl_int err = CL_SUCCESS;
+    cl_mem A = clCreateBuffer(cx, CL_MEM_READ_WRITE, na * 4, NULL, &err);
+    cl_mem B = err == CL_SUCCESS ? clCreateBuffer(cx, CL_MEM_READ_WRITE, nw * 4, NULL, &err) : NULL;
+    cl_mem C = err == CL_SUCCESS ? clCreateBuffer(cx, CL_MEM_READ_WRITE, nc * 4, NULL, &err) : NULL;
+    const float va = 0.37f, vb = -0.21f, vc = 0.1f;
+    if (err == CL_SUCCESS) { err = clEnqueueFillBuffer(q, A, &va, 4, 0, na * 4, 0, NULL, NULL); }
+    if (err == CL_SUCCESS) { err = clEnqueueFillBuffer(q, B, &vb, 4, 0, nw * 4, 0, NULL, NULL); }
+    if (err == CL_SUCCESS) { err = clEnqueueFillBuffer(q, C, &vc, 4, 0, nc * 4, 0, NULL, NULL); }
+    if (err == CL_SUCCESS) { err = clFinish(q); }
+    if (err != CL_SUCCESS) {
+        fprintf(stderr, "clffn-bench-gemms: buffers: %s\n", clffn_status_string(err));
+        return 1;
+    }
+    const struct {
+        const char *name;
+        int ta, tb;
+        size_t m, n, k, lda, ldb, ldc;
+    } g[] = {
+        {"forward 1: x·[W1|V]^T", 0, 1, T, N1, D, D, D, N1},
+        {"forward 2: h·W2^T", 0, 1, T, D, F, F, F, D},
+        {"backward dh = dy·W2", 0, 0, T, F, D, D, F, F},
+        {"backward dW2 = dy^T·h", 1, 0, D, F, T, D, F, F},
+        {"backward dW1|dV = dz^T·x", 1, 0, N1, D, T, N1, D, D},
+        {"backward dx = dz·[W1|V]", 0, 0, T, D, N1, N1, D, D},
+    };
+    printf("%zu tokens, %zu -> %zu%s, best of %zu after one untimed call\n", T, D, F,
+           gated ? " gated" : "", reps);
+    for (size_t i = 0; i < sizeof g / sizeof g[0]; ++i) {
+        double best = 1e30;
+        for (size_t r = 0; r <= reps; ++r) {
+            const double t0 = now();
+            err = CLBlastSgemm(CLBlastLayoutRowMajor, g[i].ta ? CLBlastTransposeYes : CLBlastTransposeNo,
+                               g[i].tb ? CLBlastTransposeYes : CLBlastTransposeNo, g[i].m, g[i].n,
+                               g[i].k, 1.0f, A, 0, g[i].lda, B, 0, g[i].ldb, 0.0f, C, 0, g[i].ldc,
+                               &q, NULL);
+            if (err == CL_SUCCESS) { err = clFinish(q); }
+            if (err != CL_SUCCESS) {
+                fprintf(stderr, "clffn-bench-gemms: %s: %s\n", g[i].name, clffn_status_string(err));
+                return 1;
+            }
+            const double t = now() - t0;
+            if (r > 0 && t < best) { best = t; }
+        }
+        printf("%-26s %9.1f ms %7.1f GFLOP/s\n", g[i].name, best * 1e3,
+               2.0 * (double)g[i].m * (double)g[i].n * (double)g[i].k / best * 1e-9);
+    }
+    clReleaseMemObject(A);
+    clReleaseMemObject(B);
+    clReleaseMemObject(C);
+    clffn_context_destroy(ctx);
+    return 0;
+}
