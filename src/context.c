@@ -2,6 +2,7 @@
 #include "internal.h"
 
 #include <ctype.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -203,14 +204,14 @@ const char *clffn_context_build_log(const clffn_context *ctx) {
 /* ------------------------------------------------------------------------------------------ */
 /* Kernel sources: embedded at build time, or read from CLFFN_KERNEL_DIR while developing */
 
-/* The file's text, or NULL: *oom tells "no memory" apart from "no (readable) file". */
-static char *read_file(const char *path, int *oom) {
+char *clffn__read_text(const char *path, long max_bytes, int *oom) {
     *oom = 0;
     FILE *f = fopen(path, "rb");
     if (!f) { return NULL; }
     char *buf = NULL;
     long n = -1;
-    if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0) {
+    if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && n < max_bytes &&
+        fseek(f, 0, SEEK_SET) == 0) {
         if (!(buf = malloc((size_t)n + 1))) {
             *oom = 1;
         } else if (fread(buf, 1, (size_t)n, f) != (size_t)n) {
@@ -241,7 +242,7 @@ clffn_status clffn__kernel_source(char **out) {
             }
             snprintf(path, len, "%s/%s", dir, clffn_embedded_sources[i].name);
             int oom;
-            parts[i] = read_file(path, &oom);
+            parts[i] = clffn__read_text(path, LONG_MAX, &oom);
             free(path);
             if (!parts[i]) { st = oom ? CLFFN_ERROR_OUT_OF_HOST_MEMORY : CLFFN_ERROR_KERNEL_SOURCE; }
         }

@@ -1,6 +1,6 @@
 /* The counters behind fault.h: a countdown to the allocation that fails, and the number of
- * blocks alive, so a test can prove each failure path frees what it took. Atomic because
- * POCL calls back into nothing of ours, but the thread tests may share a build with these. */
+ * blocks alive, so a test can prove each failure path frees what it took. Atomic so that the
+ * counts stay right if a test allocates from more than one thread. */
 #include "fault.h"
 /* the build force-includes fault.h here too: this file alone calls the C library itself */
 #undef malloc
@@ -18,7 +18,7 @@ static atomic_int tripped; /* the countdown reached its allocation (sticky: fail
 static atomic_long failed;
 static atomic_long live;
 
-static int should_fail(void) {
+static int decide(void) {
     if (atomic_load(&tripped)) { return atomic_load(&sticky_mode); }
     long c = atomic_load(&countdown);
     while (c > 0) {
@@ -33,42 +33,37 @@ static int should_fail(void) {
     return 0;
 }
 
+/* 1 when this allocation is to be refused (and counted as refused) */
+static int should_fail(void) {
+    if (!decide()) { return 0; }
+    atomic_fetch_add(&failed, 1);
+    return 1;
+}
+
 static void *counted(void *p) {
     if (p) { atomic_fetch_add(&live, 1); }
     return p;
 }
 
 void *clffn__fi_malloc(size_t n) {
-    if (should_fail()) {
-        atomic_fetch_add(&failed, 1);
-        return NULL;
-    }
+    if (should_fail()) { return NULL; }
     return counted(malloc(n));
 }
 
 void *clffn__fi_calloc(size_t n, size_t size) {
-    if (should_fail()) {
-        atomic_fetch_add(&failed, 1);
-        return NULL;
-    }
+    if (should_fail()) { return NULL; }
     return counted(calloc(n, size));
 }
 
 void *clffn__fi_realloc(void *p, size_t n) {
-    if (should_fail()) {
-        atomic_fetch_add(&failed, 1);
-        return NULL;
-    }
+    if (should_fail()) { return NULL; }
     void *q = realloc(p, n);
     if (!p) { counted(q); }
     return q;
 }
 
 char *clffn__fi_strdup(const char *s) {
-    if (should_fail()) {
-        atomic_fetch_add(&failed, 1);
-        return NULL;
-    }
+    if (should_fail()) { return NULL; }
     return counted(strdup(s));
 }
 

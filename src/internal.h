@@ -191,6 +191,10 @@ static inline bool clffn__mul_ok(size_t a, size_t b, size_t *out) {
 uint64_t clffn__drop_threshold(float p);
 float clffn__drop_scale(float p);
 
+/* A whole text file (smaller than max_bytes), NUL-terminated, or NULL; *oom tells "no memory"
+ * apart from "no readable file". Caller frees. Kernel sources and tuning profiles. */
+char *clffn__read_text(const char *path, long max_bytes, int *oom);
+
 /* The full source of the kernels, concatenated (embedded or from CLFFN_KERNEL_DIR). Caller frees. */
 clffn_status clffn__kernel_source(char **out);
 

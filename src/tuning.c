@@ -122,28 +122,6 @@ static clffn_status apply_json(cl_device_id device, const char *text, int truste
     return st;
 }
 
-/* The file's text, or NULL: *oom tells "no memory" apart from "no (readable) file". */
-static char *slurp(const char *path, int *oom) {
-    *oom = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) { return NULL; }
-    char *buf = NULL;
-    long n;
-    if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && n < (1 << 20) &&
-        fseek(f, 0, SEEK_SET) == 0) {
-        if (!(buf = malloc((size_t)n + 1))) {
-            *oom = 1;
-        } else if (fread(buf, 1, (size_t)n, f) == (size_t)n) {
-            buf[n] = '\0';
-        } else {
-            free(buf);
-            buf = NULL;
-        }
-    }
-    fclose(f);
-    return buf;
-}
-
 const char *clffn__builtin_profile(cl_device_id device) {
     char platform[256], name[256], driver[256];
     device_strings(device, platform, name, driver, sizeof platform);
@@ -179,7 +157,7 @@ clffn_status clffn__apply_tuning(clffn_context *ctx) {
     const char *skipped = NULL; /* a profile file that exists but was not applied */
     if (clffn_tuning_profile_path(ctx->device, path, sizeof path) == CLFFN_SUCCESS) {
         int oom;
-        char *text = slurp(path, &oom);
+        char *text = clffn__read_text(path, 1 << 20, &oom); /* profiles are small */
         if (oom) { return CLFFN_ERROR_OUT_OF_HOST_MEMORY; }
         if (text) {
             const clffn_status st = apply_json(ctx->device, text, 0);
