@@ -317,6 +317,32 @@ CLFFN_API int clffn_tuning_has_profile(cl_device_id device);
  *  so the caller's own CLBlast SGEMMs on that device use them too; CLFFN_NO_TUNING=1 skips it. */
 CLFFN_API const char *clffn_context_tuning(const clffn_context *ctx);
 
+/** Largest inner-dimension block clffn_context_set_gemm_k_block() takes. */
+#define CLFFN_MAX_GEMM_K_BLOCK ((size_t)1 << 20)
+
+/** Sets how the context's FFNs run their SGEMMs along the inner dimension K: 0 runs each product
+ *  as one CLBlast call; n > 0 splits K into floor(K/n) about equal blocks (multiples of 64; see
+ *  clffn_gemm_k_split) and sums their products into the output, each block one CLBlast call. On CPU devices CLBlast's tiled
+ *  kernel slows down once a tile's operand panels (tile × K) outgrow the caches, and 256-blocks
+ *  made the forward 1.2–1.9× and the backward 1.2–1.8× faster under POCL (docs/PERFORMANCE.md);
+ *  on GPUs it only adds passes over the output. The tuning profile sets it when the context opens its device ("clffn":
+ *  {"GEMM_K_BLOCK": n}; the built-in AVX-512 POCL profile has 256; none applied means 0);
+ *  clffn-tune measures it. Results differ from unblocked ones only by float summation order.
+ *  Takes effect on the next call of any of the context's FFNs; not to be changed while another
+ *  thread runs one. Errors: NULL_ARGUMENT; k_block > CLFFN_MAX_GEMM_K_BLOCK → INVALID_SIZE. */
+CLFFN_API clffn_status clffn_context_set_gemm_k_block(clffn_context *ctx, size_t k_block);
+
+/** The context's inner-dimension block (see clffn_context_set_gemm_k_block); 0 for NULL. */
+CLFFN_API size_t clffn_context_gemm_k_block(const clffn_context *ctx);
+
+/** How clffn splits an SGEMM's inner dimension k for a block size k_block: returns the number
+ *  of CLBlast calls (1 when k_block is 0, k < 2·k_block, or k ≤ 64) and writes to *block (may be NULL)
+ *  the length of each but the last, which takes the rest (k when not split). The blocks are as
+ *  many as fit k_block long, made equal and rounded up to a multiple of 64, so CLBlast pads at
+ *  most the last. For tools that time CLBlast the way
+ *  clffn calls it (clffn-tune, clffn-bench-gemms). */
+CLFFN_API size_t clffn_gemm_k_split(size_t k, size_t k_block, size_t *block);
+
 /* ---------------------------------------------------------------------------------------------
  * FFN
  * ------------------------------------------------------------------------------------------- */

@@ -20,28 +20,44 @@
 
 static size_t n1(const clffn_config *c) { return c->gated ? 2 * c->d_ff : c->d_ff; }
 
+/* Rows per chunk of the bias-gradient sums (cl/backward.cl): more means fewer partial sums, but
+ * longer walks down the columns. */
+enum { COLSUM_ROWS = 64 };
+
+static size_t colsum_chunks(size_t tokens) { return (tokens + COLSUM_ROWS - 1) / COLSUM_ROWS; }
+
 static clffn_status ensure_backward_workspace(clffn_ffn *ffn, size_t tokens) {
     if (tokens <= ffn->bws_tokens) { return CLFFN_SUCCESS; }
-    cl_int err;
-    cl_mem dh = clffn__buffer(ffn->ctx, CL_MEM_READ_WRITE,
-                               tokens * ffn->cfg.d_ff * sizeof(float), &err);
-    if (err != CL_SUCCESS) { return (clffn_status)err; }
-    cl_mem dz = clffn__buffer(ffn->ctx, CL_MEM_READ_WRITE,
-                               tokens * n1(&ffn->cfg) * sizeof(float), &err);
+    const size_t F = ffn->cfg.d_ff, D = ffn->cfg.d_model;
+    const size_t bytes[3] = {tokens * F * sizeof(float), tokens * n1(&ffn->cfg) * sizeof(float),
+                             colsum_chunks(tokens) * (F > D ? F : D) * sizeof(float)};
+    cl_mem m[3] = {NULL, NULL, NULL};
+    cl_int err = CL_SUCCESS;
+    for (int i = 0; i < 3 && err == CL_SUCCESS; ++i) {
+        m[i] = clffn__buffer(ffn->ctx, CL_MEM_READ_WRITE, bytes[i], &err);
+    }
     if (err != CL_SUCCESS) {
-        clReleaseMemObject(dh);
+        for (int i = 0; i < 3; ++i) {
+            if (m[i]) { clReleaseMemObject(m[i]); }
+        }
         return (clffn_status)err;
     }
-    if (ffn->dh) { clReleaseMemObject(ffn->dh); }
-    if (ffn->dz) { clReleaseMemObject(ffn->dz); }
-    ffn->dh = dh, ffn->dz = dz, ffn->bws_tokens = tokens;
+    cl_mem *old[3] = {&ffn->dh, &ffn->dz, &ffn->colsum};
+    for (int i = 0; i < 3; ++i) {
+        if (*old[i]) { clReleaseMemObject(*old[i]); }
+        *old[i] = m[i];
+    }
+    ffn->bws_tokens = tokens;
     return CLFFN_SUCCESS;
 }
 
+/* out (+)= the column sums of m [rows, n] (row stride ld): partial sums of row chunks, then
+ * their sums (cl/backward.cl says why two passes). */
 static cl_int column_sums(clffn_ffn *ffn, cl_mem m, size_t m_off, size_t ld, size_t rows, size_t n,
                           const clffn_buffer *out, int accumulate, cl_command_queue q) {
-    cl_kernel k = ffn->column_sums;
+    cl_kernel k = ffn->column_partials;
     const cl_ulong mo = m_off, l = ld, r = rows, nn = n, oo = out->offset;
+    const cl_ulong chunks = colsum_chunks(rows), chunk_rows = COLSUM_ROWS;
     const cl_uint acc = accumulate != 0;
     cl_int err = CL_SUCCESS;
     SET_ARG(k, 0, m);
@@ -49,11 +65,19 @@ static cl_int column_sums(clffn_ffn *ffn, cl_mem m, size_t m_off, size_t ld, siz
     SET_ARG(k, 2, l);
     SET_ARG(k, 3, r);
     SET_ARG(k, 4, nn);
-    SET_ARG(k, 5, out->mem);
-    SET_ARG(k, 6, oo);
-    SET_ARG(k, 7, acc);
-    const size_t global = n;
-    if (err == CL_SUCCESS) { err = clEnqueueNDRangeKernel(q, k, 1, NULL, &global, NULL, 0, NULL, NULL); }
+    SET_ARG(k, 5, chunk_rows);
+    SET_ARG(k, 6, ffn->colsum);
+    const size_t global[2] = {(n + 3) / 4, (size_t)chunks};
+    if (err == CL_SUCCESS) { err = clEnqueueNDRangeKernel(q, k, 2, NULL, global, NULL, 0, NULL, NULL); }
+    k = ffn->column_sums;
+    SET_ARG(k, 0, ffn->colsum);
+    SET_ARG(k, 1, chunks);
+    SET_ARG(k, 2, nn);
+    SET_ARG(k, 3, out->mem);
+    SET_ARG(k, 4, oo);
+    SET_ARG(k, 5, acc);
+    const size_t g1 = n;
+    if (err == CL_SUCCESS) { err = clEnqueueNDRangeKernel(q, k, 1, NULL, &g1, NULL, 0, NULL, NULL); }
     return err;
 }
 
@@ -70,6 +94,8 @@ static cl_int epilogue_backward(clffn_ffn *ffn, size_t tokens, cl_command_queue 
     if (err == CL_SUCCESS) {
         err = clffn__set_epilogue1_args(ffn, k, 4, tokens, drop, ffn->last_p, ffn->last_rng_offset);
     }
+    const cl_uint vec = (c->d_ff % 4) == 0;
+    SET_ARG(k, 15, vec);
     if (err == CL_SUCCESS) { err = clffn__launch(ffn, k, c->d_ff, tokens, q, NULL); }
     return err;
 }

@@ -80,6 +80,9 @@ clffn_status clffn_ffn_create(clffn_context *ctx, const clffn_config *config, cl
     if (st == CLFFN_SUCCESS) {
         st = make_kernel(ctx, &key, "clffn_epilogue1_backward", &ffn->backward1);
     }
+    if (st == CLFFN_SUCCESS) {
+        st = make_kernel(ctx, &key, "clffn_column_partials", &ffn->column_partials);
+    }
     if (st == CLFFN_SUCCESS) { st = make_kernel(ctx, &key, "clffn_column_sums", &ffn->column_sums); }
     if (st == CLFFN_SUCCESS) { st = ensure_train_kernel(ffn); }
     if (st != CLFFN_SUCCESS) {
@@ -92,7 +95,7 @@ clffn_status clffn_ffn_create(clffn_context *ctx, const clffn_config *config, cl
 
 static void workspace_release(clffn_ffn *ffn) {
     cl_mem *bufs[] = {&ffn->z,     &ffn->h,    &ffn->u,    &ffn->io_x, &ffn->io_y,
-                      &ffn->dh,    &ffn->dz,   &ffn->io_dy, &ffn->io_dx, &ffn->g_w1,
+                      &ffn->dh,    &ffn->dz,   &ffn->colsum, &ffn->io_dy, &ffn->io_dx, &ffn->g_w1,
                       &ffn->g_b1,  &ffn->g_bv, &ffn->g_w2, &ffn->g_b2};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; ++i) {
         if (*bufs[i]) { clReleaseMemObject(*bufs[i]); }
@@ -111,6 +114,7 @@ void clffn_ffn_destroy(clffn_ffn *ffn) {
     if (ffn->epilogue2) { clReleaseKernel(ffn->epilogue2); }
     if (ffn->backward1) { clReleaseKernel(ffn->backward1); }
     if (ffn->backward1_train) { clReleaseKernel(ffn->backward1_train); }
+    if (ffn->column_partials) { clReleaseKernel(ffn->column_partials); }
     if (ffn->column_sums) { clReleaseKernel(ffn->column_sums); }
     if (ffn->last_event) { clReleaseEvent(ffn->last_event); }
     if (ffn->last_queue) { clReleaseCommandQueue(ffn->last_queue); }
@@ -383,28 +387,92 @@ cl_mem clffn__buffer(const clffn_context *ctx, cl_mem_flags flags, size_t bytes,
                           NULL, err);
 }
 
+/* Grows the FFN's GEMM scratch to at least `need` bytes. */
+static cl_int ensure_gemm_tmp(clffn_ffn *ffn, size_t need) {
+    if (need <= ffn->gemm_tmp_bytes) { return CL_SUCCESS; }
+    /* the old scratch may still be in use by enqueued GEMMs: OpenCL keeps it alive until they
+     * complete, so releasing it here is safe */
+    cl_int err;
+    cl_mem t = clffn__buffer(ffn->ctx, CL_MEM_READ_WRITE, need, &err);
+    if (err != CL_SUCCESS) { return err; }
+    if (ffn->gemm_tmp) { clReleaseMemObject(ffn->gemm_tmp); }
+    ffn->gemm_tmp = t;
+    ffn->gemm_tmp_bytes = need;
+    return CL_SUCCESS;
+}
+
+size_t clffn_gemm_k_split(size_t k, size_t k_block, size_t *block) {
+    size_t dummy;
+    if (!block) { block = &dummy; }
+    /* as many blocks as fit whole: each is at least k_block long, so a remainder is spread over
+     * them instead of becoming a short, poorly used last block (640 in blocks of 256 is two
+     * of 320, not 256 + 256 + 128) */
+    size_t n = k_block ? k / k_block : 1;
+    if (n < 2) {
+        *block = k;
+        return 1;
+    }
+    /* equal blocks, each a multiple of 64 (a multiple of every KWG CLBlast tunes) so that no
+     * block but the last is padded */
+    size_t b = (k + n - 1) / n;
+    b = (b + 63) / 64 * 64;
+    n = (k + b - 1) / b;
+    *block = n > 1 ? b : k; /* small blocks may round up to one */
+    return n;
+}
+
 cl_int clffn__sgemm(clffn_ffn *ffn, int layout, int ta, int tb, size_t m, size_t n, size_t k,
                     float alpha, cl_mem a, size_t a_off, size_t a_ld, cl_mem b, size_t b_off,
                     size_t b_ld, float beta, cl_mem c, size_t c_off, size_t c_ld,
                     cl_command_queue *queue, cl_event *event) {
-    const CLBlastLayout L = (CLBlastLayout)layout;
-    const CLBlastTranspose A = (CLBlastTranspose)ta, B = (CLBlastTranspose)tb;
-    size_t need = 0;
-    cl_int err = CLBlastSGemmTempBufferSize(L, A, B, m, n, k, a_off, a_ld, b_off, b_ld, c_off,
-                                            c_ld, queue, &need);
-    if (err != CL_SUCCESS) { return err; }
-    if (need > ffn->gemm_tmp_bytes) {
-        /* the old scratch may still be in use by enqueued GEMMs: OpenCL keeps it alive until
-         * they complete, so releasing it here is safe */
-        cl_mem t = clffn__buffer(ffn->ctx, CL_MEM_READ_WRITE, need, &err);
-        if (err != CL_SUCCESS) { return err; }
-        if (ffn->gemm_tmp) { clReleaseMemObject(ffn->gemm_tmp); }
-        ffn->gemm_tmp = t;
-        ffn->gemm_tmp_bytes = need;
+    CLBlastLayout L = (CLBlastLayout)layout;
+    CLBlastTranspose A = (CLBlastTranspose)ta, B = (CLBlastTranspose)tb;
+    if (L == CLBlastLayoutRowMajor) {
+        /* the same product column-major: C = A·B row-major is Cᵀ = Bᵀ·Aᵀ column-major over the
+         * same memory. CLBlast's Xgemm computes a column-major C, so for a row-major one it
+         * transposes C into scratch and back on every call (c_do_transpose in its xgemm.cpp);
+         * asked column-major, it does neither, which makes every product ~25% faster on POCL */
+        L = CLBlastLayoutColMajor;
+        const CLBlastTranspose t = A;
+        A = B, B = t;
+        const size_t tn = m;
+        m = n, n = tn;
+        const cl_mem tm = a;
+        a = b, b = tm;
+        size_t ts = a_off;
+        a_off = b_off, b_off = ts;
+        ts = a_ld;
+        a_ld = b_ld, b_ld = ts;
     }
-    return CLBlastSgemmWithTempBuffer(L, A, B, m, n, k, alpha, a, a_off, a_ld, b, b_off, b_ld, beta,
-                                      c, c_off, c_ld, queue, event,
-                                      need ? ffn->gemm_tmp : NULL);
+    /* CLBlast's Xgemm walks the whole inner dimension for each tile of C; on a CPU a long K
+     * streams operand panels that no longer fit in cache. Summing K-blocks into C costs one more
+     * pass over C per block and can be much faster (docs/PERFORMANCE.md) */
+    size_t kb;
+    const size_t blocks = clffn_gemm_k_split(k, ffn->ctx->gemm_k_block, &kb);
+    /* where block j starts: K runs along a row of A when A is row-major and not transposed
+     * (or column-major and transposed), and down a column of B in the same cases */
+    const bool rm = L == CLBlastLayoutRowMajor;
+    const size_t a_step = (rm == (A == CLBlastTransposeNo)) ? 1 : a_ld;
+    const size_t b_step = (rm == (B == CLBlastTransposeNo)) ? b_ld : 1;
+    /* scratch for every block first, so that a failure enqueues nothing */
+    size_t need = 0;
+    cl_int err = CL_SUCCESS;
+    for (size_t j = 0; j < blocks && err == CL_SUCCESS; ++j) {
+        const size_t k0 = j * kb, kk = k - k0 < kb ? k - k0 : kb;
+        size_t nj = 0;
+        err = CLBlastSGemmTempBufferSize(L, A, B, m, n, kk, a_off + k0 * a_step, a_ld,
+                                         b_off + k0 * b_step, b_ld, c_off, c_ld, queue, &nj);
+        if (nj > need) { need = nj; }
+    }
+    if (err == CL_SUCCESS) { err = ensure_gemm_tmp(ffn, need); }
+    for (size_t j = 0; j < blocks && err == CL_SUCCESS; ++j) {
+        const size_t k0 = j * kb, kk = k - k0 < kb ? k - k0 : kb;
+        err = CLBlastSgemmWithTempBuffer(L, A, B, m, n, kk, alpha, a, a_off + k0 * a_step, a_ld, b,
+                                         b_off + k0 * b_step, b_ld, j ? 1.0f : beta, c, c_off,
+                                         c_ld, queue, j + 1 == blocks ? event : NULL,
+                                         need ? ffn->gemm_tmp : NULL);
+    }
+    return err;
 }
 
 /* Enqueues a (columns/4, T) epilogue launch. */

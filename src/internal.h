@@ -38,6 +38,10 @@ struct clffn_context {
      * choose. Exists to prove the dropout mask does not depend on it. */
     size_t epilogue_local_size;
     char tuning[1300]; /* which CLBlast profile was applied (clffn_context_tuning) */
+    /* clffn__sgemm splits a product's inner dimension into blocks of about this many (0: never)
+     * and sums them into C; from the tuning profile's "clffn" section, or
+     * clffn_context_set_gemm_k_block() */
+    size_t gemm_k_block;
 };
 
 /* One weight operand as the GEMMs and kernels see it. */
@@ -54,6 +58,7 @@ struct clffn_ffn {
     cl_kernel epilogue2;
     cl_kernel backward1;       /* epilogue 1's backward without dropout */
     cl_kernel backward1_train; /* with dropout; exists while p > 0 */
+    cl_kernel column_partials; /* the bias gradients' two passes */
     cl_kernel column_sums;
 
     /* weights */
@@ -74,9 +79,10 @@ struct clffn_ffn {
     size_t io_tokens;
     cl_mem io_x, io_y;
 
-    /* backward workspace, grown on demand: dh [T, F], dz [T, N1] */
+    /* backward workspace, grown on demand: dh [T, F], dz [T, N1], and the bias gradients'
+     * partial sums [ceil(T / 64), max(F, D)] */
     size_t bws_tokens;
-    cl_mem dh, dz;
+    cl_mem dh, dz, colsum;
     /* host-level backward buffers: dy, dx [T, D] and the gradients (W1 and V stacked) */
     size_t bio_tokens;
     cl_mem io_dy, io_dx;
@@ -147,7 +153,8 @@ clffn_status clffn__apply_profile_text(cl_device_id device, const char *json);
  * use and POCL aborts the process when that fails. */
 cl_mem clffn__buffer(const clffn_context *ctx, cl_mem_flags flags, size_t bytes, cl_int *err);
 
-/* CLBlastSgemm's arguments, run through CLBlastSgemmWithTempBuffer with the FFN's own scratch
+/* CLBlastSgemm's arguments, split along K as clffn_gemm_k_split() says for the context's
+ * block, each block run through CLBlastSgemmWithTempBuffer with the FFN's own scratch
  * buffer (grown with clffn__buffer), so CLBlast allocates nothing behind our back: a padded or
  * transposed copy that does not fit fails here with a status, and no call pays for a
  * temporary allocation. */

@@ -83,15 +83,37 @@ clffn_status clffn_tuning_profile_path(cl_device_id device, char *buf, size_t si
 /* ------------------------------------------------------------------------------------------ */
 /* Applying a profile */
 
-/* Applies {"clblast": {"Kernel": {"PARAM": value, …}, …}}: every kernel's parameters at once,
- * since CLBlast wants a kernel's full set. Returns the first CLBlast refusal, if any. */
-static clffn_status apply_json(cl_device_id device, const char *text, int trusted) {
+/* The profile's own "clffn" section: {"GEMM_K_BLOCK": n} (clffn__sgemm's inner-dimension
+ * block, 0 for none). A missing section means 0; an unknown name or a bad value makes the whole
+ * profile invalid, so a typo is reported instead of silently doing nothing. */
+static clffn_status parse_clffn_section(const cJSON *root, size_t *k_block) {
+    *k_block = 0;
+    const cJSON *sec = cJSON_GetObjectItemCaseSensitive(root, "clffn");
+    if (!sec) { return CLFFN_SUCCESS; }
+    if (!cJSON_IsObject(sec)) { return CLFFN_ERROR_INVALID_ARGUMENT; }
+    const cJSON *p;
+    cJSON_ArrayForEach(p, sec) {
+        if (strcmp(p->string, "GEMM_K_BLOCK") != 0 || !cJSON_IsNumber(p) || p->valuedouble < 0 ||
+            p->valuedouble > CLFFN_MAX_GEMM_K_BLOCK || p->valuedouble != (double)(size_t)p->valuedouble) {
+            return CLFFN_ERROR_INVALID_ARGUMENT;
+        }
+        *k_block = (size_t)p->valuedouble;
+    }
+    return CLFFN_SUCCESS;
+}
+
+/* Applies {"clblast": {"Kernel": {"PARAM": value, …}, …}, "clffn": {…}}: every kernel's
+ * parameters at once, since CLBlast wants a kernel's full set, and the clffn section into
+ * *k_block. Returns the first refusal, if any; the clffn section is checked before anything
+ * reaches CLBlast. */
+static clffn_status apply_json(cl_device_id device, const char *text, int trusted, size_t *k_block) {
     cJSON *root = cJSON_Parse(text);
     /* cJSON says NULL for bad JSON and for no memory alike; our own built-in text is valid JSON,
      * so its failing to parse can only be the latter */
     if (!root) { return trusted ? CLFFN_ERROR_OUT_OF_HOST_MEMORY : CLFFN_ERROR_INVALID_ARGUMENT; }
     const cJSON *kernels = cJSON_GetObjectItemCaseSensitive(root, "clblast");
-    clffn_status st = cJSON_IsObject(kernels) ? CLFFN_SUCCESS : CLFFN_ERROR_INVALID_ARGUMENT;
+    clffn_status st = cJSON_IsObject(kernels) ? parse_clffn_section(root, k_block)
+                                              : CLFFN_ERROR_INVALID_ARGUMENT;
     const cJSON *k;
     cJSON_ArrayForEach(k, kernels) {
         if (st != CLFFN_SUCCESS) { break; }
@@ -154,15 +176,17 @@ clffn_status clffn__apply_tuning(clffn_context *ctx) {
         return CLFFN_SUCCESS;
     }
     char path[1200];
+    size_t k_block = 0;
     const char *skipped = NULL; /* a profile file that exists but was not applied */
     if (clffn_tuning_profile_path(ctx->device, path, sizeof path) == CLFFN_SUCCESS) {
         int oom;
         char *text = clffn__read_text(path, 1 << 20, &oom); /* profiles are small */
         if (oom) { return CLFFN_ERROR_OUT_OF_HOST_MEMORY; }
         if (text) {
-            const clffn_status st = apply_json(ctx->device, text, 0);
+            const clffn_status st = apply_json(ctx->device, text, 0, &k_block);
             free(text);
             if (st == CLFFN_SUCCESS) {
+                ctx->gemm_k_block = k_block;
                 snprintf(ctx->tuning, sizeof ctx->tuning, "profile %s", path);
                 return CLFFN_SUCCESS;
             }
@@ -172,8 +196,10 @@ clffn_status clffn__apply_tuning(clffn_context *ctx) {
         }
     }
     const char *builtin = clffn__builtin_profile(ctx->device);
-    const clffn_status st = builtin ? apply_json(ctx->device, builtin, 1) : CLFFN_ERROR_INVALID_ARGUMENT;
+    const clffn_status st =
+        builtin ? apply_json(ctx->device, builtin, 1, &k_block) : CLFFN_ERROR_INVALID_ARGUMENT;
     if (st == CLFFN_ERROR_OUT_OF_HOST_MEMORY) { return st; }
+    if (st == CLFFN_SUCCESS) { ctx->gemm_k_block = k_block; }
     snprintf(ctx->tuning, sizeof ctx->tuning, "%s%s%s%s",
              st == CLFFN_SUCCESS ? "built-in profile" : "none (CLBlast's defaults)",
              skipped ? " (" : "", skipped ? skipped : "",
@@ -183,7 +209,17 @@ clffn_status clffn__apply_tuning(clffn_context *ctx) {
 
 clffn_status clffn__apply_profile_text(cl_device_id device, const char *json) {
     if (!device || !json) { return CLFFN_ERROR_NULL_ARGUMENT; }
-    return apply_json(device, json, 0);
+    size_t k_block;
+    return apply_json(device, json, 0, &k_block);
 }
 
 const char *clffn_context_tuning(const clffn_context *ctx) { return ctx ? ctx->tuning : ""; }
+
+clffn_status clffn_context_set_gemm_k_block(clffn_context *ctx, size_t k_block) {
+    if (!ctx) { return CLFFN_ERROR_NULL_ARGUMENT; }
+    if (k_block > CLFFN_MAX_GEMM_K_BLOCK) { return CLFFN_ERROR_INVALID_SIZE; }
+    ctx->gemm_k_block = k_block;
+    return CLFFN_SUCCESS;
+}
+
+size_t clffn_context_gemm_k_block(const clffn_context *ctx) { return ctx ? ctx->gemm_k_block : 0; }

@@ -6,7 +6,10 @@
  * GEMMs at 23.6 GFLOP/s against 7.4 with CLBlast's defaults in the same run (docs/PERFORMANCE.md
  * has the forward pass). It is applied to every AVX-512 family LLVM names, since they share the
  * vector width that decides these parameters (VWM 16). AVX2 machines get no built-in profile: none
- * was at hand to measure one on, and an unmeasured profile could make them slower. */
+ * was at hand to measure one on, and an unmeasured profile could make them slower.
+ * GEMM_K_BLOCK 256: clffn-bench --k-block 0 against 256 on the same machine, 2026-11-22: the
+ * forward 1.2-1.9x and the backward 1.2-1.8x faster on the three compute-bound shapes of
+ * docs/PERFORMANCE.md; 192, 384 and 512 were no better in one process (clffn-bench-gemms). */
 #define CLFFN_POCL_AVX512_PROFILE                                                                 \
     "{\"clblast\":{"                                                                             \
     "\"Xgemm\":{\"GEMMK\":0,\"KREG\":1,\"KWG\":32,\"KWI\":8,\"MDIMA\":8,\"MDIMC\":4,\"MWG\":128,"  \
@@ -14,7 +17,8 @@
     "\"VWN\":8},"                                                                                 \
     "\"XgemmDirect\":{\"KWID\":2,\"MDIMAD\":8,\"MDIMCD\":8,\"NDIMBD\":16,\"NDIMCD\":16,\"PADA\":0," \
     "\"PADB\":1,\"VWMD\":1,\"VWND\":1,\"WGD\":64},"                                               \
-    "\"GemmRoutine\":{\"XGEMM_MIN_INDIRECT_SIZE\":102}}}"
+    "\"GemmRoutine\":{\"XGEMM_MIN_INDIRECT_SIZE\":102}},"                                      \
+    "\"clffn\":{\"GEMM_K_BLOCK\":256}}"
 
 static const builtin_profile builtin_profiles[] = {
     {"Portable Computing Language", "avx512", CLFFN_POCL_AVX512_PROFILE},

@@ -1,6 +1,6 @@
 /* The rest of the public API: version and status strings, config defaults, activation names,
  * initialisers, hidden tensors, caller-owned weights (stacked and separate gate), the in-place
- * residual FFN, workspace growth, and kernel loading from CLFFN_KERNEL_DIR. */
+ * residual FFN, workspace growth, kernel loading from CLFFN_KERNEL_DIR, and the SGEMM K-block. */
 #include "common.h"
 
 #include <math.h>
@@ -343,4 +343,55 @@ Test(api, kernel_dir_override) {
         unlink(path);
     }
     rmdir(dir);
+}
+
+/* clffn_gemm_k_split: the blocks cover k exactly, in order, all but the last of one length that
+ * is a multiple of 64, at least the asked block and less than twice it (plus rounding); no split
+ * for 0 or k < 2 blocks. Checked against a
+ * direct enumeration for every k up to 5000 and a spread of blocks. */
+Test(api, gemm_k_split) {
+    const size_t kbs[] = {0, 1, 63, 64, 100, 128, 256, 384, 1000, 4096};
+    for (size_t i = 0; i < sizeof kbs / sizeof kbs[0]; ++i) {
+        for (size_t k = 1; k <= 5000; ++k) {
+            size_t b = 0;
+            const size_t n = clffn_gemm_k_split(k, kbs[i], &b);
+            cr_assert_eq(n, clffn_gemm_k_split(k, kbs[i], NULL));
+            cr_assert(n >= 1 && b >= 1, "k %zu kb %zu", k, kbs[i]);
+            if (kbs[i] == 0 || k < 2 * kbs[i]) {
+                cr_assert(n == 1 && b == k, "k %zu kb %zu: %zu × %zu", k, kbs[i], n, b);
+                continue;
+            }
+            if (n == 1) {
+                cr_assert_eq(b, k);
+                continue;
+            }
+            cr_assert_eq(b % 64, 0, "k %zu kb %zu: block %zu", k, kbs[i], b);
+            cr_assert((n - 1) * b < k && n * b >= k, "k %zu kb %zu: %zu × %zu", k, kbs[i], n, b);
+            /* not shorter than asked, and within one rounding to 64 of less than twice it */
+            cr_assert(b >= kbs[i] && b < 2 * kbs[i] + 64, "k %zu kb %zu: block %zu", k, kbs[i], b);
+        }
+    }
+    size_t b;
+    cr_assert_eq(clffn_gemm_k_split(5632, 256, &b), 22);
+    cr_assert_eq(b, 256);
+    cr_assert_eq(clffn_gemm_k_split(640, 256, &b), 2);
+    cr_assert_eq(b, 320);
+    cr_assert_eq(clffn_gemm_k_split(200, 64, &b), 2);
+    cr_assert_eq(b, 128);
+    cr_assert_eq(clffn_gemm_k_split(511, 256, &b), 1);
+    cr_assert_eq(b, 511);
+}
+
+/* The block is the context's: set, read back, bad values refused without changing it. */
+Test(api, gemm_k_block_setting) {
+    clffn_context *ctx = test_context();
+    ASSERT_OK(clffn_context_set_gemm_k_block(ctx, 192));
+    cr_assert_eq(clffn_context_gemm_k_block(ctx), 192);
+    ASSERT_STATUS(clffn_context_set_gemm_k_block(ctx, CLFFN_MAX_GEMM_K_BLOCK + 1), CLFFN_ERROR_INVALID_SIZE);
+    cr_assert_eq(clffn_context_gemm_k_block(ctx), 192);
+    ASSERT_OK(clffn_context_set_gemm_k_block(ctx, 0));
+    cr_assert_eq(clffn_context_gemm_k_block(ctx), 0);
+    ASSERT_STATUS(clffn_context_set_gemm_k_block(NULL, 64), CLFFN_ERROR_NULL_ARGUMENT);
+    cr_assert_eq(clffn_context_gemm_k_block(NULL), 0);
+    clffn_context_destroy(ctx);
 }

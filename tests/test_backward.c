@@ -228,15 +228,16 @@ Test(backward_device, dropout_and_residual) {
 }
 
 /* Caller-owned weights and gradients at offsets, V and dV separate (two SGEMMs each way). */
-Test(backward_device, device_level_separate_gate) {
-    clffn_context *ctx = test_context();
-    const size_t T = 6, D = 12, F = 20;
+static void separate_gate_case(clffn_context *ctx, size_t T, size_t D, size_t F) {
     clffn_config c = clffn_config_default(D, F);
     c.gated = 1, c.activation = CLFFN_ACT_SILU;
     for (int layout = 0; layout < 2; ++layout) {
         test_weights w;
         test_weights_make(&w, &c, (clffn_layout)layout, 8);
-        float x[6 * 12], dy[6 * 12], dx[6 * 12];
+        float *x = malloc(T * D * sizeof *x), *dy = malloc(T * D * sizeof *dy);
+        float *dx = malloc(T * D * sizeof *dx);
+        double *rdx = malloc(T * D * sizeof *rdx);
+        cr_assert(x && dy && dx && rdx);
         fill_uniform(x, T * D, -1, 1, 1), fill_uniform(dy, T * D, -1, 1, 2);
         guarded gw1 = guarded_make(ctx, CANARY, D * F, w.w1), gv = guarded_make(ctx, CANARY, D * F, w.v);
         guarded gw2 = guarded_make(ctx, CANARY, D * F, w.w2), gb1 = guarded_make(ctx, CANARY, F, w.b1);
@@ -268,7 +269,6 @@ Test(backward_device, device_level_separate_gate) {
         guarded_read(ctx, &db1, g.b1), guarded_read(ctx, &dbv, g.bv), guarded_read(ctx, &db2, g.b2);
         guarded_read(ctx, &gdx, dx);
         grads_d r = grads_d_alloc(D, F);
-        double rdx[6 * 12];
         const clffn_ref_grads rg = {r.w1, r.b1, r.v, r.bv, r.w2, r.b2};
         ASSERT_OK(clffn_reference_backward(&c, (clffn_layout)layout, &w.host, T, x, dy, 0, 0, 0, rdx, &rg));
         assert_close(dx, rdx, T * D, TOL_RTOL, "device-level dx");
@@ -278,8 +278,29 @@ Test(backward_device, device_level_separate_gate) {
         clffn_ffn_destroy(ffn);
         guarded *rel[] = {&gw1, &gv, &gw2, &gb1, &gbv, &gb2, &gx, &gy, &gdy, &gdx, &d1, &dv, &d2, &db1, &dbv, &db2};
         for (size_t i = 0; i < 16; ++i) { guarded_free(rel[i]); }
-        free(g.block), free(r.block);
+        free(g.block), free(r.block), free(x), free(dy), free(dx), free(rdx);
         test_weights_free(&w);
     }
+}
+
+Test(backward_device, device_level_separate_gate) {
+    clffn_context *ctx = test_context();
+    separate_gate_case(ctx, 6, 12, 20);
+    clffn_context_destroy(ctx);
+}
+
+/* Every backward product split along K (a 64 block: 2-4 CLBlast calls each, the first with the
+ * caller's beta, so accumulate mode and the residual's dy must survive the split), stacked and
+ * separate gate, both layouts. */
+Test(backward_device, k_blocked_gemms, .timeout = 180) {
+    clffn_context *ctx = test_context();
+    ASSERT_OK(clffn_context_set_gemm_k_block(ctx, 64));
+    const size_t T = 150, D = 131, F = 200;
+    clffn_config c = clffn_config_default(D, F);
+    c.activation = CLFFN_ACT_GELU;
+    device_case(ctx, &c, CLFFN_LAYOUT_OUT_IN, T, 0, "k-blocked plain");
+    c.gated = 1, c.activation = CLFFN_ACT_SILU, c.residual = 1, c.dropout = 0.2f;
+    device_case(ctx, &c, CLFFN_LAYOUT_IN_OUT, T, 1, "k-blocked gated residual dropout");
+    separate_gate_case(ctx, T, D, F);
     clffn_context_destroy(ctx);
 }

@@ -106,6 +106,23 @@ ParameterizedTestParameters(forward, variants) {
 
 ParameterizedTest(variant *v, forward, variants, .timeout = 120) { run_variant(v); }
 
+/* SGEMMs split along K (clffn_context_set_gemm_k_block): with a 64 block every product of these
+ * shapes runs as 2-3 CLBlast calls summed into the output, the last one short; both layouts (so
+ * both transposes of the weights), plain and gated. Unsplit shapes would not test it. */
+Test(forward, k_blocked_gemms, .timeout = 180) {
+    clffn_context *ctx = test_context();
+    ASSERT_OK(clffn_context_set_gemm_k_block(ctx, 64));
+    const size_t kshapes[][3] = {{37, 200, 333}, {5, 131, 200}};
+    const variant vs[] = {{CLFFN_ACT_GELU, 0, 1, 1, 1}, {CLFFN_ACT_SILU, 1, 1, 0, 1}};
+    for (size_t s = 0; s < 2; ++s) {
+        for (size_t i = 0; i < 2; ++i) {
+            run_case(ctx, &vs[i], kshapes[s], CLFFN_LAYOUT_OUT_IN);
+            run_case(ctx, &vs[i], kshapes[s], CLFFN_LAYOUT_IN_OUT);
+        }
+    }
+    clffn_context_destroy(ctx);
+}
+
 /* The seed tutorials' example, 64 × 10 × 512 → 2048, in the variants users start from. */
 static void seed_example(clffn_activation act, int gated, clffn_layout layout, int training) {
     clffn_context *ctx = test_context();

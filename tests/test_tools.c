@@ -501,10 +501,12 @@ Test(clffn_tune, profile_file_is_applied) {
     fputs("{\"clblast\": {\"Xgemm\": {\"GEMMK\": 0, \"KREG\": 1, \"KWG\": 16, \"KWI\": 2,"
           " \"MDIMA\": 8, \"MDIMC\": 8, \"MWG\": 32, \"NDIMB\": 8, \"NDIMC\": 8, \"NWG\": 32,"
           " \"SA\": 0, \"SB\": 0, \"STRM\": 0, \"STRN\": 0, \"VWM\": 4, \"VWN\": 4},"
-          " \"GemmRoutine\": {\"XGEMM_MIN_INDIRECT_SIZE\": 48}}}", f);
+          " \"GemmRoutine\": {\"XGEMM_MIN_INDIRECT_SIZE\": 48}},"
+          " \"clffn\": {\"GEMM_K_BLOCK\": 64}}", f);
     fclose(f);
     ctx = test_context();
     cr_assert_eq(clffn_tuning_has_profile(clffn_context_cl_device(ctx)), 1);
+    cr_assert_eq(clffn_context_gemm_k_block(ctx), 64);
     char want[1400];
     snprintf(want, sizeof want, "profile %s", path);
     cr_assert_str_eq(clffn_context_tuning(ctx), want);
@@ -559,6 +561,9 @@ Test(clffn_tune, short_search, .timeout = 400) {
         cr_assert(cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(k, "Xgemm")));
         cr_assert(cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(k, "XgemmDirect")));
         cr_assert(cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(k, "GemmRoutine")));
+        const cJSON *kb = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(o, "clffn"),
+                                                           "GEMM_K_BLOCK");
+        cr_assert(cJSON_IsNumber(kb) && kb->valuedouble >= 0, "%s", text);
         const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "tuned_for");
         cr_assert(num(t, "gemm_gflops") > num(t, "gemm_gflops_before"));
         cJSON_Delete(o);
@@ -579,10 +584,29 @@ Test(clffn_tune, damaged_profile_falls_back_and_opt_out) {
     fclose(f);
     ctx = test_context();
     cr_assert(strncmp(clffn_context_tuning(ctx), "profile", 7) != 0, "%s", clffn_context_tuning(ctx));
+    const size_t fallback_kb = clffn_context_gemm_k_block(ctx); /* the built-in profile's, or 0 */
     clffn_context_destroy(ctx);
+    /* a clffn section with a misspelt name, a fraction, a negative number, or not an object:
+     * the whole profile is refused, so no half of it takes effect */
+    const char *bad_sections[] = {"{\"GEMM_K_BLOK\": 64}", "{\"GEMM_K_BLOCK\": 64.5}",
+                                  "{\"GEMM_K_BLOCK\": -64}", "{\"GEMM_K_BLOCK\": \"64\"}", "64",
+                                  "{\"GEMM_K_BLOCK\": 1e12}"};
+    for (size_t i = 0; i < sizeof bad_sections / sizeof bad_sections[0]; ++i) {
+        f = fopen(path, "w");
+        cr_assert_not_null(f);
+        fprintf(f, "{\"clblast\": {\"GemmRoutine\": {\"XGEMM_MIN_INDIRECT_SIZE\": 48}}, \"clffn\": %s}",
+                bad_sections[i]);
+        fclose(f);
+        ctx = test_context();
+        cr_assert(strstr(clffn_context_tuning(ctx), "could not be applied") != NULL, "%s: %s",
+                  bad_sections[i], clffn_context_tuning(ctx));
+        cr_assert_eq(clffn_context_gemm_k_block(ctx), fallback_kb, "%s", bad_sections[i]);
+        clffn_context_destroy(ctx);
+    }
     setenv("CLFFN_NO_TUNING", "1", 1);
     ctx = test_context();
     cr_assert(strncmp(clffn_context_tuning(ctx), "none", 4) == 0, "%s", clffn_context_tuning(ctx));
+    cr_assert_eq(clffn_context_gemm_k_block(ctx), 0, "no profile, no blocking");
     clffn_context_destroy(ctx);
     unsetenv("CLFFN_NO_TUNING");
     char small[4];

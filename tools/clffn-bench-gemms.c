@@ -1,8 +1,9 @@
 /* clffn-bench-gemms: each SGEMM of the FFN's forward and backward alone, on the context's tuned
  * CLBlast, with the operand arrangement clffn uses (row-major, OUT_IN weights), so a slow pass
  * can be traced to one product. Buffers are filled first: an untouched POCL buffer reads the
- * kernel's shared zero page and makes every product look faster than it is.
- *   clffn-bench-gemms [--tokens T] [--d-model D] [--d-ff F] [--gated] [--reps N] */
+ * kernel's shared zero page and makes every product look faster than it is. Each product is split
+ * along K as the library would (clffn_gemm_k_split) for the context's block, or --k-block's.
+ *   clffn-bench-gemms [--tokens T] [--d-model D] [--d-ff F] [--gated] [--reps N] [--k-block N] */
 #include "clffn.h"
 
 #include <clblast_c.h>
@@ -27,7 +28,8 @@ static size_t arg(int argc, char **argv, const char *name, size_t dflt) {
 int main(int argc, char **argv) {
     for (int i = 1; i < argc; ++i) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            puts("usage: clffn-bench-gemms [--tokens T] [--d-model D] [--d-ff F] [--gated] [--reps N]");
+            puts("usage: clffn-bench-gemms [--tokens T] [--d-model D] [--d-ff F] [--gated] [--reps N]\n"
+                 "                         [--k-block N]   (default: the tuning profile's block)");
             return 0;
         }
     }
@@ -46,6 +48,20 @@ int main(int argc, char **argv) {
         fprintf(stderr, "clffn-bench-gemms: %s\n", clffn_status_string(st));
         return 1;
     }
+    for (int i = 1; i + 1 < argc; ++i) {
+        if (strcmp(argv[i], "--k-block") == 0) {
+            char *end;
+            const unsigned long long kb = strtoull(argv[i + 1], &end, 10);
+            if (!*argv[i + 1] || *argv[i + 1] == '-' || *end ||
+                clffn_context_set_gemm_k_block(ctx, (size_t)kb) != CLFFN_SUCCESS) {
+                fprintf(stderr, "clffn-bench-gemms: --k-block needs an integer 0 ... %zu\n",
+                        CLFFN_MAX_GEMM_K_BLOCK);
+                clffn_context_destroy(ctx);
+                return 2;
+            }
+        }
+    }
+    const size_t k_block = clffn_context_gemm_k_block(ctx);
     cl_context cx = clffn_context_cl_context(ctx);
     cl_command_queue q = clffn_context_queue(ctx);
     /* A holds every first operand (x, h, dy, dz: [T, max(N1, D)]); B every second one (the
@@ -80,16 +96,25 @@ int main(int argc, char **argv) {
         {"backward dW1|dV = dz^T·x", 1, 0, N1, D, T, N1, D, D},
         {"backward dx = dz·[W1|V]", 0, 0, T, D, N1, N1, D, D},
     };
-    printf("%zu tokens, %zu -> %zu%s, best of %zu after one untimed call\n", T, D, F,
-           gated ? " gated" : "", reps);
+    printf("%zu tokens, %zu -> %zu%s, K-block %zu, best of %zu after one untimed call\n", T, D, F,
+           gated ? " gated" : "", k_block, reps);
     for (size_t i = 0; i < sizeof g / sizeof g[0]; ++i) {
         double best = 1e30;
         for (size_t r = 0; r <= reps; ++r) {
             const double t0 = now();
-            err = CLBlastSgemm(CLBlastLayoutRowMajor, g[i].ta ? CLBlastTransposeYes : CLBlastTransposeNo,
-                               g[i].tb ? CLBlastTransposeYes : CLBlastTransposeNo, g[i].m, g[i].n,
-                               g[i].k, 1.0f, A, 0, g[i].lda, B, 0, g[i].ldb, 0.0f, C, 0, g[i].ldc,
-                               &q, NULL);
+            /* where a K-block starts: along a row of A unless A is transposed, down the rows of B
+             * unless B is transposed (row-major); each block is then called column-major with
+             * the operands swapped, as clffn__sgemm calls it (no transposed copy of C) */
+            size_t kb;
+            const size_t blocks = clffn_gemm_k_split(g[i].k, k_block, &kb);
+            for (size_t j = 0; j < blocks && err == CL_SUCCESS; ++j) {
+                const size_t k0 = j * kb, kk = g[i].k - k0 < kb ? g[i].k - k0 : kb;
+                err = CLBlastSgemm(CLBlastLayoutColMajor, g[i].tb ? CLBlastTransposeYes : CLBlastTransposeNo,
+                                   g[i].ta ? CLBlastTransposeYes : CLBlastTransposeNo, g[i].n, g[i].m,
+                                   kk, 1.0f, B, g[i].tb ? k0 : k0 * g[i].ldb, g[i].ldb, A,
+                                   g[i].ta ? k0 * g[i].lda : k0, g[i].lda, j ? 1.0f : 0.0f, C, 0,
+                                   g[i].ldc, &q, NULL);
+            }
             if (err == CL_SUCCESS) { err = clFinish(q); }
             if (err != CL_SUCCESS) {
                 fprintf(stderr, "clffn-bench-gemms: %s: %s\n", g[i].name, clffn_status_string(err));

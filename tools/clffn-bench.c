@@ -1,13 +1,15 @@
 /* clffn-bench: how fast is the FFN on this device, and how does it compare with the host's BLAS.
  *
  *   clffn-bench --tokens T --d-model D --d-ff F --activation A [--gated] [--reps N] [--json]
- *               [--compare-cpu] [--sweep] [--device SPEC]
+ *               [--compare-cpu] [--sweep] [--device SPEC] [--k-block N]
  *
  * Times N device-level forwards (after two warm-ups) with the wall clock around each forward and
  * its clFinish, reports best and median, GFLOP/s, the per-stage split from OpenCL profiling
  * events, and the time from process start to the first result (kernel builds included).
  * --compare-cpu runs the same FFN through the host's CBLAS (OpenBLAS) in the same process, side
  * by side. --sweep prints CSV over token counts 1 … 8192 (plot it with tools/plot-sweep.gp).
+ * --k-block overrides the SGEMM inner-dimension block the tuning profile chose (0: none), so the
+ * two can be compared in one session.
  *
  * Exit status: 0 success, 1 device or runtime failure, 2 usage. */
 #include "clffn.h"
@@ -36,6 +38,8 @@ typedef struct args {
     clffn_activation act;
     int gated, reps, json, compare_cpu, sweep;
     const char *device;
+    int set_k_block; /* --k-block given */
+    size_t k_block;
 } args;
 
 typedef struct timing {
@@ -79,6 +83,9 @@ static int device_setup(device_run *r, const args *a, size_t max_tokens) {
     c.gated = a->gated;
     clffn_status st = clffn_context_create_for_device(a->device, &r->ctx);
     if (st != CLFFN_SUCCESS) { return fail("opening the device", st); }
+    if (a->set_k_block && (st = clffn_context_set_gemm_k_block(r->ctx, a->k_block)) != CLFFN_SUCCESS) {
+        return fail("--k-block", st);
+    }
     if ((st = clffn_ffn_create(r->ctx, &c, &r->ffn)) != CLFFN_SUCCESS ||
         (st = clffn_ffn_init_weights(r->ffn, CLFFN_INIT_TORCH_LINEAR, 1)) != CLFFN_SUCCESS ||
         (st = clffn_ffn_set_profiling(r->ffn, 1)) != CLFFN_SUCCESS) {
@@ -267,10 +274,12 @@ static void usage(FILE *f) {
     fprintf(f,
         "usage: clffn-bench [--tokens T] [--d-model D] [--d-ff F] [--activation A] [--gated]\n"
         "                   [--reps N] [--json] [--compare-cpu] [--sweep] [--device SPEC]\n"
+        "                   [--k-block N]\n"
         "defaults: the seed example, 640 tokens, 512 -> 2048, relu, 20 reps\n"
         "--activation takes the GLU names too (swiglu = silu + --gated)\n"
         "--compare-cpu  the same FFN through the host's CBLAS, side by side%s\n"
-        "--sweep        CSV over token counts 1 ... 8192 (tools/plot-sweep.gp plots it)\n",
+        "--sweep        CSV over token counts 1 ... 8192 (tools/plot-sweep.gp plots it)\n"
+        "--k-block N    SGEMM inner-dimension block instead of the tuning profile's (0: none)\n",
 #ifdef CLFFN_HAVE_CBLAS
         ""
 #else
@@ -315,6 +324,15 @@ static int parse_args(int argc, char **argv, args *a) {
         } else if (!strcmp(o, "--device")) {
             if (!v) { fprintf(stderr, "clffn-bench: --device needs a value\n"); return -1; }
             a->device = v;
+            ++i;
+        } else if (!strcmp(o, "--k-block")) {
+            char *end;
+            const unsigned long long kb = v ? strtoull(v, &end, 10) : 0;
+            if (!v || !*v || *v == '-' || *end || kb > CLFFN_MAX_GEMM_K_BLOCK) {
+                fprintf(stderr, "clffn-bench: --k-block needs an integer 0 ... %zu\n", CLFFN_MAX_GEMM_K_BLOCK);
+                return -1;
+            }
+            a->set_k_block = 1, a->k_block = (size_t)kb;
             ++i;
         } else if (!strcmp(o, "--gated")) { a->gated = 1; }
         else if (!strcmp(o, "--json")) { a->json = 1; }
@@ -429,6 +447,8 @@ int main(int argc, char **argv) {
         cJSON_AddStringToObject(o, "activation", clffn_activation_name(a.act));
         cJSON_AddBoolToObject(o, "gated", a.gated);
         cJSON_AddNumberToObject(o, "reps", a.reps);
+        cJSON_AddStringToObject(o, "tuning", clffn_context_tuning(r.ctx));
+        cJSON_AddNumberToObject(o, "gemm_k_block", (double)clffn_context_gemm_k_block(r.ctx));
         cJSON_AddNumberToObject(o, "best_s", t.best_s);
         cJSON_AddNumberToObject(o, "median_s", t.median_s);
         cJSON_AddNumberToObject(o, "gflops", fl / t.best_s * 1e-9);
@@ -459,6 +479,8 @@ int main(int argc, char **argv) {
         printf("device:        %s\n", name);
         printf("FFN:           %zu tokens, %zu -> %zu, %s%s\n", T, D, F, clffn_activation_name(a.act),
                a.gated ? ", gated" : "");
+        printf("GEMM K-block:  %zu (%s)\n", clffn_context_gemm_k_block(r.ctx),
+               a.set_k_block ? "--k-block" : clffn_context_tuning(r.ctx));
         printf("forward:       best %.3f ms, median %.3f ms over %d reps: %.1f GFLOP/s\n",
                t.best_s * 1e3, t.median_s * 1e3, a.reps, fl / t.best_s * 1e-9);
         printf("stages (mean): GEMM 1 %.3f ms | epilogue 1 %.3f ms | GEMM 2 %.3f ms | epilogue 2 %.3f ms\n",

@@ -5,12 +5,15 @@
  *   clffn-tune [--device SPEC] [--budget SECONDS] [--tokens T] [--d-model D] [--d-ff F]
  *              [--gated] [--fresh] [--print]
  *
- * Three phases share the time budget (default 180 s):
+ * Four phases share the time budget (default 180 s):
  *   1. Xgemm (CLBlast's tiled kernel, used for large products): random samples of its parameter
  *      space under CLBlast's constraints (src/tuning/kernels/xgemm.hpp), scored by the time of the
  *      FFN's two GEMMs together;
  *   2. XgemmDirect (the kernel for small products): the same, scored at a few tokens;
- *   3. GemmRoutine's XGEMM_MIN_INDIRECT_SIZE: where the direct kernel stops being faster.
+ *   3. GemmRoutine's XGEMM_MIN_INDIRECT_SIZE: where the direct kernel stops being faster;
+ *   4. clffn's own GEMM_K_BLOCK (clffn_context_set_gemm_k_block): the inner-dimension block.
+ * Phases 1-3 run the GEMMs split along K as the library would with a first guess of the block
+ * (256 on CPUs, where it pays, none on GPUs); phase 4 then tries every block with the winners.
  * Times come from OpenCL profiling events around each GEMM. Progress is saved after every
  * candidate next to the profile, so an interrupted run resumes where it stopped.
  *
@@ -233,17 +236,25 @@ typedef struct bench {
     cl_device_id dev;
     cl_command_queue q;
     size_t T, D, F, N1;
+    size_t k_block; /* the products are split along K as clffn_gemm_k_split() says */
     cl_mem x, w1, z, h, w2, u;
 } bench;
 
-/* Device seconds of one SGEMM (C[m,n] = A[m,k]·B[n,k]ᵀ), between two markers. */
+/* Device seconds of one SGEMM (C[m,n] = A[m,k]·B[n,k]ᵀ row-major), between two markers, called
+ * as the library calls CLBlast: in its K-blocks, and column-major (Cᵀ = B·Aᵀ), which spares
+ * CLBlast a transposed copy of C (src/ffn.c, clffn__sgemm). */
 static int gemm_time(bench *b, size_t m, size_t n, size_t k, cl_mem A, cl_mem B, cl_mem C,
                      double *sec) {
     cl_event e0, e1;
     if (clEnqueueMarkerWithWaitList(b->q, 0, NULL, &e0) != CL_SUCCESS) { return -1; }
-    const CLBlastStatusCode st =
-        CLBlastSgemm(CLBlastLayoutRowMajor, CLBlastTransposeNo, CLBlastTransposeYes, m, n, k, 1.0f,
-                     A, 0, k, B, 0, k, 0.0f, C, 0, n, &b->q, NULL);
+    size_t kb;
+    const size_t blocks = clffn_gemm_k_split(k, b->k_block, &kb);
+    CLBlastStatusCode st = CLBlastSuccess;
+    for (size_t j = 0; j < blocks && st == CLBlastSuccess; ++j) {
+        const size_t k0 = j * kb, kk = k - k0 < kb ? k - k0 : kb;
+        st = CLBlastSgemm(CLBlastLayoutColMajor, CLBlastTransposeYes, CLBlastTransposeNo, n, m, kk,
+                          1.0f, B, k0, k, A, k0, k, j ? 1.0f : 0.0f, C, 0, n, &b->q, NULL);
+    }
     if (st != CLBlastSuccess || clEnqueueMarkerWithWaitList(b->q, 0, NULL, &e1) != CL_SUCCESS) {
         clFinish(b->q);
         clReleaseEvent(e0);
@@ -289,7 +300,7 @@ static cl_mem random_buffer(bench *b, size_t n, uint64_t seed) {
 }
 
 /* The SGEMM under the parameters now applied, against a double-precision product, on an odd
- * shape (so no tile fits it exactly). */
+ * shape (so no tile fits it exactly), called column-major as gemm_time calls it. */
 static int verify(bench *b) {
     const size_t m = 37, n = 131, k = 97;
     int ok = 0;
@@ -304,8 +315,8 @@ static int verify(bench *b) {
         c = clCreateBuffer(b->ctx, CL_MEM_READ_WRITE, m * n * 4, NULL, &e3);
     }
     if (e1 == CL_SUCCESS && e2 == CL_SUCCESS && e3 == CL_SUCCESS &&
-        CLBlastSgemm(CLBlastLayoutRowMajor, CLBlastTransposeNo, CLBlastTransposeYes, m, n, k, 1.0f,
-                     a, 0, k, bb, 0, k, 0.0f, c, 0, n, &b->q, NULL) == CLBlastSuccess &&
+        CLBlastSgemm(CLBlastLayoutColMajor, CLBlastTransposeYes, CLBlastTransposeNo, n, m, k, 1.0f,
+                     bb, 0, k, a, 0, k, 0.0f, c, 0, n, &b->q, NULL) == CLBlastSuccess &&
         clEnqueueReadBuffer(b->q, c, CL_TRUE, 0, m * n * 4, C, 0, NULL, NULL) == CL_SUCCESS) {
         double max_ref = 0, max_err = 0;
         for (size_t i = 0; i < m; ++i) {
@@ -438,12 +449,14 @@ static int parse_values(const char *text, pset *p) {
 }
 
 /* Child: applies the sets, checks the SGEMM on an odd shape, and prints the device seconds of the
- * FFN's two GEMMs at T tokens. Exit 0 with the time, 3 for a wrong result, 1 otherwise. */
-static int eval_main(const opts *o, const char *xg, const char *dir, size_t routine) {
+ * FFN's two GEMMs at T tokens, split along K in blocks of kb ("-": the block the context has
+ * from the profile applied now). Exit 0 with the time, 3 for a wrong result, 1 otherwise. */
+static int eval_main(const opts *o, const char *xg, const char *dir, size_t routine, const char *kb) {
     clffn_context *cctx = NULL;
     if (clffn_context_create_for_device(o->device, &cctx) != CLFFN_SUCCESS) { return 1; }
     bench b = {clffn_context_cl_context(cctx), clffn_context_cl_device(cctx),
                clffn_context_queue(cctx), o->T, o->D, o->F, o->gated ? 2 * o->F : o->F,
+               strcmp(kb, "-") ? strtoul(kb, NULL, 10) : clffn_context_gemm_k_block(cctx),
                NULL, NULL, NULL, NULL, NULL, NULL};
     pset x = {"Xgemm", 16, {0}, {0}}, d = {"XgemmDirect", 10, {0}, {0}};
     for (int i = 0; i < 16; ++i) { x.names[i] = XGEMM_NAMES[i]; }
@@ -466,15 +479,19 @@ static int eval_main(const opts *o, const char *xg, const char *dir, size_t rout
     return 0; /* the process ends: OpenCL objects go with it */
 }
 
+/* The K-block of a candidate that should keep the one the applied profile has. */
+#define KB_APPLIED ((size_t)-1)
+
 /* Parent: runs one evaluation; returns 0 with *sec, -1 for a failed or faulting candidate. */
 static int eval_child(const opts *o, size_t T, const pset *xg, const pset *dir, size_t routine,
-                      double *sec) {
-    char xs[256] = "-", ds[256] = "-", cmd[1400];
+                      size_t kb, double *sec) {
+    char xs[256] = "-", ds[256] = "-", ks[32] = "-", cmd[1400];
     if (xg) { format_values(xg, xs, sizeof xs); }
     if (dir) { format_values(dir, ds, sizeof ds); }
+    if (kb != KB_APPLIED) { snprintf(ks, sizeof ks, "%zu", kb); }
     const int n = snprintf(cmd, sizeof cmd,
-                           "/proc/%ld/exe --eval %s %s %zu --tokens %zu --d-model %zu --d-ff %zu%s%s%s%s",
-                           (long)getpid(), xs, ds, routine, T, o->D, o->F, o->gated ? " --gated" : "",
+                           "/proc/%ld/exe --eval %s %s %zu %s --tokens %zu --d-model %zu --d-ff %zu%s%s%s%s",
+                           (long)getpid(), xs, ds, routine, ks, T, o->D, o->F, o->gated ? " --gated" : "",
                            o->device ? " --device '" : "", o->device ? o->device : "",
                            o->device ? "'" : "");
     if (n < 0 || (size_t)n >= sizeof cmd || (o->device && strchr(o->device, '\''))) { return -1; }
@@ -492,7 +509,7 @@ int main(int argc, char **argv) {
     opts o = {NULL, 640, 512, 2048, 0};
     double budget = 180;
     int fresh = 0, print_only = 0;
-    const char *eval_x = NULL, *eval_d = NULL;
+    const char *eval_x = NULL, *eval_d = NULL, *eval_k = NULL;
     size_t eval_r = 0;
     for (int i = 1; i < argc; ++i) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -505,9 +522,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--gated")) { o.gated = 1; }
         else if (!strcmp(a, "--fresh")) { fresh = 1; }
         else if (!strcmp(a, "--print")) { print_only = 1; }
-        else if (!strcmp(a, "--eval") && i + 3 < argc) { /* internal: one candidate */
+        else if (!strcmp(a, "--eval") && i + 4 < argc) { /* internal: one candidate */
             eval_x = argv[i + 1], eval_d = argv[i + 2], eval_r = strtoul(argv[i + 3], NULL, 10);
-            i += 3;
+            eval_k = argv[i + 4];
+            i += 4;
         } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return 0; }
         else {
             fprintf(stderr, "clffn-tune: bad argument '%s'\n", a);
@@ -515,7 +533,7 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
-    if (eval_x) { return eval_main(&o, eval_x, eval_d, eval_r); }
+    if (eval_x) { return eval_main(&o, eval_x, eval_d, eval_r, eval_k); }
 
     clffn_context *cctx = NULL;
     clffn_status cs = clffn_context_create_for_device(o.device, &cctx);
@@ -571,6 +589,8 @@ int main(int argc, char **argv) {
     const int tty = isatty(2);
     const size_t N1 = o.gated ? 2 * o.F : o.F;
     const double flops = 2.0 * (double)o.T * (double)o.D * (double)(N1 + o.F);
+    /* K-blocking pays on CPUs, whose caches the operand panels outgrow (docs/PERFORMANCE.md) */
+    const size_t kb_guess = lim.cpu ? 256 : 0;
 
     state s;
     memset(&s, 0, sizeof s);
@@ -592,7 +612,7 @@ int main(int argc, char **argv) {
 
     /* before: what the library applies today (a profile, the built-in one, or CLBlast's) */
     double before_s = 0;
-    const int have_before = eval_child(&o, o.T, NULL, NULL, 0, &before_s) == 0;
+    const int have_before = eval_child(&o, o.T, NULL, NULL, 0, KB_APPLIED, &before_s) == 0;
 
     /* phase 1: Xgemm on the full shape, through the tiled path: the seeds, then alternately a
      * random set (to explore) and a neighbour of the best so far (to climb) */
@@ -617,7 +637,7 @@ int main(int argc, char **argv) {
             cand = xgemm_sample(&seed, &lim);
         }
         double t;
-        if (eval_child(&o, o.T, &cand, NULL, 1, &t) == 0 && (!s.have_xgemm || t < s.xgemm_s)) {
+        if (eval_child(&o, o.T, &cand, NULL, 1, kb_guess, &t) == 0 && (!s.have_xgemm || t < s.xgemm_s)) {
             s.xgemm = cand, s.xgemm_s = t, s.have_xgemm = 1;
         }
         ++tried;
@@ -637,7 +657,7 @@ int main(int argc, char **argv) {
             break;
         }
         double t;
-        if (eval_child(&o, small_t, NULL, &cand, direct_path, &t) == 0 &&
+        if (eval_child(&o, small_t, NULL, &cand, direct_path, kb_guess, &t) == 0 &&
             (!s.have_direct || t < s.direct_s)) {
             s.direct = cand, s.direct_s = t, s.have_direct = 1;
         }
@@ -663,27 +683,49 @@ int main(int argc, char **argv) {
      * budget too and keeps what it learnt. */
     size_t crossover_mnk = 0, direct_wins_mnk = 0;
     const size_t ts[] = {1, 16, 64, 256, 1024};
+    size_t k1; /* CLBlast sees m·n·k of one K-block: GEMM 1's block */
+    clffn_gemm_k_split(o.D, kb_guess, &k1);
     for (size_t i = 0; i < sizeof ts / sizeof ts[0] && ts[i] <= o.T && !interrupted; ++i) {
         if (now_s() - t_phase > budget) { break; }
         double td, ti;
-        if (eval_child(&o, ts[i], &s.xgemm, &s.direct, direct_path, &td) != 0 ||
-            eval_child(&o, ts[i], &s.xgemm, &s.direct, 1, &ti) != 0) {
+        if (eval_child(&o, ts[i], &s.xgemm, &s.direct, direct_path, kb_guess, &td) != 0 ||
+            eval_child(&o, ts[i], &s.xgemm, &s.direct, 1, kb_guess, &ti) != 0) {
             break;
         }
         if (ti < td) { /* the first token count where the tiled kernel wins */
-            crossover_mnk = ts[i] * o.D * N1;
+            crossover_mnk = ts[i] * k1 * N1;
             break;
         }
-        direct_wins_mnk = ts[i] * o.D * N1;
+        direct_wins_mnk = ts[i] * k1 * N1;
     }
-    if (!crossover_mnk) { crossover_mnk = direct_wins_mnk ? 2 * direct_wins_mnk : o.D * N1; }
+    if (!crossover_mnk) { crossover_mnk = direct_wins_mnk ? 2 * direct_wins_mnk : k1 * N1; }
     const size_t min_indirect = (size_t)ceil(cbrt((double)crossover_mnk));
     const pset routine = routine_set(min_indirect);
 
+    /* phase 4: the K-block, with the winners at the full shape; blocks from 64 up to the longest
+     * inner dimension (beyond it nothing is split), and none. Each block only changes K of the
+     * same kernels, so no candidate builds anything: this phase is short, and it ends at the
+     * budget too once "none" and the guess are measured. */
+    size_t k_block = kb_guess;
+    double kb_best = INFINITY;
+    const size_t kb_cands[] = {kb_guess, 0, 64, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048};
+    const size_t k_max = o.D > o.F ? o.D : o.F;
+    for (size_t i = 0; i < sizeof kb_cands / sizeof kb_cands[0] && !interrupted; ++i) {
+        const size_t kb = kb_cands[i];
+        if (i > 0 && (kb == kb_guess || kb > k_max || (i >= 2 && now_s() - t_phase > budget))) {
+            continue;
+        }
+        double t;
+        if (eval_child(&o, o.T, &s.xgemm, &s.direct, min_indirect, kb, &t) != 0) { continue; }
+        printf("K-block %4zu: %.1f GFLOP/s\n", kb, flops / t * 1e-9);
+        fflush(stdout);
+        if (t < kb_best) { kb_best = t, k_block = kb; }
+    }
+
     /* the winners together, checked (each child verifies its path) and timed */
     double after_s = 0, small_s = 0;
-    if (eval_child(&o, o.T, &s.xgemm, &s.direct, min_indirect, &after_s) != 0 ||
-        eval_child(&o, small_t, &s.xgemm, &s.direct, min_indirect, &small_s) != 0) {
+    if (eval_child(&o, o.T, &s.xgemm, &s.direct, min_indirect, k_block, &after_s) != 0 ||
+        eval_child(&o, small_t, &s.xgemm, &s.direct, min_indirect, k_block, &small_s) != 0) {
         fprintf(stderr, "clffn-tune: the winning parameters fail the check against the CPU; "
                         "no profile written\n");
         return 1;
@@ -711,6 +753,7 @@ int main(int argc, char **argv) {
     cJSON_AddItemToObject(k, "Xgemm", pset_json(&s.xgemm));
     cJSON_AddItemToObject(k, "XgemmDirect", pset_json(&s.direct));
     cJSON_AddItemToObject(k, "GemmRoutine", pset_json(&routine));
+    cJSON_AddNumberToObject(cJSON_AddObjectToObject(root, "clffn"), "GEMM_K_BLOCK", (double)k_block);
     char *text = cJSON_Print(root);
     cJSON_Delete(root);
     char tmp[1300];
@@ -724,7 +767,8 @@ int main(int argc, char **argv) {
             printf("GEMMs of the FFN: %.1f GFLOP/s before, %.1f GFLOP/s after (%.0f s)\n",
                    flops / before_s * 1e-9, flops / after_s * 1e-9, now_s() - t_phase);
         }
-        printf("direct kernel below m*n*k = %zu^3\nprofile: %s\n%s\n", min_indirect, path, text);
+        printf("direct kernel below m*n*k = %zu^3; K-block %zu\nprofile: %s\n%s\n", min_indirect,
+               k_block, path, text);
     } else {
         fprintf(stderr, "clffn-tune: cannot write %s\n", path);
         if (f) { fclose(f); }
