@@ -339,9 +339,21 @@ CLFFN_API size_t clffn_context_gemm_k_block(const clffn_context *ctx);
  *  of CLBlast calls (1 when k_block is 0, k < 2·k_block, or k ≤ 64) and writes to *block (may be NULL)
  *  the length of each but the last, which takes the rest (k when not split). The blocks are as
  *  many as fit k_block long, made equal and rounded up to a multiple of 64, so CLBlast pads at
- *  most the last. For tools that time CLBlast the way
- *  clffn calls it (clffn-tune, clffn-bench-gemms). */
+ *  most the last. */
 CLFFN_API size_t clffn_gemm_k_split(size_t k, size_t k_block, size_t *block);
+
+/** One SGEMM the way clffn runs its own products, for tools that time or check them (clffn-tune,
+ *  clffn-bench-gemms) and for callers who want the same path: C[m,n] = α·op(A)·op(B) + β·C, all
+ *  row-major, A [m,k] (trans_a: [k,m]) and B [k,n] (trans_b: [n,k]) at element offsets with
+ *  leading dimensions a_ld, b_ld, c_ld, enqueued on queue (in order) and split along K by the
+ *  context's block (clffn_gemm_k_split), each block a column-major CLBlast call; CLBlast takes
+ *  its scratch per call. event (may be NULL) completes with the last block. Errors:
+ *  NULL_ARGUMENT; INVALID_QUEUE; CLBlast's and OpenCL's statuses (bad sizes, short buffers). */
+CLFFN_API clffn_status clffn_sgemm(const clffn_context *ctx, int trans_a, int trans_b, size_t m,
+                                   size_t n, size_t k, float alpha, cl_mem a, size_t a_off,
+                                   size_t a_ld, cl_mem b, size_t b_off, size_t b_ld, float beta,
+                                   cl_mem c, size_t c_off, size_t c_ld, cl_command_queue queue,
+                                   cl_event *event);
 
 /* ---------------------------------------------------------------------------------------------
  * FFN

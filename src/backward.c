@@ -139,17 +139,16 @@ clffn_status clffn_backward(clffn_ffn *ffn, size_t tokens, cl_mem x, size_t x_of
 
     const bool oi = ffn->layout == CLFFN_LAYOUT_OUT_IN;
     const float beta = accumulate ? 1.0f : 0.0f;
-    const CLBlastLayout R = CLBlastLayoutRowMajor;
     const CLBlastTranspose N = CLBlastTransposeNo, Y = CLBlastTransposeYes;
     cl_int err;
     /* dh = dy·W2 (W2 [D, F] OUT_IN, [F, D] IN_OUT) */
-    err = clffn__sgemm(ffn, R, N, oi ? N : Y, T, F, D, 1.0f, dy, dy_offset, D, ffn->w2.mem,
+    err = clffn__sgemm(ffn, N, oi ? N : Y, T, F, D, 1.0f, dy, dy_offset, D, ffn->w2.mem,
                        ffn->w2.offset, oi ? F : D, 0.0f, ffn->dh, 0, F, &queue, NULL);
     /* dW2 */
     if (err == CL_SUCCESS) {
-        err = oi ? clffn__sgemm(ffn, R, Y, N, D, F, T, 1.0f, dy, dy_offset, D, ffn->h, 0, F, beta,
+        err = oi ? clffn__sgemm(ffn, Y, N, D, F, T, 1.0f, dy, dy_offset, D, ffn->h, 0, F, beta,
                                 g->w2.mem, g->w2.offset, F, &queue, NULL)
-                 : clffn__sgemm(ffn, R, Y, N, F, D, T, 1.0f, ffn->h, 0, F, dy, dy_offset, D, beta,
+                 : clffn__sgemm(ffn, Y, N, F, D, T, 1.0f, ffn->h, 0, F, dy, dy_offset, D, beta,
                                 g->w2.mem, g->w2.offset, D, &queue, NULL);
     }
     if (err == CL_SUCCESS && c->bias2) { err = column_sums(ffn, dy, dy_offset, D, T, D, &g->b2, accumulate, queue); }
@@ -162,16 +161,16 @@ clffn_status clffn_backward(clffn_ffn *ffn, size_t tokens, cl_mem x, size_t x_of
     if (err == CL_SUCCESS) {
         if (!c->gated || stacked_g) {
             const size_t M = c->gated ? N1 : F;
-            err = oi ? clffn__sgemm(ffn, R, Y, N, M, D, T, 1.0f, ffn->dz, 0, N1, x, x_offset, D, beta,
+            err = oi ? clffn__sgemm(ffn, Y, N, M, D, T, 1.0f, ffn->dz, 0, N1, x, x_offset, D, beta,
                                     g->w1.mem, g->w1.offset, D, &queue, NULL)
-                     : clffn__sgemm(ffn, R, Y, N, D, M, T, 1.0f, x, x_offset, D, ffn->dz, 0, N1, beta,
+                     : clffn__sgemm(ffn, Y, N, D, M, T, 1.0f, x, x_offset, D, ffn->dz, 0, N1, beta,
                                     g->w1.mem, g->w1.offset, M, &queue, NULL);
         } else {
             const clffn_buffer *dst[2] = {&g->w1, &g->v};
             for (int h = 0; h < 2 && err == CL_SUCCESS; ++h) {
-                err = oi ? clffn__sgemm(ffn, R, Y, N, F, D, T, 1.0f, ffn->dz, h * F, N1, x, x_offset, D,
+                err = oi ? clffn__sgemm(ffn, Y, N, F, D, T, 1.0f, ffn->dz, h * F, N1, x, x_offset, D,
                                         beta, dst[h]->mem, dst[h]->offset, D, &queue, NULL)
-                         : clffn__sgemm(ffn, R, Y, N, D, F, T, 1.0f, x, x_offset, D, ffn->dz, h * F, N1,
+                         : clffn__sgemm(ffn, Y, N, D, F, T, 1.0f, x, x_offset, D, ffn->dz, h * F, N1,
                                         beta, dst[h]->mem, dst[h]->offset, F, &queue, NULL);
             }
         }
@@ -186,12 +185,12 @@ clffn_status clffn_backward(clffn_ffn *ffn, size_t tokens, cl_mem x, size_t x_of
         }
         if (err == CL_SUCCESS && (!c->gated || ffn->stacked)) {
             const size_t K = c->gated ? N1 : F;
-            err = clffn__sgemm(ffn, R, N, oi ? N : Y, T, D, K, 1.0f, ffn->dz, 0, N1, ffn->w1.mem,
+            err = clffn__sgemm(ffn, N, oi ? N : Y, T, D, K, 1.0f, ffn->dz, 0, N1, ffn->w1.mem,
                                ffn->w1.offset, oi ? D : K, b, dx, dx_offset, D, &queue, NULL);
         } else if (err == CL_SUCCESS) {
             const clffn_bound *w[2] = {&ffn->w1, &ffn->v};
             for (int h = 0; h < 2 && err == CL_SUCCESS; ++h) {
-                err = clffn__sgemm(ffn, R, N, oi ? N : Y, T, D, F, 1.0f, ffn->dz, h * F, N1, w[h]->mem,
+                err = clffn__sgemm(ffn, N, oi ? N : Y, T, D, F, 1.0f, ffn->dz, h * F, N1, w[h]->mem,
                                    w[h]->offset, oi ? D : F, h ? 1.0f : b, dx, dx_offset, D, &queue,
                                    NULL);
             }

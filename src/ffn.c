@@ -421,58 +421,67 @@ size_t clffn_gemm_k_split(size_t k, size_t k_block, size_t *block) {
     return n;
 }
 
-cl_int clffn__sgemm(clffn_ffn *ffn, int layout, int ta, int tb, size_t m, size_t n, size_t k,
-                    float alpha, cl_mem a, size_t a_off, size_t a_ld, cl_mem b, size_t b_off,
-                    size_t b_ld, float beta, cl_mem c, size_t c_off, size_t c_ld,
-                    cl_command_queue *queue, cl_event *event) {
-    CLBlastLayout L = (CLBlastLayout)layout;
-    CLBlastTranspose A = (CLBlastTranspose)ta, B = (CLBlastTranspose)tb;
-    if (L == CLBlastLayoutRowMajor) {
-        /* the same product column-major: C = A·B row-major is Cᵀ = Bᵀ·Aᵀ column-major over the
-         * same memory. CLBlast's Xgemm computes a column-major C, so for a row-major one it
-         * transposes C into scratch and back on every call (c_do_transpose in its xgemm.cpp);
-         * asked column-major, it does neither, which makes every product ~25% faster on POCL */
-        L = CLBlastLayoutColMajor;
-        const CLBlastTranspose t = A;
-        A = B, B = t;
-        const size_t tn = m;
-        m = n, n = tn;
-        const cl_mem tm = a;
-        a = b, b = tm;
-        size_t ts = a_off;
-        a_off = b_off, b_off = ts;
-        ts = a_ld;
-        a_ld = b_ld, b_ld = ts;
-    }
+/* Every product clffn runs: C[m,n] = α·op(A)·op(B) + β·C, all row-major, A [m,k] or (ta) [k,m],
+ * B [k,n] or (tb) [n,k]. CLBlast's scratch is the FFN's own (grown first, so that a failure
+ * enqueues nothing) when ffn is given, else CLBlast's per call. */
+static cl_int sgemm(const clffn_context *ctx, clffn_ffn *ffn, CLBlastTranspose ta,
+                    CLBlastTranspose tb, size_t m, size_t n, size_t k, float alpha, cl_mem a,
+                    size_t a_off, size_t a_ld, cl_mem b, size_t b_off, size_t b_ld, float beta,
+                    cl_mem c, size_t c_off, size_t c_ld, cl_command_queue *queue,
+                    cl_event *event) {
+    /* Called column-major: C = A·B row-major is Cᵀ = Bᵀ·Aᵀ column-major over the same memory,
+     * so CLBlast's A is our B and its m is our n. CLBlast's Xgemm computes a column-major C, so
+     * for a row-major one it transposes C into scratch and back on every call (c_do_transpose
+     * in its xgemm.cpp); asked column-major it does neither: every product ~25% faster on POCL. */
+    const CLBlastLayout L = CLBlastLayoutColMajor;
     /* CLBlast's Xgemm walks the whole inner dimension for each tile of C; on a CPU a long K
      * streams operand panels that no longer fit in cache. Summing K-blocks into C costs one more
      * pass over C per block and can be much faster (docs/PERFORMANCE.md) */
     size_t kb;
-    const size_t blocks = clffn_gemm_k_split(k, ffn->ctx->gemm_k_block, &kb);
-    /* where block j starts: K runs along a row of A when A is row-major and not transposed
-     * (or column-major and transposed), and down a column of B in the same cases */
-    const bool rm = L == CLBlastLayoutRowMajor;
-    const size_t a_step = (rm == (A == CLBlastTransposeNo)) ? 1 : a_ld;
-    const size_t b_step = (rm == (B == CLBlastTransposeNo)) ? b_ld : 1;
-    /* scratch for every block first, so that a failure enqueues nothing */
+    const size_t blocks = clffn_gemm_k_split(k, ctx->gemm_k_block, &kb);
+    /* where block j starts: K runs along a row of a row-major A unless it is transposed, and
+     * down the rows of B unless it is transposed */
+    const size_t a_step = ta == CLBlastTransposeNo ? 1 : a_ld;
+    const size_t b_step = tb == CLBlastTransposeNo ? b_ld : 1;
     size_t need = 0;
     cl_int err = CL_SUCCESS;
-    for (size_t j = 0; j < blocks && err == CL_SUCCESS; ++j) {
+    for (size_t j = 0; ffn && j < blocks && err == CL_SUCCESS; ++j) {
         const size_t k0 = j * kb, kk = k - k0 < kb ? k - k0 : kb;
         size_t nj = 0;
-        err = CLBlastSGemmTempBufferSize(L, A, B, m, n, kk, a_off + k0 * a_step, a_ld,
-                                         b_off + k0 * b_step, b_ld, c_off, c_ld, queue, &nj);
+        err = CLBlastSGemmTempBufferSize(L, tb, ta, n, m, kk, b_off + k0 * b_step, b_ld,
+                                         a_off + k0 * a_step, a_ld, c_off, c_ld, queue, &nj);
         if (nj > need) { need = nj; }
     }
-    if (err == CL_SUCCESS) { err = ensure_gemm_tmp(ffn, need); }
+    if (ffn && err == CL_SUCCESS) { err = ensure_gemm_tmp(ffn, need); }
     for (size_t j = 0; j < blocks && err == CL_SUCCESS; ++j) {
         const size_t k0 = j * kb, kk = k - k0 < kb ? k - k0 : kb;
-        err = CLBlastSgemmWithTempBuffer(L, A, B, m, n, kk, alpha, a, a_off + k0 * a_step, a_ld, b,
-                                         b_off + k0 * b_step, b_ld, j ? 1.0f : beta, c, c_off,
+        err = CLBlastSgemmWithTempBuffer(L, tb, ta, n, m, kk, alpha, b, b_off + k0 * b_step, b_ld,
+                                         a, a_off + k0 * a_step, a_ld, j ? 1.0f : beta, c, c_off,
                                          c_ld, queue, j + 1 == blocks ? event : NULL,
                                          need ? ffn->gemm_tmp : NULL);
     }
     return err;
+}
+
+cl_int clffn__sgemm(clffn_ffn *ffn, int ta, int tb, size_t m, size_t n, size_t k, float alpha,
+                    cl_mem a, size_t a_off, size_t a_ld, cl_mem b, size_t b_off, size_t b_ld,
+                    float beta, cl_mem c, size_t c_off, size_t c_ld, cl_command_queue *queue,
+                    cl_event *event) {
+    return sgemm(ffn->ctx, ffn, (CLBlastTranspose)ta, (CLBlastTranspose)tb, m, n, k, alpha, a,
+                 a_off, a_ld, b, b_off, b_ld, beta, c, c_off, c_ld, queue, event);
+}
+
+clffn_status clffn_sgemm(const clffn_context *ctx, int trans_a, int trans_b, size_t m, size_t n,
+                         size_t k, float alpha, cl_mem a, size_t a_off, size_t a_ld, cl_mem b,
+                         size_t b_off, size_t b_ld, float beta, cl_mem c, size_t c_off,
+                         size_t c_ld, cl_command_queue queue, cl_event *event) {
+    if (!ctx || !a || !b || !c || !queue) { return CLFFN_ERROR_NULL_ARGUMENT; }
+    const clffn_status st = clffn__check_queue(ctx, queue);
+    if (st != CLFFN_SUCCESS) { return st; }
+    return (clffn_status)sgemm(ctx, NULL, trans_a ? CLBlastTransposeYes : CLBlastTransposeNo,
+                               trans_b ? CLBlastTransposeYes : CLBlastTransposeNo, m, n, k, alpha,
+                               a, a_off, a_ld, b, b_off, b_ld, beta, c, c_off, c_ld, &queue,
+                               event);
 }
 
 /* Enqueues a (columns/4, T) epilogue launch. */
@@ -566,15 +575,15 @@ static cl_int enqueue_gemm1(clffn_ffn *ffn, size_t tokens, cl_mem x, size_t x_of
     const bool out_in = ffn->layout == CLFFN_LAYOUT_OUT_IN;
     const CLBlastTranspose tb = out_in ? CLBlastTransposeYes : CLBlastTransposeNo;
     if (!c->gated || ffn->stacked) {
-        return clffn__sgemm(ffn, CLBlastLayoutRowMajor, CLBlastTransposeNo, tb, tokens, ldz, D, 1.0f,
+        return clffn__sgemm(ffn, CLBlastTransposeNo, tb, tokens, ldz, D, 1.0f,
                             x, x_off, D, ffn->w1.mem, ffn->w1.offset, out_in ? D : ldz, 0.0f,
                             ffn->z, 0, ldz, queue, NULL);
     }
-    cl_int err = clffn__sgemm(ffn, CLBlastLayoutRowMajor, CLBlastTransposeNo, tb, tokens, F, D, 1.0f,
+    cl_int err = clffn__sgemm(ffn, CLBlastTransposeNo, tb, tokens, F, D, 1.0f,
                               x, x_off, D, ffn->w1.mem, ffn->w1.offset, out_in ? D : F, 0.0f,
                               ffn->z, 0, ldz, queue, NULL);
     if (err == CL_SUCCESS) {
-        err = clffn__sgemm(ffn, CLBlastLayoutRowMajor, CLBlastTransposeNo, tb, tokens, F, D, 1.0f, x,
+        err = clffn__sgemm(ffn, CLBlastTransposeNo, tb, tokens, F, D, 1.0f, x,
                            x_off, D, ffn->v.mem, ffn->v.offset, out_in ? D : F, 0.0f, ffn->z, F,
                            ldz, queue, NULL);
     }
@@ -586,7 +595,7 @@ static cl_int enqueue_gemm2(clffn_ffn *ffn, size_t tokens, cl_command_queue *que
     const clffn_config *c = &ffn->cfg;
     const size_t D = c->d_model, F = c->d_ff;
     const bool out_in = ffn->layout == CLFFN_LAYOUT_OUT_IN;
-    return clffn__sgemm(ffn, CLBlastLayoutRowMajor, CLBlastTransposeNo,
+    return clffn__sgemm(ffn, CLBlastTransposeNo,
                         out_in ? CLBlastTransposeYes : CLBlastTransposeNo, tokens, D, F, 1.0f,
                         ffn->h, 0, F, ffn->w2.mem, ffn->w2.offset, out_in ? F : D, 0.0f, ffn->u,
                         0, D, queue, NULL);

@@ -153,15 +153,16 @@ clffn_status clffn__apply_profile_text(cl_device_id device, const char *json);
  * use and POCL aborts the process when that fails. */
 cl_mem clffn__buffer(const clffn_context *ctx, cl_mem_flags flags, size_t bytes, cl_int *err);
 
-/* CLBlastSgemm's arguments, split along K as clffn_gemm_k_split() says for the context's
- * block, each block run through CLBlastSgemmWithTempBuffer with the FFN's own scratch
+/* clffn_sgemm() for the FFN's products (ta, tb: CLBlastTranspose values): row-major, called
+ * column-major and split along K for the context's block, each block run through
+ * CLBlastSgemmWithTempBuffer with the FFN's own scratch
  * buffer (grown with clffn__buffer), so CLBlast allocates nothing behind our back: a padded or
  * transposed copy that does not fit fails here with a status, and no call pays for a
  * temporary allocation. */
-cl_int clffn__sgemm(clffn_ffn *ffn, int layout, int ta, int tb, size_t m, size_t n, size_t k,
-                    float alpha, cl_mem a, size_t a_off, size_t a_ld, cl_mem b, size_t b_off,
-                    size_t b_ld, float beta, cl_mem c, size_t c_off, size_t c_ld,
-                    cl_command_queue *queue, cl_event *event);
+cl_int clffn__sgemm(clffn_ffn *ffn, int ta, int tb, size_t m, size_t n, size_t k, float alpha,
+                    cl_mem a, size_t a_off, size_t a_ld, cl_mem b, size_t b_off, size_t b_ld,
+                    float beta, cl_mem c, size_t c_off, size_t c_ld, cl_command_queue *queue,
+                    cl_event *event);
 
 /* Shared by the forward (ffn.c) and the backward (backward.c). */
 clffn_status clffn__check_buffer(const clffn_context *ctx, cl_mem mem, size_t offset, size_t count);

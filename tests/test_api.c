@@ -395,3 +395,74 @@ Test(api, gemm_k_block_setting) {
     cr_assert_eq(clffn_context_gemm_k_block(NULL), 0);
     clffn_context_destroy(ctx);
 }
+
+/* clffn_sgemm, the path of every FFN product, against a double-precision product: all four
+ * transpose combinations, odd sizes, non-zero offsets, leading dimensions wider than the rows,
+ * β ≠ 0, and a K long enough for three 64-blocks (so the first block alone carries β). */
+Test(api, sgemm_matches_reference) {
+    clffn_context *ctx = test_context();
+    ASSERT_OK(clffn_context_set_gemm_k_block(ctx, 64));
+    const size_t m = 37, n = 29, k = 200, pad = 3, off = 5;
+    cl_context cx = clffn_context_cl_context(ctx);
+    cl_command_queue q = clffn_context_queue(ctx);
+    const size_t na = off + (k > m ? k : m) * (k + m + pad), nc = off + m * (n + pad);
+    float *ha = malloc(na * sizeof *ha), *hb = malloc(na * sizeof *hb), *hc = malloc(nc * sizeof *hc);
+    float *got = malloc(nc * sizeof *got);
+    double *want = malloc(m * n * sizeof *want);
+    cr_assert(ha && hb && hc && got && want);
+    fill_uniform(ha, na, -1, 1, 31), fill_uniform(hb, na, -1, 1, 32), fill_uniform(hc, nc, -1, 1, 33);
+    cl_int err;
+    cl_mem a = clCreateBuffer(cx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, na * 4, ha, &err);
+    cr_assert_eq(err, CL_SUCCESS);
+    cl_mem b = clCreateBuffer(cx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, na * 4, hb, &err);
+    cr_assert_eq(err, CL_SUCCESS);
+    cl_mem c = clCreateBuffer(cx, CL_MEM_READ_WRITE, nc * 4, NULL, &err);
+    cr_assert_eq(err, CL_SUCCESS);
+    for (int ta = 0; ta < 2; ++ta) {
+        for (int tb = 0; tb < 2; ++tb) {
+            const size_t lda = (ta ? m : k) + pad, ldb = (tb ? k : n) + pad, ldc = n + pad;
+            ASSERT_OK(clEnqueueWriteBuffer(q, c, CL_TRUE, 0, nc * 4, hc, 0, NULL, NULL));
+            cl_event ev = NULL;
+            ASSERT_OK(clffn_sgemm(ctx, ta, tb, m, n, k, 0.5f, a, off, lda, b, off, ldb, -2.0f, c,
+                                  off, ldc, q, &ev));
+            ASSERT_OK(clWaitForEvents(1, &ev));
+            clReleaseEvent(ev);
+            ASSERT_OK(clEnqueueReadBuffer(q, c, CL_TRUE, 0, nc * 4, got, 0, NULL, NULL));
+            float *cm = malloc(m * n * sizeof *cm);
+            cr_assert(cm);
+            for (size_t i = 0; i < m; ++i) {
+                for (size_t j = 0; j < n; ++j) {
+                    double s = 0;
+                    for (size_t l = 0; l < k; ++l) {
+                        s += (double)ha[off + (ta ? l * lda + i : i * lda + l)] *
+                             hb[off + (tb ? j * ldb + l : l * ldb + j)];
+                    }
+                    want[i * n + j] = 0.5 * s - 2.0 * hc[off + i * ldc + j];
+                    cm[i * n + j] = got[off + i * ldc + j];
+                }
+                for (size_t j = n; j < ldc; ++j) { /* the padding columns are left alone */
+                    cr_assert_eq(got[off + i * ldc + j], hc[off + i * ldc + j]);
+                }
+            }
+            cr_assert(memcmp(got, hc, off * sizeof *got) == 0, "before the offset");
+            char what[64];
+            snprintf(what, sizeof what, "sgemm ta=%d tb=%d", ta, tb);
+            assert_close(cm, want, m * n, TOL_RTOL, what);
+            free(cm);
+        }
+    }
+    ASSERT_STATUS(clffn_sgemm(NULL, 0, 0, m, n, k, 1, a, 0, k, b, 0, n, 0, c, 0, n, q, NULL),
+                  CLFFN_ERROR_NULL_ARGUMENT);
+    ASSERT_STATUS(clffn_sgemm(ctx, 0, 0, m, n, k, 1, a, 0, k, NULL, 0, n, 0, c, 0, n, q, NULL),
+                  CLFFN_ERROR_NULL_ARGUMENT);
+    cl_command_queue ooo = clCreateCommandQueue(cx, clffn_context_cl_device(ctx),
+                                                CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE, &err);
+    if (err == CL_SUCCESS) {
+        ASSERT_STATUS(clffn_sgemm(ctx, 0, 0, m, n, k, 1, a, 0, k, b, 0, n, 0, c, 0, n, ooo, NULL),
+                      CLFFN_ERROR_INVALID_QUEUE);
+        clReleaseCommandQueue(ooo);
+    }
+    clReleaseMemObject(a), clReleaseMemObject(b), clReleaseMemObject(c);
+    free(ha), free(hb), free(hc), free(got), free(want);
+    clffn_context_destroy(ctx);
+}

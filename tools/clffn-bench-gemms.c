@@ -1,12 +1,11 @@
 /* clffn-bench-gemms: each SGEMM of the FFN's forward and backward alone, on the context's tuned
  * CLBlast, with the operand arrangement clffn uses (row-major, OUT_IN weights), so a slow pass
  * can be traced to one product. Buffers are filled first: an untouched POCL buffer reads the
- * kernel's shared zero page and makes every product look faster than it is. Each product is split
- * along K as the library would (clffn_gemm_k_split) for the context's block, or --k-block's.
+ * kernel's shared zero page and makes every product look faster than it is. Each product runs
+ * through clffn_sgemm, the library's own path, with the context's K-block or --k-block's.
  *   clffn-bench-gemms [--tokens T] [--d-model D] [--d-ff F] [--gated] [--reps N] [--k-block N] */
 #include "clffn.h"
 
-#include <clblast_c.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,19 +101,8 @@ int main(int argc, char **argv) {
         double best = 1e30;
         for (size_t r = 0; r <= reps; ++r) {
             const double t0 = now();
-            /* where a K-block starts: along a row of A unless A is transposed, down the rows of B
-             * unless B is transposed (row-major); each block is then called column-major with
-             * the operands swapped, as clffn__sgemm calls it (no transposed copy of C) */
-            size_t kb;
-            const size_t blocks = clffn_gemm_k_split(g[i].k, k_block, &kb);
-            for (size_t j = 0; j < blocks && err == CL_SUCCESS; ++j) {
-                const size_t k0 = j * kb, kk = g[i].k - k0 < kb ? g[i].k - k0 : kb;
-                err = CLBlastSgemm(CLBlastLayoutColMajor, g[i].tb ? CLBlastTransposeYes : CLBlastTransposeNo,
-                                   g[i].ta ? CLBlastTransposeYes : CLBlastTransposeNo, g[i].n, g[i].m,
-                                   kk, 1.0f, B, g[i].tb ? k0 : k0 * g[i].ldb, g[i].ldb, A,
-                                   g[i].ta ? k0 * g[i].lda : k0, g[i].lda, j ? 1.0f : 0.0f, C, 0,
-                                   g[i].ldc, &q, NULL);
-            }
+            err = clffn_sgemm(ctx, g[i].ta, g[i].tb, g[i].m, g[i].n, g[i].k, 1.0f, A, 0, g[i].lda,
+                              B, 0, g[i].ldb, 0.0f, C, 0, g[i].ldc, q, NULL);
             if (err == CL_SUCCESS) { err = clFinish(q); }
             if (err != CL_SUCCESS) {
                 fprintf(stderr, "clffn-bench-gemms: %s: %s\n", g[i].name, clffn_status_string(err));

@@ -232,30 +232,23 @@ static int pset_from_json(const cJSON *o, pset *p) {
 /* The GEMMs being tuned: the FFN's two projections, weights [out, in] as nn.Linear stores them */
 
 typedef struct bench {
+    clffn_context *cctx; /* its K-block splits the products */
     cl_context ctx;
     cl_device_id dev;
     cl_command_queue q;
     size_t T, D, F, N1;
-    size_t k_block; /* the products are split along K as clffn_gemm_k_split() says */
     cl_mem x, w1, z, h, w2, u;
 } bench;
 
-/* Device seconds of one SGEMM (C[m,n] = A[m,k]·B[n,k]ᵀ row-major), between two markers, called
- * as the library calls CLBlast: in its K-blocks, and column-major (Cᵀ = B·Aᵀ), which spares
- * CLBlast a transposed copy of C (src/ffn.c, clffn__sgemm). */
+/* Device seconds of one SGEMM (C[m,n] = A[m,k]·B[n,k]ᵀ row-major), between two markers, run
+ * through clffn_sgemm as the library runs its products (the context's K-block). */
 static int gemm_time(bench *b, size_t m, size_t n, size_t k, cl_mem A, cl_mem B, cl_mem C,
                      double *sec) {
     cl_event e0, e1;
     if (clEnqueueMarkerWithWaitList(b->q, 0, NULL, &e0) != CL_SUCCESS) { return -1; }
-    size_t kb;
-    const size_t blocks = clffn_gemm_k_split(k, b->k_block, &kb);
-    CLBlastStatusCode st = CLBlastSuccess;
-    for (size_t j = 0; j < blocks && st == CLBlastSuccess; ++j) {
-        const size_t k0 = j * kb, kk = k - k0 < kb ? k - k0 : kb;
-        st = CLBlastSgemm(CLBlastLayoutColMajor, CLBlastTransposeYes, CLBlastTransposeNo, n, m, kk,
-                          1.0f, B, k0, k, A, k0, k, j ? 1.0f : 0.0f, C, 0, n, &b->q, NULL);
-    }
-    if (st != CLBlastSuccess || clEnqueueMarkerWithWaitList(b->q, 0, NULL, &e1) != CL_SUCCESS) {
+    const clffn_status st = clffn_sgemm(b->cctx, 0, 1, m, n, k, 1.0f, A, 0, k, B, 0, k, 0.0f, C,
+                                        0, n, b->q, NULL);
+    if (st != CLFFN_SUCCESS || clEnqueueMarkerWithWaitList(b->q, 0, NULL, &e1) != CL_SUCCESS) {
         clFinish(b->q);
         clReleaseEvent(e0);
         return -1;
@@ -300,7 +293,7 @@ static cl_mem random_buffer(bench *b, size_t n, uint64_t seed) {
 }
 
 /* The SGEMM under the parameters now applied, against a double-precision product, on an odd
- * shape (so no tile fits it exactly), called column-major as gemm_time calls it. */
+ * shape (so no tile fits it exactly), run as gemm_time runs it. */
 static int verify(bench *b) {
     const size_t m = 37, n = 131, k = 97;
     int ok = 0;
@@ -315,8 +308,8 @@ static int verify(bench *b) {
         c = clCreateBuffer(b->ctx, CL_MEM_READ_WRITE, m * n * 4, NULL, &e3);
     }
     if (e1 == CL_SUCCESS && e2 == CL_SUCCESS && e3 == CL_SUCCESS &&
-        CLBlastSgemm(CLBlastLayoutColMajor, CLBlastTransposeYes, CLBlastTransposeNo, n, m, k, 1.0f,
-                     bb, 0, k, a, 0, k, 0.0f, c, 0, n, &b->q, NULL) == CLBlastSuccess &&
+        clffn_sgemm(b->cctx, 0, 1, m, n, k, 1.0f, a, 0, k, bb, 0, k, 0.0f, c, 0, n, b->q, NULL) ==
+            CLFFN_SUCCESS &&
         clEnqueueReadBuffer(b->q, c, CL_TRUE, 0, m * n * 4, C, 0, NULL, NULL) == CL_SUCCESS) {
         double max_ref = 0, max_err = 0;
         for (size_t i = 0; i < m; ++i) {
@@ -454,9 +447,11 @@ static int parse_values(const char *text, pset *p) {
 static int eval_main(const opts *o, const char *xg, const char *dir, size_t routine, const char *kb) {
     clffn_context *cctx = NULL;
     if (clffn_context_create_for_device(o->device, &cctx) != CLFFN_SUCCESS) { return 1; }
-    bench b = {clffn_context_cl_context(cctx), clffn_context_cl_device(cctx),
+    if (strcmp(kb, "-") && clffn_context_set_gemm_k_block(cctx, strtoul(kb, NULL, 10)) != CLFFN_SUCCESS) {
+        return 1;
+    }
+    bench b = {cctx, clffn_context_cl_context(cctx), clffn_context_cl_device(cctx),
                clffn_context_queue(cctx), o->T, o->D, o->F, o->gated ? 2 * o->F : o->F,
-               strcmp(kb, "-") ? strtoul(kb, NULL, 10) : clffn_context_gemm_k_block(cctx),
                NULL, NULL, NULL, NULL, NULL, NULL};
     pset x = {"Xgemm", 16, {0}, {0}}, d = {"XgemmDirect", 10, {0}, {0}};
     for (int i = 0; i < 16; ++i) { x.names[i] = XGEMM_NAMES[i]; }
