@@ -6,16 +6,11 @@
 // comparison with 0 is false for NaN and the input is passed through.
 // =================================================================================================
 
-#define CLFFN_ACT_RELU      0
-#define CLFFN_ACT_GELU      1
-#define CLFFN_ACT_GELU_TANH 2
-#define CLFFN_ACT_SILU      3
-#define CLFFN_ACT_SIGMOID   4
-#define CLFFN_ACT_IDENTITY  5
-
-// Which activation this program computes; the host defines it per FFN.
-#ifndef CLFFN_ACT
-  #define CLFFN_ACT CLFFN_ACT_RELU
+// The activation ids are the public clffn_activation values, defined by the host in the build
+// options (-DCLFFN_ACT_RELU=0 …, see clffn_defs.h), and so is CLFFN_ACT, the one this program
+// computes.
+#if !defined(CLFFN_ACT) || !defined(CLFFN_ACT_RELU)
+  #error "the host defines CLFFN_ACT and the activation ids (src/program.c)"
 #endif
 
 #define CLFFN_SQRT1_2   0.70710678118654752440f // 1/sqrt(2), for erf-GELU

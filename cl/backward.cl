@@ -27,7 +27,7 @@ __kernel void clffn_epilogue1_backward(__global const float *restrict dh,
                                        const uint flags, const ulong tokens, const ulong d_ff,
                                        const ulong drop_threshold, const float drop_scale,
                                        const uint2 key, const ulong rng_offset, const uint vec) {
-  const ulong j0 = (ulong)get_global_id(0) * 4;
+  const ulong j0 = (ulong)get_global_id(0) * CLFFN_COLUMNS_PER_ITEM;
   const ulong t = get_global_id(1);
   if (t >= tokens || j0 >= d_ff) { return; }
   __global const float *zrow = z + t * ldz;
@@ -80,7 +80,7 @@ __kernel void clffn_epilogue1_backward(__global const float *restrict dh,
 __kernel void clffn_column_partials(__global const float *restrict m, const ulong m_off,
                                     const ulong ld, const ulong rows, const ulong n,
                                     const ulong chunk_rows, __global float *restrict partial) {
-  const ulong j0 = (ulong)get_global_id(0) * 4;
+  const ulong j0 = (ulong)get_global_id(0) * CLFFN_COLUMNS_PER_ITEM;
   const ulong c = get_global_id(1);
   const ulong t0 = c * chunk_rows;
   if (j0 >= n || t0 >= rows) { return; }

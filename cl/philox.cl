@@ -10,10 +10,7 @@
 //   key     (k0 k1)       ──► bumped by the Weyl constants between rounds
 // =================================================================================================
 
-#define CLFFN_PHILOX_M0 0xD2511F53u // round multipliers
-#define CLFFN_PHILOX_M1 0xCD9E8D57u
-#define CLFFN_PHILOX_W0 0x9E3779B9u // key bumps (golden ratio, sqrt(3) - 1)
-#define CLFFN_PHILOX_W1 0xBB67AE85u
+// The round multipliers and key bumps, CLFFN_PHILOX_*, are in clffn_defs.h (shared with the host).
 
 inline uint4 clffn_philox(uint4 c, uint2 k) {
   #pragma unroll

@@ -36,6 +36,10 @@
  *
  * NaN and Inf propagate as IEEE arithmetic on the formulas says: relu(NaN) is NaN, dropout
  * multiplies by 0 (a dropped NaN stays NaN, as in PyTorch), nothing is clamped.
+ *
+ * This header is the stable API. clffn's tools and tests also use a few hooks (its SGEMM path,
+ * the dropout generator, the CPU reference); they are declared at the end, only where
+ * CLFFN_HOOKS is defined before this header is included, and may change in any release.
  */
 #ifndef CLFFN_H
 #define CLFFN_H
@@ -69,9 +73,9 @@ extern "C" {
     (CLFFN_VERSION_MAJOR * 10000 + CLFFN_VERSION_MINOR * 100 + CLFFN_VERSION_PATCH)
 #define CLFFN_STRINGIFY_(x) #x
 #define CLFFN_STRINGIFY(x) CLFFN_STRINGIFY_(x)
-#define CLFFN_VERSION_STRING                                                               \
-    CLFFN_STRINGIFY(CLFFN_VERSION_MAJOR) "." CLFFN_STRINGIFY(CLFFN_VERSION_MINOR) "." \
-        CLFFN_STRINGIFY(CLFFN_VERSION_PATCH)
+#define CLFFN_VERSION_STRING             \
+    CLFFN_STRINGIFY(CLFFN_VERSION_MAJOR) \
+    "." CLFFN_STRINGIFY(CLFFN_VERSION_MINOR) "." CLFFN_STRINGIFY(CLFFN_VERSION_PATCH)
 
 /** The library's CLFFN_VERSION_NUMBER, to detect a header/library mismatch at run time. */
 CLFFN_API unsigned clffn_version_number(void);
@@ -90,7 +94,7 @@ typedef enum clffn_status {
 
     CLFFN_ERROR_BASE = -4096,
     CLFFN_ERROR_NULL_ARGUMENT = -4096,      /* a required pointer or handle is NULL */
-    CLFFN_ERROR_INVALID_SIZE = -4097,       /* a dimension is zero where it must be positive */
+    CLFFN_ERROR_INVALID_SIZE = -4097,       /* a size is zero, or above its documented limit */
     CLFFN_ERROR_SIZE_OVERFLOW = -4098,      /* a size overflows size_t or the device's max alloc */
     CLFFN_ERROR_BUFFER_TOO_SMALL = -4099,   /* an array or cl_mem is shorter than the shape needs */
     CLFFN_ERROR_INVALID_DROPOUT = -4100,    /* dropout p is not in [0, 1] (or is NaN) */
@@ -133,7 +137,8 @@ typedef enum clffn_layout {
 } clffn_layout;
 
 /** What an FFN computes. Defaults (clffn_config_default) follow labml's FeedForward and the
- *  seed tutorials: ReLU, not gated, all biases on, dropout 0.1, no residual. */
+ *  PyTorch and numpy position-wise FFNs it is usually met in: ReLU, not gated, all biases on,
+ *  dropout 0.1, no residual. */
 typedef struct clffn_config {
     size_t d_model;              /* D, > 0 */
     size_t d_ff;                 /* F, > 0 */
@@ -143,7 +148,7 @@ typedef struct clffn_config {
     int bias2;                   /* 1: add b2 (the second layer's bias) */
     int bias_gate;               /* 1: add bv (the gate's bias; gated only) */
     float dropout;               /* p in [0, 1]; used only in training mode */
-    int residual;                /* 1: y = FFN(x) + x, the tutorials' "output + x" */
+    int residual;                /* 1: y = FFN(x) + x (a sublayer's "output + x") */
 } clffn_config;
 
 /** A config with the defaults above for the given dimensions. */
@@ -202,7 +207,7 @@ typedef struct clffn_device_weights {
 typedef enum clffn_init {
     /* torch.nn.Linear: weights and biases uniform in ±1/√fan_in (fan_in = D for W1, V; F for W2) */
     CLFFN_INIT_TORCH_LINEAR = 0,
-    /* the seed tutorials' numpy module: weights randn·0.01, biases zero */
+    /* the common numpy FFN's: weights randn·0.01, biases zero */
     CLFFN_INIT_NUMPY_RANDN = 1
 } clffn_init;
 
@@ -283,8 +288,8 @@ typedef struct clffn_device_info {
     cl_ulong local_mem_bytes;
     cl_ulong max_alloc_bytes;
     size_t max_work_group_size;
-    int fp16; /* cl_khr_fp16 */
-    int fp64; /* cl_khr_fp64 or a non-zero CL_DEVICE_DOUBLE_FP_CONFIG */
+    int fp16;      /* cl_khr_fp16 */
+    int fp64;      /* cl_khr_fp64 or a non-zero CL_DEVICE_DOUBLE_FP_CONFIG */
     int supported; /* 1 when clffn can run on it (OpenCL 1.2, a compiler, available) */
 } clffn_device_info;
 
@@ -321,39 +326,19 @@ CLFFN_API const char *clffn_context_tuning(const clffn_context *ctx);
 #define CLFFN_MAX_GEMM_K_BLOCK ((size_t)1 << 20)
 
 /** Sets how the context's FFNs run their SGEMMs along the inner dimension K: 0 runs each product
- *  as one CLBlast call; n > 0 splits K into floor(K/n) about equal blocks (multiples of 64; see
- *  clffn_gemm_k_split) and sums their products into the output, each block one CLBlast call. On CPU devices CLBlast's tiled
- *  kernel slows down once a tile's operand panels (tile × K) outgrow the caches, and 256-blocks
- *  made the forward 1.2–1.9× and the backward 1.2–1.8× faster under POCL (docs/PERFORMANCE.md);
- *  on GPUs it only adds passes over the output. The tuning profile sets it when the context opens its device ("clffn":
- *  {"GEMM_K_BLOCK": n}; the built-in AVX-512 POCL profile has 256; none applied means 0);
- *  clffn-tune measures it. Results differ from unblocked ones only by float summation order.
- *  Takes effect on the next call of any of the context's FFNs; not to be changed while another
- *  thread runs one. Errors: NULL_ARGUMENT; k_block > CLFFN_MAX_GEMM_K_BLOCK → INVALID_SIZE. */
+ *  as one CLBlast call; n > 0 splits K into floor(K/n) about equal blocks (multiples of 64) and
+ *  sums their products into the output, each block one CLBlast call. On CPU devices CLBlast's
+ *  tiled kernel slows down once a tile's operand panels (tile × K) outgrow the caches, and
+ *  blocks keep them in cache (docs/PERFORMANCE.md has the measurements); on GPUs they only add
+ *  passes over the output. The tuning profile sets it when the context opens its device
+ *  ("clffn": {"GEMM_K_BLOCK": n}; none applied means 0); clffn-tune measures it. Results differ
+ *  from unblocked ones only by float summation order. Takes effect on the next call of any of
+ *  the context's FFNs; not to be changed while another thread runs one. Errors: NULL_ARGUMENT;
+ *  k_block > CLFFN_MAX_GEMM_K_BLOCK → INVALID_SIZE. */
 CLFFN_API clffn_status clffn_context_set_gemm_k_block(clffn_context *ctx, size_t k_block);
 
 /** The context's inner-dimension block (see clffn_context_set_gemm_k_block); 0 for NULL. */
 CLFFN_API size_t clffn_context_gemm_k_block(const clffn_context *ctx);
-
-/** How clffn splits an SGEMM's inner dimension k for a block size k_block: returns the number
- *  of CLBlast calls (1 when k_block is 0, k < 2·k_block, or k ≤ 64) and writes to *block (may be NULL)
- *  the length of each but the last, which takes the rest (k when not split). The blocks are as
- *  many as fit k_block long, made equal and rounded up to a multiple of 64, so CLBlast pads at
- *  most the last. */
-CLFFN_API size_t clffn_gemm_k_split(size_t k, size_t k_block, size_t *block);
-
-/** One SGEMM the way clffn runs its own products, for tools that time or check them (clffn-tune,
- *  clffn-bench-gemms) and for callers who want the same path: C[m,n] = α·op(A)·op(B) + β·C, all
- *  row-major, A [m,k] (trans_a: [k,m]) and B [k,n] (trans_b: [n,k]) at element offsets with
- *  leading dimensions a_ld, b_ld, c_ld, enqueued on queue (in order) and split along K by the
- *  context's block (clffn_gemm_k_split), each block a column-major CLBlast call; CLBlast takes
- *  its scratch per call. event (may be NULL) completes with the last block. Errors:
- *  NULL_ARGUMENT; INVALID_QUEUE; CLBlast's and OpenCL's statuses (bad sizes, short buffers). */
-CLFFN_API clffn_status clffn_sgemm(const clffn_context *ctx, int trans_a, int trans_b, size_t m,
-                                   size_t n, size_t k, float alpha, cl_mem a, size_t a_off,
-                                   size_t a_ld, cl_mem b, size_t b_off, size_t b_ld, float beta,
-                                   cl_mem c, size_t c_off, size_t c_ld, cl_command_queue queue,
-                                   cl_event *event);
 
 /* ---------------------------------------------------------------------------------------------
  * FFN
@@ -449,9 +434,9 @@ CLFFN_API clffn_status clffn_backward(clffn_ffn *ffn, size_t tokens, cl_mem x, s
  *  weights' layout) out, overwritten or, with accumulate = 1, added to. Lengths in floats.
  *  Errors as clffn_backward(), BUFFER_TOO_SMALL for short arrays. */
 CLFFN_API clffn_status clffn_backward_host(clffn_ffn *ffn, size_t tokens, const float *x,
-                                           size_t x_len, const float *dy, size_t dy_len,
-                                           float *dx, size_t dx_len,
-                                           const clffn_weight_arrays *grads, int accumulate);
+                                           size_t x_len, const float *dy, size_t dy_len, float *dx,
+                                           size_t dx_len, const clffn_weight_arrays *grads,
+                                           int accumulate);
 
 /** Which hidden tensor clffn_ffn_read_hidden() returns, each [T, F]. */
 typedef enum clffn_hidden {
@@ -483,8 +468,55 @@ CLFFN_API clffn_status clffn_ffn_set_profiling(clffn_ffn *ffn, int on);
 
 /** The stage times of the last forward run with profiling on (blocking: waits for it).
  *  Errors: NULL_ARGUMENT; NO_FORWARD when none was profiled; CL_PROFILING_INFO_NOT_AVAILABLE
- *  (-7) when its queue lacks profiling; OpenCL's. */
+ *  (-7) when its queue lacks profiling; INVALID_QUEUE when the stages' times overlap (the queue
+ *  did not run them in order); OpenCL's. */
 CLFFN_API clffn_status clffn_ffn_stage_times(clffn_ffn *ffn, clffn_stage_times *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* CLFFN_H */
+
+/* =============================================================================================
+ * Hooks for clffn's tools and tests: define CLFFN_HOOKS before including this header.
+ *
+ * Not part of the stable API (zstd's ZSTD_STATIC_LINKING_ONLY is the model): the SGEMM path the
+ * library runs, the dropout generator and the CPU reference, for programs that time, check or
+ * reproduce what the library does. Exported like the rest; may change in any release.
+ * ============================================================================================= */
+#if defined(CLFFN_HOOKS) && !defined(CLFFN_H_HOOKS)
+#define CLFFN_H_HOOKS
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------------------------------------
+ * The SGEMM path
+ * ------------------------------------------------------------------------------------------- */
+/** Whether an SGEMM operand is used as stored or transposed. */
+typedef enum clffn_transpose { CLFFN_NO_TRANS = 0, CLFFN_TRANS = 1 } clffn_transpose;
+
+/** How clffn splits an SGEMM's inner dimension k for a block size k_block: returns the number
+ *  of CLBlast calls (1 when k_block is 0, k < 2·k_block, or k ≤ 64) and writes to *block (may be
+ *  NULL) the length of each but the last, which takes the rest (k when not split). The blocks
+ *  are as many as fit k_block long, made equal and rounded up to a multiple of 64, so CLBlast
+ *  pads at most the last. */
+CLFFN_API size_t clffn_gemm_k_split(size_t k, size_t k_block, size_t *block);
+
+/** One SGEMM the way clffn runs its own products, for tools that time or check them (clffn-tune,
+ *  clffn-bench-gemms) and for callers who want the same path: C[m,n] = α·op(A)·op(B) + β·C, all
+ *  row-major, A [m,k] (trans_a: [k,m]) and B [k,n] (trans_b: [n,k]) at element offsets with
+ *  leading dimensions a_ld, b_ld, c_ld, enqueued on queue (in order) and split along K by the
+ *  context's block (clffn_gemm_k_split), each block a column-major CLBlast call; CLBlast takes
+ *  its scratch per call. event (may be NULL) completes with the last block. Errors:
+ *  NULL_ARGUMENT; INVALID_ARGUMENT (a transpose other than the two); INVALID_QUEUE; CLBlast's
+ *  and OpenCL's statuses (bad sizes, short buffers). */
+CLFFN_API clffn_status clffn_sgemm(const clffn_context *ctx, clffn_transpose trans_a,
+                                   clffn_transpose trans_b, size_t m, size_t n, size_t k,
+                                   float alpha, cl_mem a, size_t a_off, size_t a_ld, cl_mem b,
+                                   size_t b_off, size_t b_ld, float beta, cl_mem c, size_t c_off,
+                                   size_t c_ld, cl_command_queue queue, cl_event *event);
 
 /* ---------------------------------------------------------------------------------------------
  * CPU reference and the dropout generator, in plain C
@@ -527,4 +559,4 @@ CLFFN_API clffn_status clffn_reference_backward(const clffn_config *config, clff
 #ifdef __cplusplus
 }
 #endif
-#endif /* CLFFN_H */
+#endif /* CLFFN_HOOKS */

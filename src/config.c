@@ -1,5 +1,5 @@
 /* Config defaults and validation, activation names, and the weight initialisers. */
-#include "internal.h"
+#include "common.h"
 
 #include <ctype.h>
 #include <math.h>
@@ -37,7 +37,7 @@ clffn_status clffn_config_validate(const clffn_config *c) {
     return CLFFN_SUCCESS;
 }
 
-static const char *const act_names[CLFFN_ACT_COUNT_] = {"relu", "gelu", "gelu_tanh",
+static const char *const act_names[CLFFN_ACT_COUNT_] = {"relu", "gelu",    "gelu_tanh",
                                                         "silu", "sigmoid", "identity"};
 
 const char *clffn_activation_name(clffn_activation a) {
@@ -57,13 +57,13 @@ clffn_status clffn_activation_parse(const char *name, clffn_activation *out, int
         clffn_activation act;
         int gated;
     } table[] = {
-        {"relu", CLFFN_ACT_RELU, 0},       {"gelu", CLFFN_ACT_GELU, 0},
+        {"relu", CLFFN_ACT_RELU, 0},           {"gelu", CLFFN_ACT_GELU, 0},
         {"gelu_tanh", CLFFN_ACT_GELU_TANH, 0}, {"gelu_new", CLFFN_ACT_GELU_TANH, 0},
-        {"silu", CLFFN_ACT_SILU, 0},       {"swish", CLFFN_ACT_SILU, 0},
-        {"sigmoid", CLFFN_ACT_SIGMOID, 0}, {"identity", CLFFN_ACT_IDENTITY, 0},
-        {"linear", CLFFN_ACT_IDENTITY, 0}, {"glu", CLFFN_ACT_SIGMOID, 1},
-        {"reglu", CLFFN_ACT_RELU, 1},      {"geglu", CLFFN_ACT_GELU, 1},
-        {"swiglu", CLFFN_ACT_SILU, 1},     {"bilinear", CLFFN_ACT_IDENTITY, 1},
+        {"silu", CLFFN_ACT_SILU, 0},           {"swish", CLFFN_ACT_SILU, 0},
+        {"sigmoid", CLFFN_ACT_SIGMOID, 0},     {"identity", CLFFN_ACT_IDENTITY, 0},
+        {"linear", CLFFN_ACT_IDENTITY, 0},     {"glu", CLFFN_ACT_SIGMOID, 1},
+        {"reglu", CLFFN_ACT_RELU, 1},          {"geglu", CLFFN_ACT_GELU, 1},
+        {"swiglu", CLFFN_ACT_SILU, 1},         {"bilinear", CLFFN_ACT_IDENTITY, 1},
     };
     if (!name || !out) { return CLFFN_ERROR_NULL_ARGUMENT; }
     for (size_t i = 0; i < sizeof table / sizeof table[0]; ++i) {

@@ -1,9 +1,62 @@
 /* Device enumeration: every device of every platform, with what a user picking one wants to
- * know (ggml's backend listing is the model). The host-level device choice uses it too. */
-#include "internal.h"
+ * know (ggml's backend listing is the model), and the capability checks behind its "supported"
+ * column and behind opening a context. The host-level device choice uses it too. */
+#include "devices.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* ------------------------------------------------------------------------------------------ */
+/* Capabilities */
+
+int clffn__parse_cl_version(const char *s, int *major, int *minor) {
+    if (!s || strncmp(s, "OpenCL ", 7) != 0) { return 0; }
+    return sscanf(s + 7, "%d.%d", major, minor) == 2;
+}
+
+clffn_status clffn__device_caps_check(const clffn_device_caps *caps) {
+    if (!caps) { return CLFFN_ERROR_NULL_ARGUMENT; }
+    const int v = caps->version_major * 100 + caps->version_minor;
+    if (!caps->available || !caps->compiler_available || v < 102) {
+        return CLFFN_ERROR_DEVICE_UNSUPPORTED;
+    }
+    return CLFFN_SUCCESS;
+}
+
+clffn_status clffn__device_caps_query(cl_device_id device, clffn_device_caps *caps) {
+    char version[256] = {0};
+    cl_bool compiler = CL_FALSE, available = CL_FALSE;
+    cl_int err = clGetDeviceInfo(device, CL_DEVICE_VERSION, sizeof version - 1, version, NULL);
+    if (err == CL_SUCCESS) {
+        err =
+            clGetDeviceInfo(device, CL_DEVICE_COMPILER_AVAILABLE, sizeof compiler, &compiler, NULL);
+    }
+    if (err == CL_SUCCESS) {
+        err = clGetDeviceInfo(device, CL_DEVICE_AVAILABLE, sizeof available, &available, NULL);
+    }
+    if (err != CL_SUCCESS) { return (clffn_status)err; }
+    caps->version_major = caps->version_minor = 0;
+    clffn__parse_cl_version(version, &caps->version_major, &caps->version_minor);
+    caps->compiler_available = compiler == CL_TRUE;
+    caps->available = available == CL_TRUE;
+    return CLFFN_SUCCESS;
+}
+
+void clffn__device_strings(cl_device_id device, char *platform, char *name, char *driver,
+                           size_t size) {
+    cl_platform_id p = NULL;
+    platform[0] = name[0] = driver[0] = '\0';
+    if (clGetDeviceInfo(device, CL_DEVICE_PLATFORM, sizeof p, &p, NULL) == CL_SUCCESS) {
+        clGetPlatformInfo(p, CL_PLATFORM_NAME, size - 1, platform, NULL);
+    }
+    clGetDeviceInfo(device, CL_DEVICE_NAME, size - 1, name, NULL);
+    clGetDeviceInfo(device, CL_DRIVER_VERSION, size - 1, driver, NULL);
+    platform[size - 1] = name[size - 1] = driver[size - 1] = '\0';
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Enumeration */
 
 const char *clffn_device_type_name(cl_device_type type) {
     if (type & CL_DEVICE_TYPE_GPU) { return "GPU"; }
@@ -104,7 +157,9 @@ clffn_status clffn_devices_list(clffn_device_info *out, size_t capacity, size_t 
     size_t room = 0;
     for (cl_uint p = 0; p < np; ++p) {
         cl_uint nd = 0;
-        if (clGetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, 0, NULL, &nd) == CL_SUCCESS) { room += nd; }
+        if (clGetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, 0, NULL, &nd) == CL_SUCCESS) {
+            room += nd;
+        }
     }
     if (room > capacity) { room = capacity; }
     clffn_device_info *tmp = room ? calloc(room, sizeof *tmp) : NULL;

@@ -1,5 +1,7 @@
 /* Philox4x32-10 and the dropout decision on the host: the plain-C twin of cl/philox.cl. */
-#include "internal.h"
+#include "philox.h"
+
+#include "clffn_defs.h"
 
 #include <math.h>
 
@@ -8,11 +10,11 @@ void clffn_philox4x32_10(const uint32_t counter[4], const uint32_t key[2], uint3
     uint32_t k0 = key[0], k1 = key[1];
     for (int r = 0; r < 10; ++r) {
         if (r > 0) {
-            k0 += 0x9E3779B9u;
-            k1 += 0xBB67AE85u;
+            k0 += CLFFN_PHILOX_W0;
+            k1 += CLFFN_PHILOX_W1;
         }
-        const uint64_t p0 = (uint64_t)0xD2511F53u * c0;
-        const uint64_t p1 = (uint64_t)0xCD9E8D57u * c2;
+        const uint64_t p0 = (uint64_t)CLFFN_PHILOX_M0 * c0;
+        const uint64_t p1 = (uint64_t)CLFFN_PHILOX_M1 * c2;
         const uint32_t hi0 = (uint32_t)(p0 >> 32), lo0 = (uint32_t)p0;
         const uint32_t hi1 = (uint32_t)(p1 >> 32), lo1 = (uint32_t)p1;
         c0 = hi1 ^ c1 ^ k0;

@@ -5,7 +5,9 @@
  * The core works on double parameters so the finite-difference tests can perturb them by 1e-6;
  * the public calls convert float weights once. Shapes as in clffn.h: x, y, dx [T, D];
  * W1, V [F, D] or [D, F]; W2 [D, F] or [F, D]; hidden [T, F]. */
-#include "internal.h"
+#include "reference.h"
+
+#include "philox.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -31,7 +33,8 @@ static double activate_grad(clffn_activation a, double x) {
     switch (a) {
     case CLFFN_ACT_RELU: return x > 0.0 ? 1.0 : 0.0;
     case CLFFN_ACT_GELU:
-        return 0.5 * (1.0 + erf(x / sqrt(2.0))) + x * exp(-0.5 * x * x) / sqrt(2.0 * 3.14159265358979323846);
+        return 0.5 * (1.0 + erf(x / sqrt(2.0))) +
+               x * exp(-0.5 * x * x) / sqrt(2.0 * 3.14159265358979323846);
     case CLFFN_ACT_GELU_TANH: {
         const double k = sqrt(2.0 / 3.14159265358979323846), c = 0.044715;
         const double t = tanh(k * (x + c * x * x * x));
@@ -128,8 +131,8 @@ clffn_status clffn__ref_forward_d(const clffn_config *c, clffn_layout layout,
 
 clffn_status clffn__ref_backward_d(const clffn_config *c, clffn_layout layout,
                                    const clffn_ref_params *p, size_t tokens, const double *x,
-                                   const double *dy, int training, uint64_t seed,
-                                   uint64_t offset, double *dx, const clffn_ref_grads *gr) {
+                                   const double *dy, int training, uint64_t seed, uint64_t offset,
+                                   double *dx, const clffn_ref_grads *gr) {
     clffn_status st = check_common(c, layout, tokens);
     if (st != CLFFN_SUCCESS) { return st; }
     if (!gr || !gr->w1 || !gr->w2 || (c->bias1 && !gr->b1) || (c->bias2 && !gr->b2) ||
@@ -166,7 +169,8 @@ clffn_status clffn__ref_backward_d(const clffn_config *c, clffn_layout layout,
             for (size_t o = 0; o < D; ++o) { s += dyt[o] * p->w2[widx(layout, D, F, o, j)]; }
             /* dropout: the same mask, the same scale */
             if (drop) {
-                s *= clffn_dropout_keep(c->dropout, seed, offset, (uint64_t)t * F + j) ? scale : 0.0;
+                s *=
+                    clffn_dropout_keep(c->dropout, seed, offset, (uint64_t)t * F + j) ? scale : 0.0;
             }
             dh[j] = s;
         }
@@ -250,8 +254,8 @@ clffn_status clffn_reference_forward(const clffn_config *c, clffn_layout layout,
 
 clffn_status clffn_reference_backward(const clffn_config *c, clffn_layout layout,
                                       const clffn_host_weights *w, size_t tokens, const float *x,
-                                      const float *dy, int training, uint64_t seed,
-                                      uint64_t offset, double *dx, const clffn_ref_grads *grads) {
+                                      const float *dy, int training, uint64_t seed, uint64_t offset,
+                                      double *dx, const clffn_ref_grads *grads) {
     if (!c || !w || !grads) { return CLFFN_ERROR_NULL_ARGUMENT; }
     clffn_status st = check_common(c, layout, tokens);
     if (st != CLFFN_SUCCESS) { return st; }
@@ -262,7 +266,8 @@ clffn_status clffn_reference_backward(const clffn_config *c, clffn_layout layout
     widened wd;
     double *xd = NULL, *dyd = NULL;
     if ((st = widen_all(c, w, tokens, x, dy, &wd, &xd, &dyd)) != CLFFN_SUCCESS) { return st; }
-    st = clffn__ref_backward_d(c, layout, &wd.p, tokens, xd, dyd, training, seed, offset, dx, grads);
+    st =
+        clffn__ref_backward_d(c, layout, &wd.p, tokens, xd, dyd, training, seed, offset, dx, grads);
     free(wd.block);
     return st;
 }

@@ -6,7 +6,9 @@
  * context opens a device, the device's file is applied through CLBlastOverrideParameters; without
  * one, a built-in profile measured for the device family (POCL on x86-64) is applied; otherwise
  * CLBlast's own database decides. Set CLFFN_NO_TUNING=1 to skip all of this. */
-#include "internal.h"
+#include "tuning.h"
+
+#include "devices.h"
 
 #include <cjson/cJSON.h>
 #include <clblast_c.h>
@@ -38,22 +40,11 @@ static void sanitize(const char *in, char *out, size_t size) {
     out[n] = '\0';
 }
 
-static void device_strings(cl_device_id device, char *platform, char *name, char *driver,
-                           size_t size) {
-    cl_platform_id p = NULL;
-    platform[0] = name[0] = driver[0] = '\0';
-    if (clGetDeviceInfo(device, CL_DEVICE_PLATFORM, sizeof p, &p, NULL) == CL_SUCCESS) {
-        clGetPlatformInfo(p, CL_PLATFORM_NAME, size - 1, platform, NULL);
-    }
-    clGetDeviceInfo(device, CL_DEVICE_NAME, size - 1, name, NULL);
-    clGetDeviceInfo(device, CL_DRIVER_VERSION, size - 1, driver, NULL);
-    platform[size - 1] = name[size - 1] = driver[size - 1] = '\0';
-}
-
 clffn_status clffn_tuning_dir(char *buf, size_t size) {
     if (!buf) { return CLFFN_ERROR_NULL_ARGUMENT; }
     if (size == 0) { return CLFFN_ERROR_INVALID_SIZE; }
-    const char *dir = getenv("CLFFN_TUNE_DIR"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    const char *dir = getenv("CLFFN_TUNE_DIR"), *xdg = getenv("XDG_CACHE_HOME"),
+               *home = getenv("HOME");
     int n;
     if (dir && *dir) {
         n = snprintf(buf, size, "%s", dir);
@@ -72,7 +63,7 @@ clffn_status clffn_tuning_profile_path(cl_device_id device, char *buf, size_t si
     char dir[1024], platform[256], name[256], driver[256], a[128], b[128], c[96];
     clffn_status st = clffn_tuning_dir(dir, sizeof dir);
     if (st != CLFFN_SUCCESS) { return st; }
-    device_strings(device, platform, name, driver, sizeof platform);
+    clffn__device_strings(device, platform, name, driver, sizeof platform);
     sanitize(platform, a, sizeof a);
     sanitize(name, b, sizeof b);
     sanitize(driver, c, sizeof c);
@@ -94,7 +85,8 @@ static clffn_status parse_clffn_section(const cJSON *root, size_t *k_block) {
     const cJSON *p;
     cJSON_ArrayForEach(p, sec) {
         if (strcmp(p->string, "GEMM_K_BLOCK") != 0 || !cJSON_IsNumber(p) || p->valuedouble < 0 ||
-            p->valuedouble > CLFFN_MAX_GEMM_K_BLOCK || p->valuedouble != (double)(size_t)p->valuedouble) {
+            p->valuedouble > CLFFN_MAX_GEMM_K_BLOCK ||
+            p->valuedouble != (double)(size_t)p->valuedouble) {
             return CLFFN_ERROR_INVALID_ARGUMENT;
         }
         *k_block = (size_t)p->valuedouble;
@@ -106,14 +98,15 @@ static clffn_status parse_clffn_section(const cJSON *root, size_t *k_block) {
  * parameters at once, since CLBlast wants a kernel's full set, and the clffn section into
  * *k_block. Returns the first refusal, if any; the clffn section is checked before anything
  * reaches CLBlast. */
-static clffn_status apply_json(cl_device_id device, const char *text, int trusted, size_t *k_block) {
+static clffn_status apply_json(cl_device_id device, const char *text, int trusted,
+                               size_t *k_block) {
     cJSON *root = cJSON_Parse(text);
     /* cJSON says NULL for bad JSON and for no memory alike; our own built-in text is valid JSON,
      * so its failing to parse can only be the latter */
     if (!root) { return trusted ? CLFFN_ERROR_OUT_OF_HOST_MEMORY : CLFFN_ERROR_INVALID_ARGUMENT; }
     const cJSON *kernels = cJSON_GetObjectItemCaseSensitive(root, "clblast");
-    clffn_status st = cJSON_IsObject(kernels) ? parse_clffn_section(root, k_block)
-                                              : CLFFN_ERROR_INVALID_ARGUMENT;
+    clffn_status st =
+        cJSON_IsObject(kernels) ? parse_clffn_section(root, k_block) : CLFFN_ERROR_INVALID_ARGUMENT;
     const cJSON *k;
     cJSON_ArrayForEach(k, kernels) {
         if (st != CLFFN_SUCCESS) { break; }
@@ -146,7 +139,7 @@ static clffn_status apply_json(cl_device_id device, const char *text, int truste
 
 const char *clffn__builtin_profile(cl_device_id device) {
     char platform[256], name[256], driver[256];
-    device_strings(device, platform, name, driver, sizeof platform);
+    clffn__device_strings(device, platform, name, driver, sizeof platform);
     for (size_t i = 0; i < sizeof builtin_profiles / sizeof builtin_profiles[0]; ++i) {
         if (strstr(platform, builtin_profiles[i].platform_substr) &&
             strstr(name, builtin_profiles[i].device_substr)) {
@@ -169,25 +162,26 @@ int clffn_tuning_has_profile(cl_device_id device) {
     return clffn__builtin_profile(device) ? 2 : 0;
 }
 
-clffn_status clffn__apply_tuning(clffn_context *ctx) {
+clffn_status clffn__tuning_apply(cl_device_id device, clffn_tuning *out) {
+    out->gemm_k_block = 0;
     const char *off = getenv("CLFFN_NO_TUNING");
     if (off && *off && strcmp(off, "0") != 0) {
-        snprintf(ctx->tuning, sizeof ctx->tuning, "none (CLFFN_NO_TUNING is set)");
+        snprintf(out->applied, sizeof out->applied, "none (CLFFN_NO_TUNING is set)");
         return CLFFN_SUCCESS;
     }
     char path[1200];
     size_t k_block = 0;
     const char *skipped = NULL; /* a profile file that exists but was not applied */
-    if (clffn_tuning_profile_path(ctx->device, path, sizeof path) == CLFFN_SUCCESS) {
+    if (clffn_tuning_profile_path(device, path, sizeof path) == CLFFN_SUCCESS) {
         int oom;
         char *text = clffn__read_text(path, 1 << 20, &oom); /* profiles are small */
         if (oom) { return CLFFN_ERROR_OUT_OF_HOST_MEMORY; }
         if (text) {
-            const clffn_status st = apply_json(ctx->device, text, 0, &k_block);
+            const clffn_status st = apply_json(device, text, 0, &k_block);
             free(text);
             if (st == CLFFN_SUCCESS) {
-                ctx->gemm_k_block = k_block;
-                snprintf(ctx->tuning, sizeof ctx->tuning, "profile %s", path);
+                out->gemm_k_block = k_block;
+                snprintf(out->applied, sizeof out->applied, "profile %s", path);
                 return CLFFN_SUCCESS;
             }
             /* a damaged or stale file must not stop the device from working: fall through,
@@ -195,31 +189,14 @@ clffn_status clffn__apply_tuning(clffn_context *ctx) {
             skipped = path;
         }
     }
-    const char *builtin = clffn__builtin_profile(ctx->device);
+    const char *builtin = clffn__builtin_profile(device);
     const clffn_status st =
-        builtin ? apply_json(ctx->device, builtin, 1, &k_block) : CLFFN_ERROR_INVALID_ARGUMENT;
+        builtin ? apply_json(device, builtin, 1, &k_block) : CLFFN_ERROR_INVALID_ARGUMENT;
     if (st == CLFFN_ERROR_OUT_OF_HOST_MEMORY) { return st; }
-    if (st == CLFFN_SUCCESS) { ctx->gemm_k_block = k_block; }
-    snprintf(ctx->tuning, sizeof ctx->tuning, "%s%s%s%s",
+    if (st == CLFFN_SUCCESS) { out->gemm_k_block = k_block; }
+    snprintf(out->applied, sizeof out->applied, "%s%s%s%s",
              st == CLFFN_SUCCESS ? "built-in profile" : "none (CLBlast's defaults)",
              skipped ? " (" : "", skipped ? skipped : "",
              skipped ? " could not be applied: damaged, stale, or no memory to parse it)" : "");
     return CLFFN_SUCCESS;
 }
-
-clffn_status clffn__apply_profile_text(cl_device_id device, const char *json) {
-    if (!device || !json) { return CLFFN_ERROR_NULL_ARGUMENT; }
-    size_t k_block;
-    return apply_json(device, json, 0, &k_block);
-}
-
-const char *clffn_context_tuning(const clffn_context *ctx) { return ctx ? ctx->tuning : ""; }
-
-clffn_status clffn_context_set_gemm_k_block(clffn_context *ctx, size_t k_block) {
-    if (!ctx) { return CLFFN_ERROR_NULL_ARGUMENT; }
-    if (k_block > CLFFN_MAX_GEMM_K_BLOCK) { return CLFFN_ERROR_INVALID_SIZE; }
-    ctx->gemm_k_block = k_block;
-    return CLFFN_SUCCESS;
-}
-
-size_t clffn_context_gemm_k_block(const clffn_context *ctx) { return ctx ? ctx->gemm_k_block : 0; }

@@ -10,15 +10,18 @@
  * GEMM_K_BLOCK 256: clffn-bench --k-block 0 against 256 on the same machine, 2026-11-22: the
  * forward 1.2-1.9x and the backward 1.2-1.8x faster on the three compute-bound shapes of
  * docs/PERFORMANCE.md; 192, 384 and 512 were no better in one process (clffn-bench-gemms). */
+// clang-format off: the JSON stays in the lines clffn-tune printed
 #define CLFFN_POCL_AVX512_PROFILE                                                                 \
-    "{\"clblast\":{"                                                                             \
-    "\"Xgemm\":{\"GEMMK\":0,\"KREG\":1,\"KWG\":32,\"KWI\":8,\"MDIMA\":8,\"MDIMC\":4,\"MWG\":128,"  \
-    "\"NDIMB\":4,\"NDIMC\":4,\"NWG\":32,\"SA\":0,\"SB\":0,\"STRM\":0,\"STRN\":1,\"VWM\":16,"       \
+    "{\"clblast\":{"                                                                              \
+    "\"Xgemm\":{\"GEMMK\":0,\"KREG\":1,\"KWG\":32,\"KWI\":8,\"MDIMA\":8,\"MDIMC\":4,\"MWG\":128," \
+    "\"NDIMB\":4,\"NDIMC\":4,\"NWG\":32,\"SA\":0,\"SB\":0,\"STRM\":0,\"STRN\":1,\"VWM\":16,"      \
     "\"VWN\":8},"                                                                                 \
-    "\"XgemmDirect\":{\"KWID\":2,\"MDIMAD\":8,\"MDIMCD\":8,\"NDIMBD\":16,\"NDIMCD\":16,\"PADA\":0," \
+    "\"XgemmDirect\":{\"KWID\":2,\"MDIMAD\":8,\"MDIMCD\":8,\"NDIMBD\":16,\"NDIMCD\":16,\"PADA\":" \
+    "0,"                                                                                          \
     "\"PADB\":1,\"VWMD\":1,\"VWND\":1,\"WGD\":64},"                                               \
-    "\"GemmRoutine\":{\"XGEMM_MIN_INDIRECT_SIZE\":102}},"                                      \
+    "\"GemmRoutine\":{\"XGEMM_MIN_INDIRECT_SIZE\":102}},"                                         \
     "\"clffn\":{\"GEMM_K_BLOCK\":256}}"
+// clang-format on
 
 static const builtin_profile builtin_profiles[] = {
     {"Portable Computing Language", "avx512", CLFFN_POCL_AVX512_PROFILE},

@@ -143,6 +143,50 @@ static int parse_header(const char *s, size_t n, header *h, char *err) {
     return 0;
 }
 
+/* The element type a descr names, or a message saying why it is refused. */
+static int descr_dtype(const char *descr, clffn_dtype *dt, char *err) {
+    if (strcmp(descr, "<f4") == 0) {
+        *dt = CLFFN_DT_F32;
+    } else if (strcmp(descr, "<f8") == 0) {
+        *dt = CLFFN_DT_F64;
+    } else if (strcmp(descr, "<f2") == 0) {
+        *dt = CLFFN_DT_F16;
+    } else if (descr[0] == '|' && descr[1] == 'O') {
+        return fail(err, "object arrays ('|O') are never loaded");
+    } else if (descr[0] == '>') {
+        return fail(err, "dtype '%s' is big-endian; save it as '<%s'", descr, descr + 1);
+    } else {
+        return fail(err,
+                    "unsupported dtype '%s' (use float32 '<f4', float64 '<f8' or float16 '<f2')",
+                    descr);
+    }
+    return 0;
+}
+
+/* numel elements of dt at src into float32 data, in C order. */
+static void convert_data(const header *h, clffn_dtype dt, const uint8_t *src, uint64_t numel,
+                         float *data) {
+    if (!h->fortran || h->rank < 2) {
+        clffn_convert_to_f32(dt, src, (size_t)numel, data);
+        return;
+    }
+    /* Fortran order: the first index varies fastest. Walk C order and gather. */
+    const size_t es = clffn_dtype_size(dt);
+    uint64_t idx[CLFFN_IO_MAX_RANK] = {0};
+    for (uint64_t i = 0; i < numel; ++i) {
+        uint64_t off = 0, stride = 1;
+        for (size_t k = 0; k < h->rank; ++k) {
+            off += idx[k] * stride;
+            stride *= h->shape[k];
+        }
+        clffn_convert_to_f32(dt, src + off * es, 1, data + i);
+        for (size_t k = h->rank; k-- > 0;) { /* next C-order index */
+            if (++idx[k] < h->shape[k]) { break; }
+            idx[k] = 0;
+        }
+    }
+}
+
 int clffn_npy_parse(const uint8_t *buf, size_t len, clffn_npy *out, char *err) {
     if (!buf || len < 10 || memcmp(buf, "\x93NUMPY", 6) != 0) {
         return fail(err, "not an .npy file (no \\x93NUMPY magic)");
@@ -163,21 +207,8 @@ int clffn_npy_parse(const uint8_t *buf, size_t len, clffn_npy *out, char *err) {
     if (hlen > len - start) { return fail(err, "truncated .npy header"); }
     header h;
     if (parse_header((const char *)buf + start, hlen, &h, err) != 0) { return -1; }
-    clffn_dtype dt;
-    if (strcmp(h.descr, "<f4") == 0) {
-        dt = CLFFN_DT_F32;
-    } else if (strcmp(h.descr, "<f8") == 0) {
-        dt = CLFFN_DT_F64;
-    } else if (strcmp(h.descr, "<f2") == 0) {
-        dt = CLFFN_DT_F16;
-    } else if (h.descr[0] == '|' && h.descr[1] == 'O') {
-        return fail(err, "object arrays ('|O') are never loaded");
-    } else if (h.descr[0] == '>') {
-        return fail(err, "dtype '%s' is big-endian; save it as '<%s'", h.descr, h.descr + 1);
-    } else {
-        return fail(err, "unsupported dtype '%s' (use float32 '<f4', float64 '<f8' or float16 '<f2')",
-                    h.descr);
-    }
+    clffn_dtype dt = CLFFN_DT_F32;
+    if (descr_dtype(h.descr, &dt, err) != 0) { return -1; }
     uint64_t numel = 1;
     for (size_t k = 0; k < h.rank; ++k) {
         if (h.shape[k] != 0 && numel > UINT64_MAX / h.shape[k]) {
@@ -198,25 +229,7 @@ int clffn_npy_parse(const uint8_t *buf, size_t len, clffn_npy *out, char *err) {
     }
     float *data = malloc((size_t)(numel ? numel : 1) * sizeof *data);
     if (!data) { return fail(err, "out of memory for %llu elements", (unsigned long long)numel); }
-    const uint8_t *src = buf + start + hlen;
-    if (!h.fortran || h.rank < 2) {
-        clffn_convert_to_f32(dt, src, (size_t)numel, data);
-    } else {
-        /* Fortran order: the first index varies fastest. Walk C order and gather. */
-        uint64_t idx[CLFFN_IO_MAX_RANK] = {0};
-        for (uint64_t i = 0; i < numel; ++i) {
-            uint64_t off = 0, stride = 1;
-            for (size_t k = 0; k < h.rank; ++k) {
-                off += idx[k] * stride;
-                stride *= h.shape[k];
-            }
-            clffn_convert_to_f32(dt, src + off * es, 1, data + i);
-            for (size_t k = h.rank; k-- > 0;) { /* next C-order index */
-                if (++idx[k] < h.shape[k]) { break; }
-                idx[k] = 0;
-            }
-        }
-    }
+    convert_data(&h, dt, buf + start + hlen, numel, data);
     /* written only now: a refused file leaves the caller's struct as it was */
     memset(out, 0, sizeof *out);
     out->rank = h.rank;
@@ -254,9 +267,12 @@ void clffn_npy_free(clffn_npy *a) {
 
 int clffn_npy_save(const char *path, const float *data, size_t rank, const uint64_t *shape,
                    char *err) {
-    if (rank > CLFFN_IO_MAX_RANK) { return fail(err, "more than %d dimensions", CLFFN_IO_MAX_RANK); }
+    if (rank > CLFFN_IO_MAX_RANK) {
+        return fail(err, "more than %d dimensions", CLFFN_IO_MAX_RANK);
+    }
     char dict[64 + 24 * CLFFN_IO_MAX_RANK];
-    size_t n = (size_t)snprintf(dict, sizeof dict, "{'descr': '<f4', 'fortran_order': False, 'shape': (");
+    size_t n =
+        (size_t)snprintf(dict, sizeof dict, "{'descr': '<f4', 'fortran_order': False, 'shape': (");
     uint64_t numel = 1;
     for (size_t k = 0; k < rank; ++k) {
         n += (size_t)snprintf(dict + n, sizeof dict - n, "%llu,%s", (unsigned long long)shape[k],

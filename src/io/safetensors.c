@@ -77,7 +77,8 @@ static int by_range(const void *a, const void *b) {
 }
 
 static int by_name(const void *a, const void *b) {
-    return strcmp((*(const clffn_st_tensor *const *)a)->name, (*(const clffn_st_tensor *const *)b)->name);
+    return strcmp((*(const clffn_st_tensor *const *)a)->name,
+                  (*(const clffn_st_tensor *const *)b)->name);
 }
 
 static void free_tensors(clffn_st_tensor *t, size_t n) {
@@ -99,7 +100,8 @@ static int parse_tensor(const cJSON *item, clffn_st_tensor *t, char *err) {
     }
     const int rank = cJSON_GetArraySize(shape);
     if (rank > CLFFN_IO_MAX_RANK) {
-        return fail(err, "tensor '%s' has %d dimensions (at most %d)", name, rank, CLFFN_IO_MAX_RANK);
+        return fail(err, "tensor '%s' has %d dimensions (at most %d)", name, rank,
+                    CLFFN_IO_MAX_RANK);
     }
     t->rank = (size_t)rank;
     t->numel = 1;
@@ -126,8 +128,9 @@ static int parse_tensor(const cJSON *item, clffn_st_tensor *t, char *err) {
     }
     const uint64_t es = clffn_dtype_size(t->dtype);
     if (t->numel > UINT64_MAX / es || t->numel * es != t->end - t->begin) {
-        return fail(err, "tensor '%s': data_offsets [%llu, %llu] hold %llu bytes, but the shape "
-                         "needs %llu × %s",
+        return fail(err,
+                    "tensor '%s': data_offsets [%llu, %llu] hold %llu bytes, but the shape "
+                    "needs %llu × %s",
                     name, (unsigned long long)t->begin, (unsigned long long)t->end,
                     (unsigned long long)(t->end - t->begin), (unsigned long long)t->numel,
                     clffn_dtype_name(t->dtype));
@@ -139,7 +142,77 @@ static int check_metadata(const cJSON *meta, char *err) {
     if (!cJSON_IsObject(meta)) { return fail(err, "__metadata__ is not an object"); }
     const cJSON *v;
     cJSON_ArrayForEach(v, meta) {
-        if (!cJSON_IsString(v)) { return fail(err, "__metadata__ value '%s' is not a string", v->string); }
+        if (!cJSON_IsString(v)) {
+            return fail(err, "__metadata__ value '%s' is not a string", v->string);
+        }
+    }
+    return 0;
+}
+
+/* The header's n bytes as a JSON object (UTF-8, padding after it allowed), into *root. */
+static int parse_header(const uint8_t *hdr, size_t n, cJSON **root, char *err) {
+    if (n == 0 || hdr[0] != '{') { return fail(err, "header does not start with '{'"); }
+    const size_t bad = utf8_invalid_at(hdr, n);
+    if (bad != n) { return fail(err, "header is not valid UTF-8 (byte %zu)", bad); }
+    const char *end = NULL;
+    cJSON *r = cJSON_ParseWithLengthOpts((const char *)hdr, n, &end, 0);
+    if (!r) {
+        const char *at = cJSON_GetErrorPtr();
+        /* cJSON gives NULL for no memory too, and cannot say which */
+        return fail(err,
+                    "header is not valid JSON (near byte %ld), or there was no memory to parse it",
+                    at ? (long)(at - (const char *)hdr) : -1L);
+    }
+    for (const char *p = end; p < (const char *)hdr + n; ++p) { /* padding may follow */
+        if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r') {
+            cJSON_Delete(r);
+            return fail(err, "header has bytes after its JSON object");
+        }
+    }
+    if (!cJSON_IsObject(r)) {
+        cJSON_Delete(r);
+        return fail(err, "header is not a JSON object");
+    }
+    *root = r;
+    return 0;
+}
+
+/* Every tensor name once. */
+static int check_names(const clffn_st_tensor *ts, size_t count, char *err) {
+    if (count == 0) { return 0; }
+    const clffn_st_tensor **names = malloc(count * sizeof *names);
+    if (!names) { return fail(err, "out of memory"); }
+    for (size_t i = 0; i < count; ++i) { names[i] = &ts[i]; }
+    qsort(names, count, sizeof *names, by_name);
+    int rc = 0;
+    for (size_t i = 1; i < count && rc == 0; ++i) {
+        if (strcmp(names[i - 1]->name, names[i]->name) == 0) {
+            rc = fail(err, "tensor '%s' appears twice", names[i]->name);
+        }
+    }
+    free(names);
+    return rc;
+}
+
+/* The data section is exactly the tensors, back to back (ts is sorted by range here). */
+static int check_layout(clffn_st_tensor *ts, size_t count, uint64_t data_len, char *err) {
+    qsort(ts, count, sizeof *ts, by_range);
+    uint64_t expect = 0;
+    for (size_t i = 0; i < count; ++i) {
+        if (ts[i].begin != expect) {
+            return fail(err, "tensor '%s' starts at byte %llu, not %llu: %s", ts[i].name,
+                        (unsigned long long)ts[i].begin, (unsigned long long)expect,
+                        ts[i].begin < expect ? "tensors overlap" : "a gap between tensors");
+        }
+        if (ts[i].end > data_len) {
+            return fail(err, "tensor '%s' ends at byte %llu, past the data (%llu bytes)",
+                        ts[i].name, (unsigned long long)ts[i].end, (unsigned long long)data_len);
+        }
+        expect = ts[i].end;
+    }
+    if (expect != data_len) {
+        return fail(err, "%llu trailing bytes after the last tensor",
+                    (unsigned long long)(data_len - expect));
     }
     return 0;
 }
@@ -157,28 +230,8 @@ int clffn_st_parse(const uint8_t *buf, size_t len, clffn_st_file *out, char *err
                     (unsigned long long)n, len);
     }
     const uint8_t *hdr = buf + 8;
-    if (n == 0 || hdr[0] != '{') { return fail(err, "header does not start with '{'"); }
-    const size_t bad = utf8_invalid_at(hdr, (size_t)n);
-    if (bad != n) { return fail(err, "header is not valid UTF-8 (byte %zu)", bad); }
-
-    const char *end = NULL;
-    cJSON *root = cJSON_ParseWithLengthOpts((const char *)hdr, (size_t)n, &end, 0);
-    if (!root) {
-        const char *at = cJSON_GetErrorPtr();
-        /* cJSON gives NULL for no memory too, and cannot say which */
-        return fail(err, "header is not valid JSON (near byte %ld), or there was no memory to parse it",
-                    at ? (long)(at - (const char *)hdr) : -1L);
-    }
-    for (const char *p = end; p < (const char *)hdr + n; ++p) { /* padding may follow */
-        if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r') {
-            cJSON_Delete(root);
-            return fail(err, "header has bytes after its JSON object");
-        }
-    }
-    if (!cJSON_IsObject(root)) {
-        cJSON_Delete(root);
-        return fail(err, "header is not a JSON object");
-    }
+    cJSON *root = NULL;
+    if (parse_header(hdr, (size_t)n, &root, err) != 0) { return -1; }
     const size_t total = (size_t)cJSON_GetArraySize(root);
     clffn_st_tensor *ts = calloc(total ? total : 1, sizeof *ts);
     if (!ts) {
@@ -203,42 +256,8 @@ int clffn_st_parse(const uint8_t *buf, size_t len, clffn_st_file *out, char *err
     }
     cJSON_Delete(root);
     const uint64_t data_len = (uint64_t)(len - 8 - n);
-    if (rc == 0 && count > 0) {
-        /* names once each */
-        const clffn_st_tensor **names = malloc(count * sizeof *names);
-        if (!names) {
-            rc = fail(err, "out of memory");
-        } else {
-            for (size_t i = 0; i < count; ++i) { names[i] = &ts[i]; }
-            qsort(names, count, sizeof *names, by_name);
-            for (size_t i = 1; i < count && rc == 0; ++i) {
-                if (strcmp(names[i - 1]->name, names[i]->name) == 0) {
-                    rc = fail(err, "tensor '%s' appears twice", names[i]->name);
-                }
-            }
-            free(names);
-        }
-    }
-    if (rc == 0) {
-        /* the data section is exactly the tensors, back to back */
-        qsort(ts, count, sizeof *ts, by_range);
-        uint64_t expect = 0;
-        for (size_t i = 0; i < count && rc == 0; ++i) {
-            if (ts[i].begin != expect) {
-                rc = fail(err, "tensor '%s' starts at byte %llu, not %llu: %s", ts[i].name,
-                          (unsigned long long)ts[i].begin, (unsigned long long)expect,
-                          ts[i].begin < expect ? "tensors overlap" : "a gap between tensors");
-            } else if (ts[i].end > data_len) {
-                rc = fail(err, "tensor '%s' ends at byte %llu, past the data (%llu bytes)",
-                          ts[i].name, (unsigned long long)ts[i].end, (unsigned long long)data_len);
-            }
-            expect = ts[i].end;
-        }
-        if (rc == 0 && expect != data_len) {
-            rc = fail(err, "%llu trailing bytes after the last tensor",
-                      (unsigned long long)(data_len - expect));
-        }
-    }
+    if (rc == 0) { rc = check_names(ts, count, err); }
+    if (rc == 0) { rc = check_layout(ts, count, data_len, err); }
     if (rc != 0) {
         free_tensors(ts, count);
         return -1;

@@ -20,11 +20,13 @@ static const struct {
     const char *name;
     size_t size;
 } dtypes[CLFFN_DT_COUNT_] = {
-    [CLFFN_DT_F64] = {"F64", 8},  [CLFFN_DT_F32] = {"F32", 4},       [CLFFN_DT_F16] = {"F16", 2},
-    [CLFFN_DT_BF16] = {"BF16", 2}, [CLFFN_DT_I64] = {"I64", 8},      [CLFFN_DT_I32] = {"I32", 4},
-    [CLFFN_DT_I16] = {"I16", 2},  [CLFFN_DT_I8] = {"I8", 1},         [CLFFN_DT_U64] = {"U64", 8},
-    [CLFFN_DT_U32] = {"U32", 4},  [CLFFN_DT_U16] = {"U16", 2},       [CLFFN_DT_U8] = {"U8", 1},
-    [CLFFN_DT_BOOL] = {"BOOL", 1}, [CLFFN_DT_F8_E4M3] = {"F8_E4M3", 1},
+    [CLFFN_DT_F64] = {"F64", 8},         [CLFFN_DT_F32] = {"F32", 4},
+    [CLFFN_DT_F16] = {"F16", 2},         [CLFFN_DT_BF16] = {"BF16", 2},
+    [CLFFN_DT_I64] = {"I64", 8},         [CLFFN_DT_I32] = {"I32", 4},
+    [CLFFN_DT_I16] = {"I16", 2},         [CLFFN_DT_I8] = {"I8", 1},
+    [CLFFN_DT_U64] = {"U64", 8},         [CLFFN_DT_U32] = {"U32", 4},
+    [CLFFN_DT_U16] = {"U16", 2},         [CLFFN_DT_U8] = {"U8", 1},
+    [CLFFN_DT_BOOL] = {"BOOL", 1},       [CLFFN_DT_F8_E4M3] = {"F8_E4M3", 1},
     [CLFFN_DT_F8_E5M2] = {"F8_E5M2", 1},
 };
 
@@ -32,7 +34,9 @@ const char *clffn_dtype_name(clffn_dtype dt) {
     return (unsigned)dt < CLFFN_DT_COUNT_ ? dtypes[dt].name : "?";
 }
 
-size_t clffn_dtype_size(clffn_dtype dt) { return (unsigned)dt < CLFFN_DT_COUNT_ ? dtypes[dt].size : 0; }
+size_t clffn_dtype_size(clffn_dtype dt) {
+    return (unsigned)dt < CLFFN_DT_COUNT_ ? dtypes[dt].size : 0;
+}
 
 int clffn_dtype_is_convertible(clffn_dtype dt) {
     return dt == CLFFN_DT_F64 || dt == CLFFN_DT_F32 || dt == CLFFN_DT_F16 || dt == CLFFN_DT_BF16;

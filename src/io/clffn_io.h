@@ -21,10 +21,21 @@ int clffn__io_fail(char *err, const char *fmt, ...) __attribute__((format(printf
 /* Element types */
 
 typedef enum clffn_dtype {
-    CLFFN_DT_F64, CLFFN_DT_F32, CLFFN_DT_F16, CLFFN_DT_BF16,
-    CLFFN_DT_I64, CLFFN_DT_I32, CLFFN_DT_I16, CLFFN_DT_I8,
-    CLFFN_DT_U64, CLFFN_DT_U32, CLFFN_DT_U16, CLFFN_DT_U8,
-    CLFFN_DT_BOOL, CLFFN_DT_F8_E4M3, CLFFN_DT_F8_E5M2,
+    CLFFN_DT_F64,
+    CLFFN_DT_F32,
+    CLFFN_DT_F16,
+    CLFFN_DT_BF16,
+    CLFFN_DT_I64,
+    CLFFN_DT_I32,
+    CLFFN_DT_I16,
+    CLFFN_DT_I8,
+    CLFFN_DT_U64,
+    CLFFN_DT_U32,
+    CLFFN_DT_U16,
+    CLFFN_DT_U8,
+    CLFFN_DT_BOOL,
+    CLFFN_DT_F8_E4M3,
+    CLFFN_DT_F8_E5M2,
     CLFFN_DT_COUNT_
 } clffn_dtype;
 

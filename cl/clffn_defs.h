@@ -1,0 +1,30 @@
+/* clffn_defs.h — the constants the host layer and the kernels must agree on, defined once.
+ *
+ * Valid C and OpenCL C: the host includes it (src/), and it is the first part of every program
+ * the host builds (cmake/embed_kernels.cmake puts it before the .cl files). The activation ids
+ * are not here: they are the public clffn_activation values, and the host passes each one to the
+ * kernel build as -DCLFFN_ACT_<NAME>=<value> (src/program.c), so the kernels compare against the
+ * public enum itself. */
+#ifndef CLFFN_DEFS_H
+#define CLFFN_DEFS_H
+
+/* Runtime flags of the epilogue kernels (bit set = present). */
+#define CLFFN_F_BIAS1 1u
+#define CLFFN_F_BIAS_GATE 2u
+#define CLFFN_F_BIAS2 4u
+#define CLFFN_F_RESIDUAL 8u
+
+/* Philox4x32-10: round multipliers and the key's Weyl increments (golden ratio, sqrt(3) - 1). */
+#define CLFFN_PHILOX_M0 0xD2511F53u
+#define CLFFN_PHILOX_M1 0xCD9E8D57u
+#define CLFFN_PHILOX_W0 0x9E3779B9u
+#define CLFFN_PHILOX_W1 0xBB67AE85u
+
+/* Columns per work-item of the element-wise kernels: one float4, and one Philox block. */
+#define CLFFN_COLUMNS_PER_ITEM 4
+
+/* Rows per chunk of the bias-gradient sums (clffn_column_partials): more means fewer partial
+ * sums, but longer walks down the columns. */
+#define CLFFN_COLSUM_ROWS 64
+
+#endif

@@ -1,0 +1,104 @@
+/* The host-level backward: the caller's arrays through the FFN's own device buffers. */
+#include "ffn.h"
+
+static cl_int upload_to(cl_command_queue q, cl_mem m, const float *src, size_t n) {
+    return clEnqueueWriteBuffer(q, m, CL_FALSE, 0, n * sizeof(float), src, 0, NULL, NULL);
+}
+
+static cl_int download(cl_command_queue q, cl_mem m, float *dst, size_t n) {
+    return clEnqueueReadBuffer(q, m, CL_FALSE, 0, n * sizeof(float), dst, 0, NULL, NULL);
+}
+
+/* Moves dW1 and dV between the caller's separate arrays and the stacked gradient g_w1
+ * ([2F, D] OUT_IN, [D, 2F] IN_OUT; [F, D] / [D, F] for a plain FFN, v = NULL). */
+static cl_int transfer_stacked(const clffn_ffn *ffn, cl_command_queue q, int write, float *w1,
+                               float *v) {
+    const size_t D = ffn->cfg.d_model, F = ffn->cfg.d_ff, fd = F * D * sizeof(float);
+    const cl_mem g = ffn->ws.g_w1;
+    float *const parts[2] = {w1, v};
+    cl_int err = CL_SUCCESS;
+    for (size_t i = 0; i < 2 && parts[i] && err == CL_SUCCESS; ++i) {
+        if (ffn->w1.layout == CLFFN_LAYOUT_OUT_IN || !v) { /* whole rows: contiguous */
+            err = write ? clEnqueueWriteBuffer(q, g, CL_FALSE, i * fd, fd, parts[i], 0, NULL, NULL)
+                        : clEnqueueReadBuffer(q, g, CL_FALSE, i * fd, fd, parts[i], 0, NULL, NULL);
+            continue;
+        }
+        const size_t origin[3] = {i * F * sizeof(float), 0, 0}, host[3] = {0, 0, 0};
+        const size_t region[3] = {F * sizeof(float), D, 1}, ld = 2 * F * sizeof(float);
+        err = write ? clEnqueueWriteBufferRect(q, g, CL_FALSE, origin, host, region, ld, 0,
+                                               F * sizeof(float), 0, parts[i], 0, NULL, NULL)
+                    : clEnqueueReadBufferRect(q, g, CL_FALSE, origin, host, region, ld, 0,
+                                              F * sizeof(float), 0, parts[i], 0, NULL, NULL);
+    }
+    return err;
+}
+
+/* x, dy and (to accumulate) the caller's gradients onto the device. */
+static cl_int upload_inputs(clffn_ffn *ffn, size_t n, const float *x, const float *dy,
+                            const clffn_weight_arrays *g, int accumulate) {
+    const clffn_config *c = &ffn->cfg;
+    const clffn_workspace *ws = &ffn->ws;
+    const size_t D = c->d_model, F = c->d_ff;
+    cl_command_queue q = ffn->ctx->queue;
+    cl_int err = upload_to(q, ws->io_x, x, n);
+    if (err == CL_SUCCESS) { err = upload_to(q, ws->io_dy, dy, n); }
+    if (err != CL_SUCCESS || !accumulate) { return err; }
+    /* the sums continue from the caller's arrays */
+    err = transfer_stacked(ffn, q, 1, g->w1, c->gated ? g->v : NULL);
+    if (err == CL_SUCCESS) { err = upload_to(q, ws->g_w2, g->w2, D * F); }
+    if (err == CL_SUCCESS && c->bias1) { err = upload_to(q, ws->g_b1, g->b1, F); }
+    if (err == CL_SUCCESS && c->gated && c->bias_gate) { err = upload_to(q, ws->g_bv, g->bv, F); }
+    if (err == CL_SUCCESS && c->bias2) { err = upload_to(q, ws->g_b2, g->b2, D); }
+    return err;
+}
+
+static cl_int download_results(clffn_ffn *ffn, size_t n, float *dx, const clffn_weight_arrays *g) {
+    const clffn_config *c = &ffn->cfg;
+    const clffn_workspace *ws = &ffn->ws;
+    const size_t D = c->d_model, F = c->d_ff;
+    cl_command_queue q = ffn->ctx->queue;
+    cl_int err = transfer_stacked(ffn, q, 0, g->w1, c->gated ? g->v : NULL);
+    if (err == CL_SUCCESS) { err = download(q, ws->g_w2, g->w2, D * F); }
+    if (err == CL_SUCCESS && c->bias1) { err = download(q, ws->g_b1, g->b1, F); }
+    if (err == CL_SUCCESS && c->gated && c->bias_gate) { err = download(q, ws->g_bv, g->bv, F); }
+    if (err == CL_SUCCESS && c->bias2) { err = download(q, ws->g_b2, g->b2, D); }
+    if (err == CL_SUCCESS && dx) { err = download(q, ws->io_dx, dx, n); }
+    return err;
+}
+
+clffn_status clffn_backward_host(clffn_ffn *ffn, size_t tokens, const float *x, size_t x_len,
+                                 const float *dy, size_t dy_len, float *dx, size_t dx_len,
+                                 const clffn_weight_arrays *g, int accumulate) {
+    if (!ffn || !x || !dy || !g) { return CLFFN_ERROR_NULL_ARGUMENT; }
+    const clffn_config *c = &ffn->cfg;
+    if (!g->w1 || !g->w2 || (c->bias1 && !g->b1) || (c->bias2 && !g->b2) ||
+        (c->gated && (!g->v || (c->bias_gate && !g->bv)))) {
+        return CLFFN_ERROR_NULL_ARGUMENT;
+    }
+    if (!ffn->has_weights) { return CLFFN_ERROR_NO_WEIGHTS; }
+    if (tokens == 0 || tokens != ffn->last_tokens) { return CLFFN_ERROR_NO_FORWARD; }
+    const size_t n = tokens * c->d_model; /* fitted the forward */
+    if (x_len < n || dy_len < n || (dx && dx_len < n)) { return CLFFN_ERROR_BUFFER_TOO_SMALL; }
+    clffn_status st = clffn__workspace_host_backward(ffn, tokens);
+    if (st != CLFFN_SUCCESS) { return st; }
+    /* x goes where the host-level forward keeps it; the forward's own x buffer is that one */
+    const clffn_workspace *ws = &ffn->ws;
+    if (!ws->io_x || ws->io_tokens < tokens) { return CLFFN_ERROR_NO_FORWARD; }
+    cl_command_queue q = ffn->ctx->queue;
+    cl_int err = upload_inputs(ffn, n, x, dy, g, accumulate);
+    if (err != CL_SUCCESS) {
+        clFinish(q);
+        return (clffn_status)err;
+    }
+    const clffn_device_weights dg = {{ws->g_w1, 0}, {ws->g_b1, 0}, {NULL, 0},
+                                     {ws->g_bv, 0}, {ws->g_w2, 0}, {ws->g_b2, 0}};
+    st = clffn_backward(ffn, tokens, ws->io_x, 0, ws->io_dy, 0, dx ? ws->io_dx : NULL, 0, &dg,
+                        accumulate, q, NULL);
+    if (st != CLFFN_SUCCESS) {
+        clFinish(q);
+        return st;
+    }
+    err = download_results(ffn, n, dx, g);
+    const cl_int fin = clFinish(q);
+    return (clffn_status)(err != CL_SUCCESS ? err : fin);
+}

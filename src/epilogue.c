@@ -1,0 +1,128 @@
+/* Launches of clffn's own kernels around the products (cl/epilogue.cl, cl/backward.cl). Each
+ * sets its kernel's arguments in the order of the kernel's parameter list. */
+#include "ffn.h"
+
+#include "clffn_defs.h"
+#include "launch.h"
+#include "philox.h"
+
+/* The biases of epilogue 1; a bias that is off is never read, and any valid buffer stands in
+ * for it. */
+static void bias_args(clffn_args *a, const clffn_ffn *ffn) {
+    const clffn_config *c = &ffn->cfg;
+    const bool b1_on = c->bias1, bv_on = c->gated && c->bias_gate;
+    const cl_mem b1 = b1_on ? ffn->b1.mem : ffn->ws.z, bv = bv_on ? ffn->bv.mem : ffn->ws.z;
+    const cl_ulong b1_off = b1_on ? ffn->b1.offset : 0, bv_off = bv_on ? ffn->bv.offset : 0;
+    const cl_uint flags = (b1_on ? CLFFN_F_BIAS1 : 0) | (bv_on ? CLFFN_F_BIAS_GATE : 0);
+    CLFFN_ARG(*a, b1);
+    CLFFN_ARG(*a, b1_off);
+    CLFFN_ARG(*a, bv);
+    CLFFN_ARG(*a, bv_off);
+    CLFFN_ARG(*a, flags);
+}
+
+/* The tail epilogue 1 and its backward share: biases, sizes, dropout, and the float4 switch. */
+static void epilogue1_tail(clffn_args *a, const clffn_ffn *ffn, size_t tokens,
+                           const clffn_dropout_use *drop) {
+    const cl_ulong T = tokens, F = ffn->cfg.d_ff, off = drop->offset;
+    const cl_ulong thresh = drop->on ? clffn__drop_threshold(drop->p) : 0;
+    const cl_float scale = drop->on ? clffn__drop_scale(drop->p) : 1.0f;
+    const cl_uint2 key = {{(cl_uint)ffn->seed, (cl_uint)(ffn->seed >> 32)}};
+    const cl_uint vec = (ffn->cfg.d_ff % CLFFN_COLUMNS_PER_ITEM) == 0;
+    bias_args(a, ffn);
+    CLFFN_ARG(*a, T);
+    CLFFN_ARG(*a, F);
+    CLFFN_ARG(*a, thresh);
+    CLFFN_ARG(*a, scale);
+    CLFFN_ARG(*a, key);
+    CLFFN_ARG(*a, off);
+    CLFFN_ARG(*a, vec);
+}
+
+cl_int clffn__epilogue1(clffn_ffn *ffn, size_t tokens, const clffn_dropout_use *drop,
+                        cl_command_queue queue, cl_event *event) {
+    const cl_ulong ldz = clffn__n1(&ffn->cfg);
+    clffn_args a = clffn__args(drop->on ? ffn->epilogue1_train : ffn->epilogue1);
+    CLFFN_ARG(a, ffn->ws.z);
+    CLFFN_ARG(a, ldz);
+    CLFFN_ARG(a, ffn->ws.h);
+    epilogue1_tail(&a, ffn, tokens, drop);
+    const cl_int err = clffn__args_end(&a);
+    if (err != CL_SUCCESS) { return err; }
+    return clffn__launch_columns(ffn->ctx, a.kernel, ffn->cfg.d_ff, tokens, queue, event);
+}
+
+cl_int clffn__epilogue1_backward(clffn_ffn *ffn, size_t tokens, cl_command_queue queue) {
+    const clffn_dropout_use *drop = &ffn->last_drop;
+    const cl_ulong ldz = clffn__n1(&ffn->cfg);
+    clffn_args a = clffn__args(drop->on ? ffn->backward1_train : ffn->backward1);
+    CLFFN_ARG(a, ffn->ws.dh);
+    CLFFN_ARG(a, ffn->ws.z);
+    CLFFN_ARG(a, ldz);
+    CLFFN_ARG(a, ffn->ws.dz);
+    epilogue1_tail(&a, ffn, tokens, drop);
+    const cl_int err = clffn__args_end(&a);
+    if (err != CL_SUCCESS) { return err; }
+    return clffn__launch_columns(ffn->ctx, a.kernel, ffn->cfg.d_ff, tokens, queue, NULL);
+}
+
+cl_int clffn__epilogue2(clffn_ffn *ffn, size_t tokens, clffn_matrix x, clffn_matrix y,
+                        cl_command_queue queue, cl_event *event) {
+    const clffn_config *c = &ffn->cfg;
+    const cl_mem b2 = c->bias2 ? ffn->b2.mem : ffn->ws.u;
+    const cl_ulong b2_off = c->bias2 ? ffn->b2.offset : 0;
+    const cl_ulong xo = x.off, yo = y.off, T = tokens, D = c->d_model;
+    const cl_uint flags = (c->bias2 ? CLFFN_F_BIAS2 : 0) | (c->residual ? CLFFN_F_RESIDUAL : 0);
+    const cl_uint vec = (D % CLFFN_COLUMNS_PER_ITEM) == 0;
+    clffn_args a = clffn__args(ffn->epilogue2);
+    CLFFN_ARG(a, ffn->ws.u);
+    CLFFN_ARG(a, y.mem);
+    CLFFN_ARG(a, yo);
+    CLFFN_ARG(a, x.mem);
+    CLFFN_ARG(a, xo);
+    CLFFN_ARG(a, b2);
+    CLFFN_ARG(a, b2_off);
+    CLFFN_ARG(a, flags);
+    CLFFN_ARG(a, vec);
+    CLFFN_ARG(a, T);
+    CLFFN_ARG(a, D);
+    const cl_int err = clffn__args_end(&a);
+    if (err != CL_SUCCESS) { return err; }
+    return clffn__launch_columns(ffn->ctx, a.kernel, c->d_model, tokens, queue, event);
+}
+
+/* Partial sums of CLFFN_COLSUM_ROWS-row chunks, then their sums (cl/backward.cl says why two
+ * passes). */
+cl_int clffn__column_sums(clffn_ffn *ffn, clffn_matrix m, size_t rows, size_t n,
+                          const clffn_buffer *out, int accumulate, cl_command_queue queue) {
+    const cl_ulong mo = m.off, ld = m.ld, r = rows, nn = n, oo = out->offset;
+    const cl_ulong chunk_rows = CLFFN_COLSUM_ROWS;
+    const cl_ulong chunks = (rows + CLFFN_COLSUM_ROWS - 1) / CLFFN_COLSUM_ROWS;
+    const cl_uint acc = accumulate != 0;
+    clffn_args a = clffn__args(ffn->column_partials);
+    CLFFN_ARG(a, m.mem);
+    CLFFN_ARG(a, mo);
+    CLFFN_ARG(a, ld);
+    CLFFN_ARG(a, r);
+    CLFFN_ARG(a, nn);
+    CLFFN_ARG(a, chunk_rows);
+    CLFFN_ARG(a, ffn->ws.colsum);
+    cl_int err = clffn__args_end(&a);
+    const size_t global[2] = {(n + CLFFN_COLUMNS_PER_ITEM - 1) / CLFFN_COLUMNS_PER_ITEM,
+                              (size_t)chunks};
+    if (err == CL_SUCCESS) {
+        err = clEnqueueNDRangeKernel(queue, a.kernel, 2, NULL, global, NULL, 0, NULL, NULL);
+    }
+    clffn_args s = clffn__args(ffn->column_sums);
+    CLFFN_ARG(s, ffn->ws.colsum);
+    CLFFN_ARG(s, chunks);
+    CLFFN_ARG(s, nn);
+    CLFFN_ARG(s, out->mem);
+    CLFFN_ARG(s, oo);
+    CLFFN_ARG(s, acc);
+    if (err == CL_SUCCESS) { err = clffn__args_end(&s); }
+    if (err == CL_SUCCESS) {
+        err = clEnqueueNDRangeKernel(queue, s.kernel, 1, NULL, &n, NULL, 0, NULL, NULL);
+    }
+    return err;
+}

@@ -1,0 +1,149 @@
+/* The forward pass:
+ *
+ *   x[T,D] ─linear(W1|V)─► z[T,N1] ─epilogue1─► h[T,F] ─linear(W2)─► u[T,D] ─epilogue2─► y[T,D]
+ *
+ * N1 = F, or 2F when gated (W1's columns then V's). The second product writes the FFN's own u,
+ * not the caller's y, so y is written by one kernel at the very end: a failure anywhere earlier
+ * leaves it untouched, and y may be x itself. */
+#include "ffn.h"
+
+#include "launch.h"
+
+#include <stdlib.h>
+
+/* Every size and buffer the pass touches, checked before anything is enqueued. */
+static clffn_status check_forward(clffn_ffn *ffn, size_t tokens, clffn_matrix x, clffn_matrix y) {
+    const clffn_config *c = &ffn->cfg;
+    size_t nx, nz, bytes;
+    if (!clffn__mul_ok(tokens, c->d_model, &nx) || !clffn__mul_ok(tokens, clffn__n1(c), &nz) ||
+        !clffn__mul_ok(nz, sizeof(float), &bytes) || (cl_ulong)bytes > ffn->ctx->max_alloc ||
+        !clffn__mul_ok(nx, sizeof(float), &bytes) || (cl_ulong)bytes > ffn->ctx->max_alloc) {
+        return CLFFN_ERROR_SIZE_OVERFLOW;
+    }
+    clffn_status st;
+    if ((st = clffn__check_buffer(ffn->ctx, x.mem, x.off, nx)) != CLFFN_SUCCESS ||
+        (st = clffn__check_buffer(ffn->ctx, y.mem, y.off, nx)) != CLFFN_SUCCESS) {
+        return st;
+    }
+    if (x.mem == y.mem && x.off != y.off && x.off < y.off + nx && y.off < x.off + nx) {
+        return CLFFN_ERROR_BUFFER_OVERLAP;
+    }
+    return CLFFN_SUCCESS;
+}
+
+static void remember_forward(clffn_ffn *ffn, size_t tokens, cl_command_queue queue, cl_event ev) {
+    if (ffn->last_event) { clReleaseEvent(ffn->last_event); }
+    if (ffn->last_queue) { clReleaseCommandQueue(ffn->last_queue); }
+    ffn->last_event = ev;
+    ffn->last_queue = queue;
+    if (queue) { clRetainCommandQueue(queue); }
+    ffn->last_tokens = tokens;
+}
+
+/* The stage-timing events of this forward replace the last ones (or clear them, when it was
+ * not timed, so stale times are never read as this forward's). */
+static void keep_profile(clffn_ffn *ffn, cl_event start, cl_event end, cl_event *event) {
+    if (ffn->prof_start) { clReleaseEvent(ffn->prof_start); }
+    if (ffn->prof_end) { clReleaseEvent(ffn->prof_end); }
+    ffn->prof_start = start;
+    ffn->prof_end = end;
+    if (end && event) { /* the caller gets the same last event, with its own reference */
+        clRetainEvent(end);
+        *event = end;
+    }
+}
+
+/* The products and kernels of one forward; ev1 receives epilogue 1's event. */
+static cl_int enqueue_forward(clffn_ffn *ffn, size_t tokens, clffn_matrix x, clffn_matrix y,
+                              const clffn_dropout_use *drop, cl_command_queue queue, cl_event *ev1,
+                              cl_event *last) {
+    const clffn_config *c = &ffn->cfg;
+    const clffn_gemm_env env = clffn__gemm_env(ffn, &queue);
+    const clffn_matrix z = {ffn->ws.z, 0, clffn__n1(c)}, h = {ffn->ws.h, 0, c->d_ff};
+    const clffn_matrix u = {ffn->ws.u, 0, c->d_model};
+    clffn_part parts[2];
+    const size_t n = clffn__first_layer(c->gated, ffn->stacked, &ffn->w1, &ffn->v, parts);
+    cl_int err = CL_SUCCESS;
+    for (size_t i = 0; i < n && err == CL_SUCCESS; ++i) { /* z = x·[W1|V]ᵀ */
+        const clffn_matrix zi = {z.mem, parts[i].col, z.ld};
+        err = clffn__linear_forward(&env, &parts[i].w, tokens, x, 0.0f, zi);
+    }
+    if (err == CL_SUCCESS) { err = clffn__epilogue1(ffn, tokens, drop, queue, ev1); }
+    if (err == CL_SUCCESS) { err = clffn__linear_forward(&env, &ffn->w2, tokens, h, 0.0f, u); }
+    if (err == CL_SUCCESS) { err = clffn__epilogue2(ffn, tokens, x, y, queue, last); }
+    return err;
+}
+
+clffn_status clffn_forward(clffn_ffn *ffn, size_t tokens, cl_mem x, size_t x_offset, cl_mem y,
+                           size_t y_offset, cl_command_queue queue, cl_event *event) {
+    if (!ffn || !x || !y || !queue) { return CLFFN_ERROR_NULL_ARGUMENT; }
+    if (!ffn->has_weights) { return CLFFN_ERROR_NO_WEIGHTS; }
+    clffn_status st = clffn__check_queue(ffn->ctx, queue);
+    if (st != CLFFN_SUCCESS) { return st; }
+    const clffn_config *c = &ffn->cfg;
+    const clffn_matrix X = {x, x_offset, c->d_model}, Y = {y, y_offset, c->d_model};
+    if ((st = check_forward(ffn, tokens, X, Y)) != CLFFN_SUCCESS) { return st; }
+    if (tokens == 0) { /* CLBlast rejects empty matrices; the caller still gets an event */
+        remember_forward(ffn, 0, NULL, NULL);
+        return event ? (clffn_status)clEnqueueMarkerWithWaitList(queue, 0, NULL, event)
+                     : CLFFN_SUCCESS;
+    }
+    if ((st = clffn__workspace_forward(ffn, tokens)) != CLFFN_SUCCESS) { return st; }
+
+    const clffn_dropout_use drop = {ffn->training && c->dropout > 0.0f, c->dropout,
+                                    ffn->rng_offset};
+    cl_event ev1 = NULL, start = NULL, end = NULL;
+    cl_int err = CL_SUCCESS;
+    if (ffn->profiling) { err = clEnqueueMarkerWithWaitList(queue, 0, NULL, &start); }
+    if (err == CL_SUCCESS) {
+        err = enqueue_forward(ffn, tokens, X, Y, &drop, queue, &ev1, ffn->profiling ? &end : event);
+    }
+    if (err != CL_SUCCESS) {
+        if (ev1) { clReleaseEvent(ev1); }
+        if (start) { clReleaseEvent(start); }
+        if (end) { clReleaseEvent(end); }
+        remember_forward(ffn, 0, NULL, NULL);
+        return (clffn_status)err;
+    }
+    remember_forward(ffn, tokens, queue, ev1);
+    ffn->last_drop = drop;
+    keep_profile(ffn, start, end, event);
+    if (drop.on) { /* the next forward draws a fresh mask: skip the Philox blocks this one used */
+        ffn->rng_offset += ((uint64_t)tokens * c->d_ff + 3) / 4;
+    }
+    return CLFFN_SUCCESS;
+}
+
+clffn_status clffn_forward_host(clffn_ffn *ffn, size_t tokens, const float *x, size_t x_len,
+                                float *y, size_t y_len) {
+    if (!ffn || !x || !y) { return CLFFN_ERROR_NULL_ARGUMENT; }
+    if (!ffn->has_weights) { return CLFFN_ERROR_NO_WEIGHTS; }
+    size_t n, bytes;
+    if (!clffn__mul_ok(tokens, ffn->cfg.d_model, &n) || !clffn__mul_ok(n, sizeof(float), &bytes)) {
+        return CLFFN_ERROR_SIZE_OVERFLOW;
+    }
+    if (x_len < n || y_len < n) { return CLFFN_ERROR_BUFFER_TOO_SMALL; }
+    if (tokens == 0) {
+        remember_forward(ffn, 0, NULL, NULL);
+        return CLFFN_SUCCESS;
+    }
+    clffn_context *ctx = ffn->ctx;
+    /* the workspace too, before any buffer is made for a call that cannot run */
+    size_t nz, zbytes;
+    if ((cl_ulong)bytes > ctx->max_alloc || !clffn__mul_ok(tokens, clffn__n1(&ffn->cfg), &nz) ||
+        !clffn__mul_ok(nz, sizeof(float), &zbytes) || (cl_ulong)zbytes > ctx->max_alloc) {
+        return CLFFN_ERROR_SIZE_OVERFLOW;
+    }
+    clffn_status st = clffn__workspace_host_forward(ffn, tokens);
+    if (st != CLFFN_SUCCESS) { return st; }
+    const clffn_workspace *ws = &ffn->ws;
+    cl_int err = clEnqueueWriteBuffer(ctx->queue, ws->io_x, CL_FALSE, 0, bytes, x, 0, NULL, NULL);
+    if (err != CL_SUCCESS) { return (clffn_status)err; }
+    st = clffn_forward(ffn, tokens, ws->io_x, 0, ws->io_y, 0, ctx->queue, NULL);
+    if (st != CLFFN_SUCCESS) {
+        clFinish(ctx->queue); /* the write above still reads x: it must end before we return */
+        return st;
+    }
+    return (clffn_status)clEnqueueReadBuffer(ctx->queue, ws->io_y, CL_TRUE, 0, bytes, y, 0, NULL,
+                                             NULL);
+}

@@ -1,0 +1,41 @@
+/* The one SGEMM path: every product clffn runs, and the public clffn_sgemm(), go through
+ * clffn__sgemm(): row-major operands issued column-major to CLBlast, split along K for the
+ * context's block, with the caller's scratch buffer. */
+#ifndef CLFFN_GEMM_H
+#define CLFFN_GEMM_H
+
+#include "context.h"
+
+/* A row-major matrix operand: rows start ld floats apart, the first at element off of mem. */
+typedef struct clffn_matrix {
+    cl_mem mem;
+    size_t off, ld;
+} clffn_matrix;
+
+/* C[m,n] = α·op(A)·op(B) + β·C: A [m,k] (ta: [k,m]), B [k,n] (tb: [n,k]). */
+typedef struct clffn_gemm_op {
+    clffn_transpose ta, tb;
+    size_t m, n, k;
+    float alpha, beta;
+    clffn_matrix a, b, c;
+} clffn_gemm_op;
+
+/* CLBlast's scratch for padded or transposed copies, owned by whoever runs the products (an
+ * FFN) and grown on demand. */
+typedef struct clffn_scratch {
+    cl_mem mem;
+    size_t bytes;
+} clffn_scratch;
+
+/* Enqueues op on *queue (in order), split along K by ctx's block (clffn_gemm_k_split). With a
+ * scratch, every block runs through CLBlastSgemmWithTempBuffer on it, grown first, so CLBlast
+ * allocates nothing behind our back: a copy that does not fit fails here with a status, before
+ * anything is enqueued, and no call pays for a temporary allocation. Without one (NULL), CLBlast
+ * takes its own per call. event (may be NULL) completes with the last block. */
+cl_int clffn__sgemm(const clffn_context *ctx, clffn_scratch *scratch, const clffn_gemm_op *op,
+                    cl_command_queue *queue, cl_event *event);
+
+/* Releases the scratch's buffer. */
+void clffn__scratch_release(clffn_scratch *scratch);
+
+#endif

@@ -1,0 +1,46 @@
+/* Launching clffn's own kernels: buffers, argument setting, the element-wise NDRange, and the
+ * checks every device-level entry point makes before it enqueues anything. */
+#ifndef CLFFN_LAUNCH_H
+#define CLFFN_LAUNCH_H
+
+#include "context.h"
+
+/* A kernel's arguments, set in order: each clffn__arg() takes the next index, so the order of
+ * the calls is the kernel's parameter list. The first failure sticks; clffn__args_end() returns
+ * it, or CL_INVALID_KERNEL_ARGS when the calls did not cover every parameter. */
+typedef struct clffn_args {
+    cl_kernel kernel;
+    cl_uint next;
+    cl_int err;
+} clffn_args;
+
+static inline clffn_args clffn__args(cl_kernel kernel) {
+    clffn_args a = {kernel, 0, kernel ? CL_SUCCESS : CL_INVALID_KERNEL};
+    return a;
+}
+void clffn__arg(clffn_args *a, size_t size, const void *value);
+cl_int clffn__args_end(const clffn_args *a);
+
+/* The next argument of a, by value. */
+#define CLFFN_ARG(a, v) clffn__arg(&(a), sizeof(v), &(v))
+
+/* clCreateBuffer for clffn's own buffers. On a CPU device they are made with
+ * CL_MEM_ALLOC_HOST_PTR (all its memory is host memory anyway): POCL then takes the memory at
+ * creation, so running out is a status here, where a plain buffer is taken lazily at its first
+ * use and POCL aborts the process when that fails. */
+cl_mem clffn__buffer(const clffn_context *ctx, cl_mem_flags flags, size_t bytes, cl_int *err);
+
+/* mem belongs to ctx and holds floats [offset, offset + count): NULL_ARGUMENT,
+ * INVALID_ARGUMENT (another context), SIZE_OVERFLOW, BUFFER_TOO_SMALL, OpenCL's. */
+clffn_status clffn__check_buffer(const clffn_context *ctx, cl_mem mem, size_t offset, size_t count);
+
+/* The queue is in-order and on ctx's context and device, else INVALID_QUEUE. */
+clffn_status clffn__check_queue(const clffn_context *ctx, cl_command_queue queue);
+
+/* Enqueues an element-wise kernel over a [tokens, columns] tensor: NDRange
+ * (ceil(columns / CLFFN_COLUMNS_PER_ITEM), tokens), the local size the context's test hook asks
+ * for (else the runtime's choice). */
+cl_int clffn__launch_columns(const clffn_context *ctx, cl_kernel k, size_t columns, size_t tokens,
+                             cl_command_queue queue, cl_event *event);
+
+#endif

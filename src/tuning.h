@@ -1,0 +1,22 @@
+/* Tuning profiles: given a device, apply its CLBlast parameters and return clffn's own values.
+ * Below the context: it knows devices and files, never a clffn_context. */
+#ifndef CLFFN_TUNING_H
+#define CLFFN_TUNING_H
+
+#include "common.h"
+
+/* What applying a device's profile gave. */
+typedef struct clffn_tuning {
+    char applied[1300];  /* "profile <path>", "built-in profile" or "none (…)" */
+    size_t gemm_k_block; /* the profile's "clffn": {"GEMM_K_BLOCK": n}; 0 without one */
+} clffn_tuning;
+
+/* Applies the device's profile file, else its built-in profile, else nothing (CLBlast's own
+ * database decides), and says which in *out. CLFFN_NO_TUNING=1 skips it all. A missing or
+ * damaged file falls back and says so; OUT_OF_HOST_MEMORY is the only failure. */
+clffn_status clffn__tuning_apply(cl_device_id device, clffn_tuning *out);
+
+/* The built-in profile's JSON for the device, or NULL. */
+const char *clffn__builtin_profile(cl_device_id device);
+
+#endif

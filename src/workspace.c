@@ -1,0 +1,89 @@
+/* The FFN's device buffers, grown on demand, all of a set or none. */
+#include "ffn.h"
+
+#include "clffn_defs.h"
+#include "launch.h"
+
+/* Replaces the buffers in slots with new ones of the given sizes, all or none: on a failure
+ * the old ones stay and the status is returned. */
+static clffn_status grow(const clffn_context *ctx, size_t n, cl_mem *const slots[],
+                         const size_t bytes[]) {
+    cl_mem fresh[6] = {NULL};
+    cl_int err = CL_SUCCESS;
+    for (size_t i = 0; i < n && err == CL_SUCCESS; ++i) {
+        fresh[i] = clffn__buffer(ctx, CL_MEM_READ_WRITE, bytes[i], &err);
+    }
+    for (size_t i = 0; i < n; ++i) {
+        cl_mem *drop = err == CL_SUCCESS ? slots[i] : &fresh[i];
+        if (*drop) { clReleaseMemObject(*drop); }
+        if (err == CL_SUCCESS) { *slots[i] = fresh[i]; }
+    }
+    return (clffn_status)err;
+}
+
+clffn_status clffn__workspace_forward(clffn_ffn *ffn, size_t tokens) {
+    clffn_workspace *ws = &ffn->ws;
+    if (tokens <= ws->tokens) { return CLFFN_SUCCESS; }
+    const clffn_config *c = &ffn->cfg;
+    cl_mem *const slots[3] = {&ws->z, &ws->h, &ws->u};
+    const size_t bytes[3] = {tokens * clffn__n1(c) * sizeof(float),
+                             tokens * c->d_ff * sizeof(float), tokens * c->d_model * sizeof(float)};
+    const clffn_status st = grow(ffn->ctx, 3, slots, bytes);
+    if (st == CLFFN_SUCCESS) { ws->tokens = tokens; }
+    return st;
+}
+
+clffn_status clffn__workspace_backward(clffn_ffn *ffn, size_t tokens) {
+    clffn_workspace *ws = &ffn->ws;
+    if (tokens <= ws->bwd_tokens) { return CLFFN_SUCCESS; }
+    const size_t F = ffn->cfg.d_ff, D = ffn->cfg.d_model;
+    const size_t chunks = (tokens + CLFFN_COLSUM_ROWS - 1) / CLFFN_COLSUM_ROWS;
+    cl_mem *const slots[3] = {&ws->dh, &ws->dz, &ws->colsum};
+    const size_t bytes[3] = {tokens * F * sizeof(float),
+                             tokens * clffn__n1(&ffn->cfg) * sizeof(float),
+                             chunks * (F > D ? F : D) * sizeof(float)};
+    const clffn_status st = grow(ffn->ctx, 3, slots, bytes);
+    if (st == CLFFN_SUCCESS) { ws->bwd_tokens = tokens; }
+    return st;
+}
+
+clffn_status clffn__workspace_host_forward(clffn_ffn *ffn, size_t tokens) {
+    clffn_workspace *ws = &ffn->ws;
+    if (tokens <= ws->io_tokens) { return CLFFN_SUCCESS; }
+    cl_mem *const slots[2] = {&ws->io_x, &ws->io_y};
+    const size_t bytes = tokens * ffn->cfg.d_model * sizeof(float);
+    const size_t sizes[2] = {bytes, bytes};
+    const clffn_status st = grow(ffn->ctx, 2, slots, sizes);
+    if (st == CLFFN_SUCCESS) { ws->io_tokens = tokens; }
+    return st;
+}
+
+clffn_status clffn__workspace_host_backward(clffn_ffn *ffn, size_t tokens) {
+    clffn_workspace *ws = &ffn->ws;
+    const size_t D = ffn->cfg.d_model, F = ffn->cfg.d_ff;
+    if (!ws->g_w1) { /* the gradients: their size does not depend on T */
+        cl_mem *const slots[5] = {&ws->g_w1, &ws->g_w2, &ws->g_b1, &ws->g_bv, &ws->g_b2};
+        const size_t bytes[5] = {clffn__n1(&ffn->cfg) * D * sizeof(float), D * F * sizeof(float),
+                                 F * sizeof(float), F * sizeof(float), D * sizeof(float)};
+        const clffn_status st = grow(ffn->ctx, 5, slots, bytes);
+        if (st != CLFFN_SUCCESS) { return st; }
+    }
+    if (tokens <= ws->bio_tokens) { return CLFFN_SUCCESS; }
+    cl_mem *const slots[2] = {&ws->io_dy, &ws->io_dx};
+    const size_t bytes = tokens * D * sizeof(float);
+    const size_t sizes[2] = {bytes, bytes};
+    const clffn_status st = grow(ffn->ctx, 2, slots, sizes);
+    if (st == CLFFN_SUCCESS) { ws->bio_tokens = tokens; }
+    return st;
+}
+
+void clffn__workspace_release(clffn_workspace *ws) {
+    cl_mem *const bufs[] = {&ws->z,    &ws->h,    &ws->u,      &ws->io_x,  &ws->io_y,
+                            &ws->dh,   &ws->dz,   &ws->colsum, &ws->io_dy, &ws->io_dx,
+                            &ws->g_w1, &ws->g_b1, &ws->g_bv,   &ws->g_w2,  &ws->g_b2};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; ++i) {
+        if (*bufs[i]) { clReleaseMemObject(*bufs[i]); }
+        *bufs[i] = NULL;
+    }
+    ws->tokens = ws->io_tokens = ws->bwd_tokens = ws->bio_tokens = 0;
+}
