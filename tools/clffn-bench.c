@@ -9,10 +9,11 @@
  * --compare-cpu runs the same FFN through the host's CBLAS (OpenBLAS) in the same process, side
  * by side. --sweep prints CSV over token counts 1 … 8192 (plot it with tools/plot-sweep.gp).
  * --k-block overrides the SGEMM inner-dimension block the tuning profile chose (0: none), so the
- * two can be compared in one session.
+ * two can be compared in one sitting.
  *
  * Exit status: 0 success, 1 device or runtime failure, 2 usage. */
 #include "clffn.h"
+#include "common.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -24,12 +25,6 @@
 #ifdef CLFFN_HAVE_CBLAS
 #include <cblas.h>
 #endif
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static double process_start;
 
@@ -83,7 +78,8 @@ static int device_setup(device_run *r, const args *a, size_t max_tokens) {
     c.gated = a->gated;
     clffn_status st = clffn_context_create_for_device(a->device, &r->ctx);
     if (st != CLFFN_SUCCESS) { return fail("opening the device", st); }
-    if (a->set_k_block && (st = clffn_context_set_gemm_k_block(r->ctx, a->k_block)) != CLFFN_SUCCESS) {
+    if (a->set_k_block &&
+        (st = clffn_context_set_gemm_k_block(r->ctx, a->k_block)) != CLFFN_SUCCESS) {
         return fail("--k-block", st);
     }
     if ((st = clffn_ffn_create(r->ctx, &c, &r->ffn)) != CLFFN_SUCCESS ||
@@ -95,13 +91,16 @@ static int device_setup(device_run *r, const args *a, size_t max_tokens) {
     const size_t bytes = max_tokens * a->d_model * sizeof(float);
     r->x = clCreateBuffer(clffn_context_cl_context(r->ctx), CL_MEM_READ_WRITE, bytes, NULL, &err);
     if (err == CL_SUCCESS) {
-        r->y = clCreateBuffer(clffn_context_cl_context(r->ctx), CL_MEM_READ_WRITE, bytes, NULL, &err);
+        r->y =
+            clCreateBuffer(clffn_context_cl_context(r->ctx), CL_MEM_READ_WRITE, bytes, NULL, &err);
     }
     if (err == CL_SUCCESS) {
-        r->dy = clCreateBuffer(clffn_context_cl_context(r->ctx), CL_MEM_READ_WRITE, bytes, NULL, &err);
+        r->dy =
+            clCreateBuffer(clffn_context_cl_context(r->ctx), CL_MEM_READ_WRITE, bytes, NULL, &err);
     }
     if (err == CL_SUCCESS) {
-        r->dx = clCreateBuffer(clffn_context_cl_context(r->ctx), CL_MEM_READ_WRITE, bytes, NULL, &err);
+        r->dx =
+            clCreateBuffer(clffn_context_cl_context(r->ctx), CL_MEM_READ_WRITE, bytes, NULL, &err);
     }
     const size_t D = a->d_model, F = a->d_ff, gsz[5] = {(a->gated ? 2 : 1) * D * F, F, F, D * F, D};
     for (int i = 0; i < 5 && err == CL_SUCCESS; ++i) {
@@ -112,9 +111,11 @@ static int device_setup(device_run *r, const args *a, size_t max_tokens) {
     float *host = malloc(bytes);
     if (!host) { return fail("allocating x", CLFFN_ERROR_OUT_OF_HOST_MEMORY); }
     for (size_t i = 0; i < max_tokens * a->d_model; ++i) { host[i] = (float)sin(0.01 * (double)i); }
-    err = clEnqueueWriteBuffer(clffn_context_queue(r->ctx), r->x, CL_TRUE, 0, bytes, host, 0, NULL, NULL);
+    err = clEnqueueWriteBuffer(clffn_context_queue(r->ctx), r->x, CL_TRUE, 0, bytes, host, 0, NULL,
+                               NULL);
     if (err == CL_SUCCESS) {
-        err = clEnqueueWriteBuffer(clffn_context_queue(r->ctx), r->dy, CL_TRUE, 0, bytes, host, 0, NULL, NULL);
+        err = clEnqueueWriteBuffer(clffn_context_queue(r->ctx), r->dy, CL_TRUE, 0, bytes, host, 0,
+                                   NULL, NULL);
     }
     free(host);
     if (err != CL_SUCCESS) { return fail("uploading x", (clffn_status)err); }
@@ -148,15 +149,19 @@ static int backward_time(device_run *r, size_t tokens, int reps, timing *t) {
     const clffn_device_weights g = {{r->g[0], 0}, {r->g[1], 0}, {NULL, 0},
                                     {r->g[2], 0}, {r->g[3], 0}, {r->g[4], 0}};
     for (int i = -2; i < reps; ++i) { /* two warm-ups */
-        if (device_forward(r, tokens, NULL) != 0) { free(ts); return 1; }
-        const double t0 = now_s();
-        clffn_status st = clffn_backward(r->ffn, tokens, r->x, 0, r->dy, 0, r->dx, 0, &g, 0, q, NULL);
+        if (device_forward(r, tokens, NULL) != 0) {
+            free(ts);
+            return 1;
+        }
+        const double t0 = tool_now_s();
+        clffn_status st =
+            clffn_backward(r->ffn, tokens, r->x, 0, r->dy, 0, r->dx, 0, &g, 0, q, NULL);
         if (st == CLFFN_SUCCESS) { st = (clffn_status)clFinish(q); }
         if (st != CLFFN_SUCCESS) {
             free(ts);
             return fail("backward", st);
         }
-        if (i >= 0) { ts[i] = now_s() - t0; }
+        if (i >= 0) { ts[i] = tool_now_s() - t0; }
     }
     *t = summarize(ts, reps);
     free(ts);
@@ -168,16 +173,25 @@ static int device_time(device_run *r, size_t tokens, int reps, timing *t, clffn_
     double *ts = malloc((size_t)reps * sizeof *ts);
     if (!ts) { return fail("timing", CLFFN_ERROR_OUT_OF_HOST_MEMORY); }
     for (int i = 0; i < 2; ++i) {
-        if (device_forward(r, tokens, NULL) != 0) { free(ts); return 1; }
+        if (device_forward(r, tokens, NULL) != 0) {
+            free(ts);
+            return 1;
+        }
     }
     if (sum) { memset(sum, 0, sizeof *sum); }
     for (int i = 0; i < reps; ++i) {
         clffn_stage_times s;
-        const double t0 = now_s();
-        if (device_forward(r, tokens, NULL) != 0) { free(ts); return 1; }
-        ts[i] = now_s() - t0;
+        const double t0 = tool_now_s();
+        if (device_forward(r, tokens, NULL) != 0) {
+            free(ts);
+            return 1;
+        }
+        ts[i] = tool_now_s() - t0;
         if (sum) {
-            if (clffn_ffn_stage_times(r->ffn, &s) != CLFFN_SUCCESS) { free(ts); return 1; }
+            if (clffn_ffn_stage_times(r->ffn, &s) != CLFFN_SUCCESS) {
+                free(ts);
+                return 1;
+            }
             sum->gemm1_s += s.gemm1_s, sum->epilogue1_s += s.epilogue1_s;
             sum->gemm2_s += s.gemm2_s, sum->epilogue2_s += s.epilogue2_s, sum->total_s += s.total_s;
         }
@@ -199,7 +213,8 @@ static float act_f(clffn_activation a, float v) {
     switch (a) {
     case CLFFN_ACT_RELU: return v < 0.0f ? 0.0f : v;
     case CLFFN_ACT_GELU: return 0.5f * v * (1.0f + erff(v * 0.70710678f));
-    case CLFFN_ACT_GELU_TANH: return 0.5f * v * (1.0f + tanhf(0.7978845608f * (v + 0.044715f * v * v * v)));
+    case CLFFN_ACT_GELU_TANH:
+        return 0.5f * v * (1.0f + tanhf(0.7978845608f * (v + 0.044715f * v * v * v)));
     case CLFFN_ACT_SILU: return v / (1.0f + expf(-v));
     case CLFFN_ACT_SIGMOID: return 1.0f / (1.0f + expf(-v));
     default: return v;
@@ -242,8 +257,8 @@ static void cpu_forward(cpu_run *r, const args *a, size_t T) {
             h[j] = v;
         }
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)T, (int)D, (int)F, 1.0f, r->h,
-                (int)F, r->w2, (int)F, 0.0f, r->y, (int)D);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)T, (int)D, (int)F, 1.0f, r->h, (int)F,
+                r->w2, (int)F, 0.0f, r->y, (int)D);
     for (size_t t = 0; t < T; ++t) {
         for (size_t i = 0; i < D; ++i) { r->y[t * D + i] += r->b2[i]; }
     }
@@ -254,9 +269,9 @@ static timing cpu_time(cpu_run *r, const args *a, size_t T, int reps) {
     cpu_forward(r, a, T);
     cpu_forward(r, a, T);
     for (int i = 0; i < reps; ++i) {
-        const double t0 = now_s();
+        const double t0 = tool_now_s();
         cpu_forward(r, a, T);
-        ts[i] = now_s() - t0;
+        ts[i] = tool_now_s() - t0;
     }
     timing t = summarize(ts, reps);
     free(ts);
@@ -264,14 +279,16 @@ static timing cpu_time(cpu_run *r, const args *a, size_t T, int reps) {
 }
 
 static void cpu_teardown(cpu_run *r) {
-    free(r->x), free(r->w1), free(r->b1), free(r->w2), free(r->b2), free(r->z), free(r->h), free(r->y);
+    free(r->x), free(r->w1), free(r->b1), free(r->w2), free(r->b2), free(r->z), free(r->h),
+        free(r->y);
 }
 #endif
 
 /* ------------------------------------------------------------------------------------------ */
 
 static void usage(FILE *f) {
-    fprintf(f,
+    fprintf(
+        f,
         "usage: clffn-bench [--tokens T] [--d-model D] [--d-ff F] [--activation A] [--gated]\n"
         "                   [--reps N] [--json] [--compare-cpu] [--sweep] [--device SPEC]\n"
         "                   [--k-block N]\n"
@@ -288,14 +305,6 @@ static void usage(FILE *f) {
     );
 }
 
-static int parse_size(const char *s, size_t *out) {
-    char *end;
-    const unsigned long long v = s ? strtoull(s, &end, 10) : 0;
-    if (!s || *s == '-' || *end || v == 0 || v > (1ull << 40)) { return -1; }
-    *out = (size_t)v;
-    return 0;
-}
-
 static int parse_args(int argc, char **argv, args *a) {
     memset(a, 0, sizeof *a);
     a->tokens = 640, a->d_model = 512, a->d_ff = 2048, a->act = CLFFN_ACT_RELU, a->reps = 20;
@@ -304,15 +313,20 @@ static int parse_args(int argc, char **argv, args *a) {
         size_t n;
         if (!strcmp(o, "--tokens") || !strcmp(o, "--d-model") || !strcmp(o, "--d-ff") ||
             !strcmp(o, "--reps")) {
-            if (parse_size(v, &n) != 0) {
+            if (tool_parse_size(v, 1, (size_t)1 << 40, &n) != 0) {
                 fprintf(stderr, "clffn-bench: %s needs a positive integer\n", o);
                 return -1;
             }
             ++i;
-            if (!strcmp(o, "--tokens")) { a->tokens = n; }
-            else if (!strcmp(o, "--d-model")) { a->d_model = n; }
-            else if (!strcmp(o, "--d-ff")) { a->d_ff = n; }
-            else { a->reps = n > 100000 ? 100000 : (int)n; }
+            if (!strcmp(o, "--tokens")) {
+                a->tokens = n;
+            } else if (!strcmp(o, "--d-model")) {
+                a->d_model = n;
+            } else if (!strcmp(o, "--d-ff")) {
+                a->d_ff = n;
+            } else {
+                a->reps = n > 100000 ? 100000 : (int)n;
+            }
         } else if (!strcmp(o, "--activation")) {
             int g = 0;
             if (!v || clffn_activation_parse(v, &a->act, &g) != CLFFN_SUCCESS) {
@@ -322,31 +336,41 @@ static int parse_args(int argc, char **argv, args *a) {
             a->gated |= g;
             ++i;
         } else if (!strcmp(o, "--device")) {
-            if (!v) { fprintf(stderr, "clffn-bench: --device needs a value\n"); return -1; }
+            if (!v) {
+                fprintf(stderr, "clffn-bench: --device needs a value\n");
+                return -1;
+            }
             a->device = v;
             ++i;
         } else if (!strcmp(o, "--k-block")) {
-            char *end;
-            const unsigned long long kb = v ? strtoull(v, &end, 10) : 0;
-            if (!v || !*v || *v == '-' || *end || kb > CLFFN_MAX_GEMM_K_BLOCK) {
-                fprintf(stderr, "clffn-bench: --k-block needs an integer 0 ... %zu\n", CLFFN_MAX_GEMM_K_BLOCK);
+            size_t kb;
+            if (tool_parse_size(v, 0, CLFFN_MAX_GEMM_K_BLOCK, &kb) != 0) {
+                fprintf(stderr, "clffn-bench: --k-block needs an integer 0 ... %zu\n",
+                        CLFFN_MAX_GEMM_K_BLOCK);
                 return -1;
             }
-            a->set_k_block = 1, a->k_block = (size_t)kb;
+            a->set_k_block = 1, a->k_block = kb;
             ++i;
-        } else if (!strcmp(o, "--gated")) { a->gated = 1; }
-        else if (!strcmp(o, "--json")) { a->json = 1; }
-        else if (!strcmp(o, "--compare-cpu")) { a->compare_cpu = 1; }
-        else if (!strcmp(o, "--sweep")) { a->sweep = 1; }
-        else if (!strcmp(o, "--help") || !strcmp(o, "-h")) { usage(stdout); exit(0); }
-        else {
+        } else if (!strcmp(o, "--gated")) {
+            a->gated = 1;
+        } else if (!strcmp(o, "--json")) {
+            a->json = 1;
+        } else if (!strcmp(o, "--compare-cpu")) {
+            a->compare_cpu = 1;
+        } else if (!strcmp(o, "--sweep")) {
+            a->sweep = 1;
+        } else if (!strcmp(o, "--help") || !strcmp(o, "-h")) {
+            usage(stdout);
+            exit(0);
+        } else {
             fprintf(stderr, "clffn-bench: unknown argument '%s'\n", o);
             return -1;
         }
     }
 #ifndef CLFFN_HAVE_CBLAS
     if (a->compare_cpu) {
-        fprintf(stderr, "clffn-bench: --compare-cpu needs a CBLAS, and none was found at build time\n");
+        fprintf(stderr,
+                "clffn-bench: --compare-cpu needs a CBLAS, and none was found at build time\n");
         return -1;
     }
 #endif
@@ -356,7 +380,10 @@ static int parse_args(int argc, char **argv, args *a) {
 static int sweep(const args *a) {
     enum { MAX_T = 8192 };
     device_run r;
-    if (device_setup(&r, a, MAX_T) != 0) { device_teardown(&r); return 1; }
+    if (device_setup(&r, a, MAX_T) != 0) {
+        device_teardown(&r);
+        return 1;
+    }
 #ifdef CLFFN_HAVE_CBLAS
     cpu_run c = {0};
     if (a->compare_cpu && cpu_setup(&c, a, MAX_T) != 0) { return 1; }
@@ -387,7 +414,7 @@ static int sweep(const args *a) {
 }
 
 int main(int argc, char **argv) {
-    process_start = now_s();
+    process_start = tool_now_s();
     args a;
     if (parse_args(argc, argv, &a) != 0) {
         usage(stderr);
@@ -404,7 +431,7 @@ int main(int argc, char **argv) {
         device_teardown(&r);
         return 1;
     }
-    const double startup = now_s() - process_start;
+    const double startup = tool_now_s() - process_start;
     timing t;
     clffn_stage_times s;
     if (device_time(&r, a.tokens, a.reps, &t, &s) != 0) {
@@ -477,13 +504,14 @@ int main(int argc, char **argv) {
         cJSON_Delete(o);
     } else {
         printf("device:        %s\n", name);
-        printf("FFN:           %zu tokens, %zu -> %zu, %s%s\n", T, D, F, clffn_activation_name(a.act),
-               a.gated ? ", gated" : "");
+        printf("FFN:           %zu tokens, %zu -> %zu, %s%s\n", T, D, F,
+               clffn_activation_name(a.act), a.gated ? ", gated" : "");
         printf("GEMM K-block:  %zu (%s)\n", clffn_context_gemm_k_block(r.ctx),
                a.set_k_block ? "--k-block" : clffn_context_tuning(r.ctx));
         printf("forward:       best %.3f ms, median %.3f ms over %d reps: %.1f GFLOP/s\n",
                t.best_s * 1e3, t.median_s * 1e3, a.reps, fl / t.best_s * 1e-9);
-        printf("stages (mean): GEMM 1 %.3f ms | epilogue 1 %.3f ms | GEMM 2 %.3f ms | epilogue 2 %.3f ms\n",
+        printf("stages (mean): GEMM 1 %.3f ms | epilogue 1 %.3f ms | GEMM 2 %.3f ms | epilogue 2 "
+               "%.3f ms\n",
                s.gemm1_s * 1e3, s.epilogue1_s * 1e3, s.gemm2_s * 1e3, s.epilogue2_s * 1e3);
         printf("outside GEMMs: %.1f%% of device time; epilogues at %.1f GB/s\n", 100.0 * outside,
                epi_s > 0 ? epi_bytes / epi_s * 1e-9 : 0.0);
@@ -491,8 +519,9 @@ int main(int argc, char **argv) {
                bt.median_s * 1e3, bt.best_s / t.best_s);
         printf("startup:       %.3f s from process start to the first result\n", startup);
         if (a.compare_cpu) {
-            printf("CPU BLAS FFN:  best %.3f ms, median %.3f ms: %.1f GFLOP/s; clffn / CPU = %.2fx\n",
-                   cpu_best * 1e3, cpu_median * 1e3, fl / cpu_best * 1e-9, cpu_best / t.best_s);
+            printf(
+                "CPU BLAS FFN:  best %.3f ms, median %.3f ms: %.1f GFLOP/s; clffn / CPU = %.2fx\n",
+                cpu_best * 1e3, cpu_median * 1e3, fl / cpu_best * 1e-9, cpu_best / t.best_s);
         }
     }
     device_teardown(&r);

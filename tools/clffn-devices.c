@@ -3,7 +3,9 @@
  *
  * Exit status: 0 success (and, with --check, every supported device passed), 1 no platform or a
  * device failed, 2 usage. */
+#define CLFFN_HOOKS /* the CPU reference, for --check */
 #include "clffn.h"
+#include "common.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -22,12 +24,6 @@ typedef struct check_result {
     clffn_status status;
 } check_result;
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* A gated GELU FFN of odd size (so no tile happens to fit) on one device, against the reference. */
 static check_result check_device(const clffn_device_info *d) {
     enum { T = 37, D = 72, F = 200 };
@@ -39,12 +35,12 @@ static check_result check_device(const clffn_device_info *d) {
     c.gated = 1;
     static float w[3 * D * F + 2 * F + D], x[T * D], y[T * D];
     static double ref[T * D];
-    const clffn_weight_arrays wa = {w, w + 3 * D * F, w + D * F, w + 3 * D * F + F, w + 2 * D * F,
-                                    w + 3 * D * F + 2 * F};
+    const clffn_weight_arrays wa = {
+        w, w + 3 * D * F, w + D * F, w + 3 * D * F + F, w + 2 * D * F, w + 3 * D * F + 2 * F};
     const clffn_host_weights hw = {wa.w1, wa.b1, wa.v, wa.bv, wa.w2, wa.b2};
     char spec[32];
     snprintf(spec, sizeof spec, "%u:%u", d->platform_index, d->device_index);
-    const double t0 = now_s();
+    const double t0 = tool_now_s();
     clffn_status st = clffn_context_create_for_device(spec, &ctx);
     if (st == CLFFN_SUCCESS) { st = clffn_ffn_create(ctx, &c, &ffn); }
     if (st == CLFFN_SUCCESS) {
@@ -53,20 +49,16 @@ static check_result check_device(const clffn_device_info *d) {
     if (st == CLFFN_SUCCESS) { st = clffn_ffn_upload_weights(ffn, CLFFN_LAYOUT_OUT_IN, &hw); }
     for (size_t i = 0; i < T * D; ++i) { x[i] = (float)sin(0.37 * (double)i); }
     if (st == CLFFN_SUCCESS) { st = clffn_forward_host(ffn, T, x, T * D, y, T * D); }
-    r.seconds = now_s() - t0;
+    r.seconds = tool_now_s() - t0;
     if (st == CLFFN_SUCCESS) {
         st = clffn_reference_forward(&c, CLFFN_LAYOUT_OUT_IN, &hw, T, x, 0, 0, 0, ref, NULL);
     }
     r.status = st;
     if (st == CLFFN_SUCCESS) {
-        double max_ref = 0.0;
-        for (size_t i = 0; i < T * D; ++i) {
-            max_ref = fmax(max_ref, fabs(ref[i]));
-            const double e = fabs((double)y[i] - ref[i]);
-            r.max_err = isnan(e) ? INFINITY : fmax(r.max_err, e);
-        }
-        r.tol = 1e-5 * max_ref + 1e-6;
-        r.pass = r.max_err <= r.tol;
+        const tool_comparison cmp = tool_compare(y, ref, T * D, 1e-5, 1e-6);
+        r.max_err = cmp.max_err;
+        r.tol = cmp.tol;
+        r.pass = cmp.pass;
     }
     clffn_ffn_destroy(ffn);
     clffn_context_destroy(ctx);

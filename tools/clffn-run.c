@@ -1,6 +1,6 @@
 /* clffn-run: runs a position-wise FFN with clffn.
  *
- *   clffn-run                       the demo: the seed tutorials' FFN (batch 64, seq 10,
+ *   clffn-run                       the demo: the classic FFN (batch 64, seq 10,
  *                                   d_model 512, d_ff 2048, ReLU, dropout 0.1 in inference mode,
  *                                   nn.Linear initialisation from a fixed seed), checked against
  *                                   the CPU reference
@@ -10,8 +10,10 @@
  *
  * Exit status: 0 success, 1 device or runtime failure (or --verify beyond tolerance), 2 usage
  * error or bad input file. Every failure prints one line naming the file and what is wrong. */
+#define CLFFN_HOOKS /* the CPU reference, for --verify and the demo's check */
 #include "clffn.h"
 #include "clffn_io.h"
+#include "common.h"
 
 #include <errno.h>
 #include <math.h>
@@ -25,23 +27,19 @@ static const uint64_t WEIGHT_SEED = 42;
 
 enum { EXIT_RUNTIME = 1, EXIT_USAGE = 2 };
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static int fail(const char *what, clffn_status st) {
     fprintf(stderr, "clffn-run: %s: %s\n", what, clffn_status_string(st));
     return EXIT_RUNTIME;
 }
 
 static void usage(FILE *f) {
-    fprintf(f,
+    fprintf(
+        f,
         "usage: clffn-run [--device SPEC]        the demo FFN, checked against the CPU reference\n"
         "       clffn-run --weights W.safetensors --input X.npy --output Y.npy [options]\n"
         "options:\n"
-        "  --preset NAME      tensor names and defaults: annotated (default), labml, gpt2, bert, llama\n"
+        "  --preset NAME      tensor names and defaults: annotated (default), labml, gpt2, bert, "
+        "llama\n"
         "  --layer L          layer index for gpt2, bert and llama (default 0)\n"
         "  --activation NAME  relu, gelu, gelu_tanh, silu, sigmoid, identity, or a GLU name\n"
         "                     (glu, reglu, geglu, swiglu, bilinear), overriding the preset\n"
@@ -54,7 +52,8 @@ static void usage(FILE *f) {
         "                     else the first GPU, else the first device)\n"
         "  --verify           compare with the CPU reference and print the error\n"
         "  --grad-output DY.npy --grads-out G.safetensors\n"
-        "                     backward pass for dL/dy = DY (the output's shape): writes the gradient\n"
+        "                     backward pass for dL/dy = DY (the output's shape): writes the "
+        "gradient\n"
         "                     of every weight tensor under its own name, and 'input' for dL/dx\n"
         "Weights may be F32, F16, BF16 or F64; inputs '<f4', '<f8' or '<f2'.\n");
 }
@@ -72,18 +71,61 @@ typedef struct preset {
 } preset;
 
 static const preset presets[] = {
-    {"annotated", "w_1.weight", "w_1.bias", NULL, NULL, "w_2.weight", "w_2.bias", {"", NULL},
-     CLFFN_LAYOUT_OUT_IN, CLFFN_ACT_RELU, 0},
-    {"labml", "layer1.weight", "layer1.bias", "linear_v.weight", "linear_v.bias", "layer2.weight",
-     "layer2.bias", {"", NULL}, CLFFN_LAYOUT_OUT_IN, CLFFN_ACT_RELU, -1},
-    {"gpt2", "h.%d.mlp.c_fc.weight", "h.%d.mlp.c_fc.bias", NULL, NULL, "h.%d.mlp.c_proj.weight",
-     "h.%d.mlp.c_proj.bias", {"", "transformer.", NULL}, CLFFN_LAYOUT_IN_OUT,
-     CLFFN_ACT_GELU_TANH, 0},
-    {"bert", "encoder.layer.%d.intermediate.dense.weight", "encoder.layer.%d.intermediate.dense.bias",
-     NULL, NULL, "encoder.layer.%d.output.dense.weight", "encoder.layer.%d.output.dense.bias",
-     {"bert.", "", NULL}, CLFFN_LAYOUT_OUT_IN, CLFFN_ACT_GELU, 0},
-    {"llama", "model.layers.%d.mlp.gate_proj.weight", NULL, "model.layers.%d.mlp.up_proj.weight", NULL,
-     "model.layers.%d.mlp.down_proj.weight", NULL, {"", NULL}, CLFFN_LAYOUT_OUT_IN, CLFFN_ACT_SILU, 1},
+    {"annotated",
+     "w_1.weight",
+     "w_1.bias",
+     NULL,
+     NULL,
+     "w_2.weight",
+     "w_2.bias",
+     {"", NULL},
+     CLFFN_LAYOUT_OUT_IN,
+     CLFFN_ACT_RELU,
+     0},
+    {"labml",
+     "layer1.weight",
+     "layer1.bias",
+     "linear_v.weight",
+     "linear_v.bias",
+     "layer2.weight",
+     "layer2.bias",
+     {"", NULL},
+     CLFFN_LAYOUT_OUT_IN,
+     CLFFN_ACT_RELU,
+     -1},
+    {"gpt2",
+     "h.%d.mlp.c_fc.weight",
+     "h.%d.mlp.c_fc.bias",
+     NULL,
+     NULL,
+     "h.%d.mlp.c_proj.weight",
+     "h.%d.mlp.c_proj.bias",
+     {"", "transformer.", NULL},
+     CLFFN_LAYOUT_IN_OUT,
+     CLFFN_ACT_GELU_TANH,
+     0},
+    {"bert",
+     "encoder.layer.%d.intermediate.dense.weight",
+     "encoder.layer.%d.intermediate.dense.bias",
+     NULL,
+     NULL,
+     "encoder.layer.%d.output.dense.weight",
+     "encoder.layer.%d.output.dense.bias",
+     {"bert.", "", NULL},
+     CLFFN_LAYOUT_OUT_IN,
+     CLFFN_ACT_GELU,
+     0},
+    {"llama",
+     "model.layers.%d.mlp.gate_proj.weight",
+     NULL,
+     "model.layers.%d.mlp.up_proj.weight",
+     NULL,
+     "model.layers.%d.mlp.down_proj.weight",
+     NULL,
+     {"", NULL},
+     CLFFN_LAYOUT_OUT_IN,
+     CLFFN_ACT_SILU,
+     1},
 };
 
 typedef struct options {
@@ -113,29 +155,19 @@ static const clffn_st_tensor *find(const clffn_st_file *f, const preset *p, cons
     return NULL;
 }
 
-static int parse_uint(const char *s, uint64_t max, uint64_t *out) {
-    char *end;
-    errno = 0;
-    if (!s || !*s || *s == '-') { return -1; }
-    const unsigned long long v = strtoull(s, &end, 0);
-    if (errno || *end || v > max) { return -1; }
-    *out = v;
-    return 0;
-}
-
 static int parse_args(int argc, char **argv, options *o) {
     memset(o, 0, sizeof *o);
     o->preset = &presets[0];
     for (int i = 1; i < argc; ++i) {
         const char *a = argv[i];
         const char *val = i + 1 < argc ? argv[i + 1] : NULL;
-#define NEEDS_VALUE                                                               \
-    do {                                                                          \
-        if (!val) {                                                               \
-            fprintf(stderr, "clffn-run: %s needs a value\n", a);                 \
-            return -1;                                                            \
-        }                                                                         \
-        ++i;                                                                      \
+#define NEEDS_VALUE                                              \
+    do {                                                         \
+        if (!val) {                                              \
+            fprintf(stderr, "clffn-run: %s needs a value\n", a); \
+            return -1;                                           \
+        }                                                        \
+        ++i;                                                     \
     } while (0)
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
@@ -159,13 +191,15 @@ static int parse_args(int argc, char **argv, options *o) {
                 if (!strcmp(val, presets[k].name)) { o->preset = &presets[k]; }
             }
             if (!o->preset) {
-                fprintf(stderr, "clffn-run: unknown preset '%s' (annotated, labml, gpt2, bert, llama)\n", val);
+                fprintf(stderr,
+                        "clffn-run: unknown preset '%s' (annotated, labml, gpt2, bert, llama)\n",
+                        val);
                 return -1;
             }
         } else if (!strcmp(a, "--layer")) {
             NEEDS_VALUE;
             uint64_t v;
-            if (parse_uint(val, 1000000, &v) != 0) {
+            if (tool_parse_u64(val, 0, 1000000, &v) != 0) {
                 fprintf(stderr, "clffn-run: --layer needs a non-negative integer, not '%s'\n", val);
                 return -1;
             }
@@ -181,11 +215,10 @@ static int parse_args(int argc, char **argv, options *o) {
             o->gated_flag = 1;
         } else if (!strcmp(a, "--dropout")) {
             NEEDS_VALUE;
-            char *end;
-            errno = 0;
-            const double p = strtod(val, &end);
-            if (errno || *end || !(p >= 0.0 && p <= 1.0)) {
-                fprintf(stderr, "clffn-run: --dropout needs a probability in [0, 1], not '%s'\n", val);
+            double p;
+            if (tool_parse_double(val, 0.0, 1.0, &p) != 0) {
+                fprintf(stderr, "clffn-run: --dropout needs a probability in [0, 1], not '%s'\n",
+                        val);
                 return -1;
             }
             o->dropout = (float)p;
@@ -193,7 +226,7 @@ static int parse_args(int argc, char **argv, options *o) {
             o->train = 1;
         } else if (!strcmp(a, "--seed")) {
             NEEDS_VALUE;
-            if (parse_uint(val, UINT64_MAX, &o->seed) != 0) {
+            if (tool_parse_u64(val, 0, UINT64_MAX, &o->seed) != 0) {
                 fprintf(stderr, "clffn-run: --seed needs a non-negative integer, not '%s'\n", val);
                 return -1;
             }
@@ -215,10 +248,11 @@ static int parse_args(int argc, char **argv, options *o) {
     }
     const int ckpt_only = o->have_act || o->gated_flag || o->dropout > 0.0f || o->train ||
                           o->seed || o->residual || o->verify || o->layer || o->grad_output ||
-                          o->grads_out ||
-                          o->preset != &presets[0];
+                          o->grads_out || o->preset != &presets[0];
     if (!o->weights && ckpt_only) {
-        fprintf(stderr, "clffn-run: these options apply to --weights runs (the demo takes only --device)\n");
+        fprintf(
+            stderr,
+            "clffn-run: these options apply to --weights runs (the demo takes only --device)\n");
         return -1;
     }
     if (!o->grad_output != !o->grads_out) {
@@ -258,7 +292,8 @@ static int take(const clffn_st_file *f, const char *file, const clffn_st_tensor 
                                   (unsigned long long)t->shape[k]);
         }
         if (cols) {
-            snprintf(want, sizeof want, "[%llu, %llu]", (unsigned long long)rows, (unsigned long long)cols);
+            snprintf(want, sizeof want, "[%llu, %llu]", (unsigned long long)rows,
+                     (unsigned long long)cols);
         } else {
             snprintf(want, sizeof want, "[%llu]", (unsigned long long)rows);
         }
@@ -371,8 +406,8 @@ static int run_checkpoint(const options *o) {
         goto done;
     }
     const clffn_st_tensor *tv = p->v ? find(&st, p, p->v, o->layer, tried, sizeof tried) : NULL;
-    const int gated = o->gated_flag || (o->have_act && o->act_gated) || p->gated == 1 ||
-                      (p->gated == -1 && tv);
+    const int gated =
+        o->gated_flag || (o->have_act && o->act_gated) || p->gated == 1 || (p->gated == -1 && tv);
     if (gated && !tv) {
         if (p->v) {
             fprintf(stderr, "clffn-run: %s: gated FFN, but no tensor '%s'\n", o->weights, tried);
@@ -383,11 +418,13 @@ static int run_checkpoint(const options *o) {
         goto done;
     }
     const clffn_st_tensor *tb1 = p->b1 ? find(&st, p, p->b1, o->layer, tried, sizeof tried) : NULL;
-    const clffn_st_tensor *tbv = gated && p->bv ? find(&st, p, p->bv, o->layer, tried, sizeof tried) : NULL;
+    const clffn_st_tensor *tbv =
+        gated && p->bv ? find(&st, p, p->bv, o->layer, tried, sizeof tried) : NULL;
     const clffn_st_tensor *tb2 = p->b2 ? find(&st, p, p->b2, o->layer, tried, sizeof tried) : NULL;
 
     if (tw1->rank != 2 || tw1->shape[0] == 0 || tw1->shape[1] == 0) {
-        fprintf(stderr, "clffn-run: %s: tensor '%s' is not a non-empty matrix\n", o->weights, tw1->name);
+        fprintf(stderr, "clffn-run: %s: tensor '%s' is not a non-empty matrix\n", o->weights,
+                tw1->name);
         goto done;
     }
     const int oi = p->layout == CLFFN_LAYOUT_OUT_IN;
@@ -406,7 +443,8 @@ static int run_checkpoint(const options *o) {
         goto done;
     }
     if (x.rank == 0 || x.shape[x.rank - 1] != D) {
-        fprintf(stderr, "clffn-run: %s: last dimension must be d_model = %llu (from %s), not %llu\n",
+        fprintf(stderr,
+                "clffn-run: %s: last dimension must be d_model = %llu (from %s), not %llu\n",
                 o->input, (unsigned long long)D, tw1->name,
                 x.rank ? (unsigned long long)x.shape[x.rank - 1] : 0ull);
         goto done;
@@ -446,12 +484,13 @@ static int run_checkpoint(const options *o) {
         fprintf(stderr, "clffn-run: out of memory\n");
         goto done;
     }
-    const double t0 = now_s();
-    if ((s = clffn_forward_host(ffn, T, x.data, (size_t)x.numel, y, (size_t)x.numel)) != CLFFN_SUCCESS) {
+    const double t0 = tool_now_s();
+    if ((s = clffn_forward_host(ffn, T, x.data, (size_t)x.numel, y, (size_t)x.numel)) !=
+        CLFFN_SUCCESS) {
         fail("forward pass", s);
         goto done;
     }
-    const double dt = now_s() - t0;
+    const double dt = tool_now_s() - t0;
     char name[256] = "?";
     clffn_context_device_name(ctx, name, sizeof name);
     const double flops = 2.0 * (double)T * (double)D * (double)F * (gated ? 3.0 : 2.0);
@@ -471,19 +510,14 @@ static int run_checkpoint(const options *o) {
             fail("CPU reference", s);
             goto done;
         }
-        double max_ref = 0.0, max_err = 0.0;
-        for (size_t i = 0; i < (size_t)x.numel; ++i) {
-            max_ref = fmax(max_ref, fabs(ref[i]));
-            const double e = fabs((double)y[i] - ref[i]);
-            max_err = (isnan(e) && !isnan(ref[i])) ? INFINITY : fmax(max_err, isnan(e) ? 0.0 : e);
-        }
-        const double tol = 1e-5 * max_ref + 1e-6;
-        printf("max error: %.3g vs CPU reference in double (tolerance %.3g): %s\n", max_err, tol,
-               max_err <= tol ? "PASS" : "FAIL");
-        if (!(max_err <= tol)) { goto done; }
+        const tool_comparison cmp = tool_compare(y, ref, (size_t)x.numel, 1e-5, 1e-6);
+        printf("max error: %.3g vs CPU reference in double (tolerance %.3g): %s\n", cmp.max_err,
+               cmp.tol, cmp.pass ? "PASS" : "FAIL");
+        if (!cmp.pass) { goto done; }
     }
-    if (o->grad_output && run_backward(o, &st, ffn, &L, (const clffn_st_tensor *[]){tw1, tb1, tv, tbv, tw2, tb2},
-                                       &x, T, &rc) != 0) {
+    if (o->grad_output &&
+        run_backward(o, &st, ffn, &L, (const clffn_st_tensor *[]){tw1, tb1, tv, tbv, tw2, tb2}, &x,
+                     T, &rc) != 0) {
         goto done;
     }
     if (clffn_npy_save(o->output, y, x.rank, x.shape, err) != 0) {
@@ -529,7 +563,9 @@ static int demo(const char *device) {
     }
     if ((st = clffn_ffn_create(ctx, &cfg, &ffn)) != CLFFN_SUCCESS) {
         rc = fail("creating the FFN", st);
-        if (*clffn_context_build_log(ctx)) { fprintf(stderr, "%s\n", clffn_context_build_log(ctx)); }
+        if (*clffn_context_build_log(ctx)) {
+            fprintf(stderr, "%s\n", clffn_context_build_log(ctx));
+        }
         goto done;
     }
 
@@ -544,9 +580,9 @@ static int demo(const char *device) {
         fprintf(stderr, "clffn-run: out of memory\n");
         goto done;
     }
-    const clffn_weight_arrays wa = {block, block + 2 * (size_t)D_MODEL * D_FF, NULL, NULL,
-                                    block + (size_t)D_MODEL * D_FF,
-                                    block + 2 * (size_t)D_MODEL * D_FF + D_FF};
+    const clffn_weight_arrays wa = {
+        block, block + 2 * (size_t)D_MODEL * D_FF, NULL,
+        NULL,  block + (size_t)D_MODEL * D_FF,     block + 2 * (size_t)D_MODEL * D_FF + D_FF};
     if ((st = clffn_init_weights_host(&cfg, CLFFN_INIT_TORCH_LINEAR, WEIGHT_SEED,
                                       CLFFN_LAYOUT_OUT_IN, &wa)) != CLFFN_SUCCESS) {
         rc = fail("initialising weights", st);
@@ -567,14 +603,14 @@ static int demo(const char *device) {
     }
 
     /* the first forward builds CLBlast's kernels; time the ones after it */
-    const double t0 = now_s();
+    const double t0 = tool_now_s();
     st = clffn_forward_host(ffn, T, x, T * D_MODEL, y, T * D_MODEL);
-    const double first = now_s() - t0;
+    const double first = tool_now_s() - t0;
     double best = INFINITY;
     for (int r = 0; r < REPS && st == CLFFN_SUCCESS; ++r) {
-        const double t1 = now_s();
+        const double t1 = tool_now_s();
         st = clffn_forward_host(ffn, T, x, T * D_MODEL, y, T * D_MODEL);
-        const double dt = now_s() - t1;
+        const double dt = tool_now_s() - t1;
         if (dt < best) { best = dt; }
     }
     if (st != CLFFN_SUCCESS) {
@@ -582,7 +618,8 @@ static int demo(const char *device) {
         goto done;
     }
     size_t ht = 0;
-    if ((st = clffn_ffn_read_hidden(ffn, CLFFN_HIDDEN_PRE, hidden, T * D_FF, &ht)) != CLFFN_SUCCESS) {
+    if ((st = clffn_ffn_read_hidden(ffn, CLFFN_HIDDEN_PRE, hidden, T * D_FF, &ht)) !=
+        CLFFN_SUCCESS) {
         rc = fail("reading the hidden tensor", st);
         goto done;
     }
@@ -592,28 +629,23 @@ static int demo(const char *device) {
         rc = fail("running the CPU reference", st);
         goto done;
     }
-    double max_ref = 0.0, max_err = 0.0;
-    for (size_t i = 0; i < T * D_MODEL; ++i) {
-        max_ref = fmax(max_ref, fabs(ref[i]));
-        max_err = fmax(max_err, fabs((double)y[i] - ref[i]));
-        if (isnan(y[i])) { max_err = INFINITY; }
-    }
-    const double tol = 1e-5 * max_ref + 1e-6;
+    const tool_comparison cmp = tool_compare(y, ref, T * D_MODEL, 1e-5, 1e-6);
     const double flops = 2.0 * 2.0 * (double)T * D_MODEL * D_FF;
 
     printf("clffn %s — position-wise FFN demo\n", clffn_version_string());
     printf("device:        %s\n", name);
-    printf("FFN:           d_model %d, d_ff %d, %s, dropout %.1f (inference mode)\n", D_MODEL,
-           D_FF, clffn_activation_name(cfg.activation), (double)cfg.dropout);
+    printf("FFN:           d_model %d, d_ff %d, %s, dropout %.1f (inference mode)\n", D_MODEL, D_FF,
+           clffn_activation_name(cfg.activation), (double)cfg.dropout);
     printf("input shape:   (%d, %d, %d)\n", BATCH, SEQ, D_MODEL);
     printf("hidden shape:  (%zu, %d, %d)   [w_1(x), read back]\n", ht / SEQ, SEQ, D_FF);
     printf("output shape:  (%d, %d, %d)\n", BATCH, SEQ, D_MODEL);
-    printf("time:          %.3f ms per forward (best of %d; first call %.3f s incl. kernel builds)\n",
-           best * 1e3, REPS, first);
+    printf(
+        "time:          %.3f ms per forward (best of %d; first call %.3f s incl. kernel builds)\n",
+        best * 1e3, REPS, first);
     printf("throughput:    %.1f GFLOP/s\n", flops / best * 1e-9);
-    printf("max error:     %.3g vs CPU reference in double (tolerance %.3g): %s\n", max_err, tol,
-           max_err <= tol ? "PASS" : "FAIL");
-    rc = max_err <= tol ? 0 : 1;
+    printf("max error:     %.3g vs CPU reference in double (tolerance %.3g): %s\n", cmp.max_err,
+           cmp.tol, cmp.pass ? "PASS" : "FAIL");
+    rc = cmp.pass ? 0 : 1;
 
 done:
     free(block);

@@ -8,7 +8,9 @@
  *
  * Exit status: 0 when the final loss is below a tenth of the first, 1 otherwise or on a device
  * failure, 2 usage. */
+#define CLFFN_HOOKS /* the CPU reference: the teacher's outputs */
 #include "clffn.h"
+#include "common.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -36,8 +38,9 @@ static void step(float *w, const float *g, size_t n, float lr, adam *st, int use
 }
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: clffn-train [--steps N] [--optimizer adam|sgd] [--lr LR] [--activation A]\n"
-               "                   [--gated] [--d-model D] [--d-ff F] [--batch T] [--device SPEC]\n");
+    fprintf(f,
+            "usage: clffn-train [--steps N] [--optimizer adam|sgd] [--lr LR] [--activation A]\n"
+            "                   [--gated] [--d-model D] [--d-ff F] [--batch T] [--device SPEC]\n");
 }
 
 int main(int argc, char **argv) {
@@ -49,12 +52,14 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; ++i) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         char *end = NULL;
-        if (!strcmp(a, "--steps") && v && (steps = (int)strtol(v, &end, 10)) > 0 && !*end) { ++i; }
-        else if (!strcmp(a, "--optimizer") && v && (!strcmp(v, "adam") || !strcmp(v, "sgd"))) {
+        if (!strcmp(a, "--steps") && v && (steps = (int)strtol(v, &end, 10)) > 0 && !*end) {
+            ++i;
+        } else if (!strcmp(a, "--optimizer") && v && (!strcmp(v, "adam") || !strcmp(v, "sgd"))) {
             use_adam = !strcmp(v, "adam");
             ++i;
-        } else if (!strcmp(a, "--lr") && v && (lr = strtof(v, &end)) > 0 && !*end) { ++i; }
-        else if (!strcmp(a, "--activation") && v) {
+        } else if (!strcmp(a, "--lr") && v && (lr = strtof(v, &end)) > 0 && !*end) {
+            ++i;
+        } else if (!strcmp(a, "--activation") && v) {
             int g = 0;
             if (clffn_activation_parse(v, &act, &g) != CLFFN_SUCCESS) {
                 fprintf(stderr, "clffn-train: unknown activation '%s'\n", v);
@@ -62,13 +67,20 @@ int main(int argc, char **argv) {
             }
             gated |= g;
             ++i;
-        } else if (!strcmp(a, "--gated")) { gated = 1; }
-        else if (!strcmp(a, "--d-model") && v && (D = strtoul(v, &end, 10)) > 0 && !*end) { ++i; }
-        else if (!strcmp(a, "--d-ff") && v && (F = strtoul(v, &end, 10)) > 0 && !*end) { ++i; }
-        else if (!strcmp(a, "--batch") && v && (T = strtoul(v, &end, 10)) > 0 && !*end) { ++i; }
-        else if (!strcmp(a, "--device") && v) { device = v, ++i; }
-        else if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return 0; }
-        else {
+        } else if (!strcmp(a, "--gated")) {
+            gated = 1;
+        } else if (!strcmp(a, "--d-model") && !tool_parse_size(v, 1, (size_t)1 << 24, &D)) {
+            ++i;
+        } else if (!strcmp(a, "--d-ff") && !tool_parse_size(v, 1, (size_t)1 << 24, &F)) {
+            ++i;
+        } else if (!strcmp(a, "--batch") && !tool_parse_size(v, 1, (size_t)1 << 24, &T)) {
+            ++i;
+        } else if (!strcmp(a, "--device") && v) {
+            device = v, ++i;
+        } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        } else {
             fprintf(stderr, "clffn-train: bad argument '%s'\n", a);
             usage(stderr);
             return 2;
@@ -81,7 +93,8 @@ int main(int argc, char **argv) {
     const size_t nw = 3 * D * F + 3 * F + D;
     float *w = calloc(nw, sizeof *w), *g = calloc(nw, sizeof *g);
     float *m = calloc(nw, sizeof *m), *vv = calloc(nw, sizeof *vv);
-    float *x = malloc(T * D * sizeof *x), *y = malloc(T * D * sizeof *y), *dy = malloc(T * D * sizeof *dy);
+    float *x = malloc(T * D * sizeof *x), *y = malloc(T * D * sizeof *y),
+          *dy = malloc(T * D * sizeof *dy);
     float *tw = calloc(nw, sizeof *tw);
     double *ty = malloc(T * D * sizeof *ty);
     if (!w || !g || !m || !vv || !x || !y || !dy || !tw || !ty) {
@@ -89,11 +102,12 @@ int main(int argc, char **argv) {
         return 1;
     }
     /* one block, tensors in a fixed order, so the optimizer runs over it in one sweep */
-    const clffn_weight_arrays wa = {w, w + 3 * D * F, w + D * F, w + 3 * D * F + F, w + 2 * D * F,
-                                    w + 3 * D * F + 2 * F};
-    const clffn_weight_arrays ga = {g, g + 3 * D * F, g + D * F, g + 3 * D * F + F, g + 2 * D * F,
-                                    g + 3 * D * F + 2 * F};
-    const clffn_host_weights hw = {wa.w1, wa.b1, gated ? wa.v : NULL, gated ? wa.bv : NULL, wa.w2, wa.b2};
+    const clffn_weight_arrays wa = {
+        w, w + 3 * D * F, w + D * F, w + 3 * D * F + F, w + 2 * D * F, w + 3 * D * F + 2 * F};
+    const clffn_weight_arrays ga = {
+        g, g + 3 * D * F, g + D * F, g + 3 * D * F + F, g + 2 * D * F, g + 3 * D * F + 2 * F};
+    const clffn_host_weights hw = {wa.w1, wa.b1, gated ? wa.v : NULL, gated ? wa.bv : NULL,
+                                   wa.w2, wa.b2};
     adam st = {m, vv, 0};
 
     clffn_context *ctx = NULL;
@@ -104,13 +118,14 @@ int main(int argc, char **argv) {
         s = clffn_init_weights_host(&c, CLFFN_INIT_TORCH_LINEAR, 1, CLFFN_LAYOUT_OUT_IN, &wa);
     }
     /* the teacher: the same shape, another seed, weights doubled so it is far from the student */
-    const clffn_weight_arrays ta = {tw, tw + 3 * D * F, tw + D * F, tw + 3 * D * F + F,
-                                    tw + 2 * D * F, tw + 3 * D * F + 2 * F};
+    const clffn_weight_arrays ta = {
+        tw, tw + 3 * D * F, tw + D * F, tw + 3 * D * F + F, tw + 2 * D * F, tw + 3 * D * F + 2 * F};
     if (s == CLFFN_SUCCESS) {
         s = clffn_init_weights_host(&c, CLFFN_INIT_TORCH_LINEAR, 99, CLFFN_LAYOUT_OUT_IN, &ta);
     }
     for (size_t i = 0; i < nw; ++i) { tw[i] *= 2.0f; }
-    const clffn_host_weights th = {ta.w1, ta.b1, gated ? ta.v : NULL, gated ? ta.bv : NULL, ta.w2, ta.b2};
+    const clffn_host_weights th = {ta.w1, ta.b1, gated ? ta.v : NULL, gated ? ta.bv : NULL,
+                                   ta.w2, ta.b2};
     if (s != CLFFN_SUCCESS) {
         fprintf(stderr, "clffn-train: setting up: %s\n", clffn_status_string(s));
         return 1;
@@ -118,8 +133,10 @@ int main(int argc, char **argv) {
     char name[256] = "?";
     clffn_context_device_name(ctx, name, sizeof name);
     printf("clffn-train: %s; FFN %zu -> %zu, %s%s, residual; batch %zu; %s, lr %g\n", name, D, F,
-           clffn_activation_name(act), gated ? " gated" : "", T, use_adam ? "Adam" : "SGD", (double)lr);
-    printf("target: a teacher FFN of the same shape (other weights), x ~ U(-2, 2); loss: mean squared error\n");
+           clffn_activation_name(act), gated ? " gated" : "", T, use_adam ? "Adam" : "SGD",
+           (double)lr);
+    printf("target: a teacher FFN of the same shape (other weights), x ~ U(-2, 2); loss: mean "
+           "squared error\n");
 
     uint64_t rng = 12345;
     double first = -1.0, last = 0.0;
@@ -147,7 +164,8 @@ int main(int argc, char **argv) {
         if (it == 1 || it % (steps / 10 > 0 ? steps / 10 : 1) == 0 || it == steps) {
             printf("step %5d  loss %.6f\n", it, loss);
         }
-        if ((s = clffn_backward_host(ffn, T, x, T * D, dy, T * D, NULL, 0, &ga, 0)) != CLFFN_SUCCESS) {
+        if ((s = clffn_backward_host(ffn, T, x, T * D, dy, T * D, NULL, 0, &ga, 0)) !=
+            CLFFN_SUCCESS) {
             break;
         }
         st.t = it;

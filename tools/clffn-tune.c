@@ -18,23 +18,26 @@
  * candidate next to the profile, so an interrupted run resumes where it stopped.
  *
  * Exit status: 0 success, 1 device or runtime failure (or a winner failing the check), 2 usage. */
+#define CLFFN_HOOKS /* clffn_sgemm and clffn_gemm_k_split: time what the library runs */
 #include "clffn.h"
+#include "clffn_io.h"
+#include "common.h"
 
 #include <cjson/cJSON.h>
 #include <clblast_c.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+extern char **environ;
 
 static volatile sig_atomic_t interrupted = 0;
 static void on_signal(int sig) {
@@ -54,12 +57,12 @@ typedef struct pset {
     size_t values[MAX_PARAMS];
 } pset;
 
-static const char *const XGEMM_NAMES[] = {"GEMMK", "KREG", "KWG", "KWI", "MDIMA", "MDIMC",
-                                          "MWG", "NDIMB", "NDIMC", "NWG", "SA", "SB",
-                                          "STRM", "STRN", "VWM", "VWN"};
+static const char *const XGEMM_NAMES[] = {"GEMMK", "KREG",  "KWG",   "KWI", "MDIMA", "MDIMC",
+                                          "MWG",   "NDIMB", "NDIMC", "NWG", "SA",    "SB",
+                                          "STRM",  "STRN",  "VWM",   "VWN"};
 enum { GEMMK, KREG, KWG, KWI, MDIMA, MDIMC, MWG, NDIMB, NDIMC, NWG, SA, SB, STRM, STRN, VWM, VWN };
 static const char *const DIRECT_NAMES[] = {"KWID", "MDIMAD", "MDIMCD", "NDIMBD", "NDIMCD",
-                                           "PADA", "PADB", "VWMD", "VWND", "WGD"};
+                                           "PADA", "PADB",   "VWMD",   "VWND",   "WGD"};
 enum { KWID, MDIMAD, MDIMCD, NDIMBD, NDIMCD, PADA, PADB, VWMD, VWND, WGD };
 
 static size_t pick(uint64_t *s, const size_t *opts, size_t n) {
@@ -78,7 +81,8 @@ static int xgemm_valid(const size_t *v, const limits *lim) {
     if (v[KWG] % v[KWI]) { return 0; }
     if (v[MWG] % (v[MDIMC] * v[VWM]) || v[NWG] % (v[NDIMC] * v[VWN])) { return 0; }
     if (v[MWG] % (v[MDIMA] * v[VWM]) || v[NWG] % (v[NDIMB] * v[VWN])) { return 0; }
-    if (v[KWG] % ((v[MDIMC] * v[NDIMC]) / v[MDIMA]) || v[KWG] % ((v[MDIMC] * v[NDIMC]) / v[NDIMB])) {
+    if (v[KWG] % ((v[MDIMC] * v[NDIMC]) / v[MDIMA]) ||
+        v[KWG] % ((v[MDIMC] * v[NDIMC]) / v[NDIMB])) {
         return 0;
     }
     if (v[MDIMC] * v[NDIMC] > lim->max_wg) { return 0; }
@@ -102,16 +106,20 @@ static const size_t XGEMM_SEEDS_GPU[][16] = {
 static int xgemm_mutate(uint64_t *s, const pset *best, const limits *lim, pset *out) {
     static const size_t wg[] = {16, 32, 64, 128}, kwg[] = {16, 32}, dim[] = {4, 8, 16, 32},
                         kwi[] = {2, 8}, vw[] = {1, 2, 4, 8, 16}, bit[] = {0, 1};
-    static const struct { int idx; const size_t *opts; size_t n; } knobs[] = {
-        {MWG, wg, 4}, {NWG, wg, 4}, {KWG, kwg, 2}, {MDIMC, dim, 4}, {NDIMC, dim, 4},
-        {MDIMA, dim, 4}, {NDIMB, dim, 4}, {KWI, kwi, 2}, {VWM, vw, 5}, {VWN, vw, 5},
-        {STRM, bit, 2}, {STRN, bit, 2}};
+    static const struct {
+        int idx;
+        const size_t *opts;
+        size_t n;
+    } knobs[] = {{MWG, wg, 4},    {NWG, wg, 4},    {KWG, kwg, 2},   {MDIMC, dim, 4},
+                 {NDIMC, dim, 4}, {MDIMA, dim, 4}, {NDIMB, dim, 4}, {KWI, kwi, 2},
+                 {VWM, vw, 5},    {VWN, vw, 5},    {STRM, bit, 2},  {STRN, bit, 2}};
     for (int attempt = 0; attempt < 200; ++attempt) {
         *out = *best;
         const size_t which[2] = {0, 1};
         const int changes = 1 + (int)pick(s, which, 2); /* one or two knobs at a time */
         for (int c = 0; c < changes; ++c) {
-            const size_t k = (size_t)pick(s, (const size_t[]){0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, 12);
+            const size_t k =
+                (size_t)pick(s, (const size_t[]){0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, 12);
             out->values[knobs[k].idx] = pick(s, knobs[k].opts, knobs[k].n);
         }
         if (!lim->cpu || (out->values[VWM] <= 16 && out->values[VWN] <= 16)) {
@@ -128,8 +136,8 @@ static int xgemm_mutate(uint64_t *s, const pset *best, const limits *lim, pset *
 /* One random Xgemm set that satisfies CLBlast's constraints and the device's limits. */
 static pset xgemm_sample(uint64_t *s, const limits *lim) {
     static const size_t wg[] = {16, 32, 64, 128}, kwg[] = {16, 32}, dim[] = {8, 16, 32},
-                        kwi[] = {2, 8}, vw[] = {1, 2, 4, 8, 16}, bit[] = {0, 1}, k1wg[] = {16, 32, 64},
-                        k1dim[] = {4, 8, 16}, kreg[] = {1, 2, 4};
+                        kwi[] = {2, 8}, vw[] = {1, 2, 4, 8, 16}, bit[] = {0, 1},
+                        k1wg[] = {16, 32, 64}, k1dim[] = {4, 8, 16}, kreg[] = {1, 2, 4};
     pset p = {"Xgemm", 16, {0}, {0}};
     for (int i = 0; i < 16; ++i) { p.names[i] = XGEMM_NAMES[i]; }
     size_t *v = p.values;
@@ -209,13 +217,16 @@ static int apply(cl_device_id d, const pset *p) {
         fprintf(stderr, "\n");
     }
     return CLBlastOverrideParameters(d, p->kernel, CLBlastPrecisionSingle, (size_t)p->n,
-                                     (const char **)p->names,
-                                     p->values) == CLBlastSuccess ? 0 : -1;
+                                     (const char **)p->names, p->values) == CLBlastSuccess
+               ? 0
+               : -1;
 }
 
 static cJSON *pset_json(const pset *p) {
     cJSON *o = cJSON_CreateObject();
-    for (int i = 0; i < p->n; ++i) { cJSON_AddNumberToObject(o, p->names[i], (double)p->values[i]); }
+    for (int i = 0; i < p->n; ++i) {
+        cJSON_AddNumberToObject(o, p->names[i], (double)p->values[i]);
+    }
     return o;
 }
 
@@ -246,8 +257,8 @@ static int gemm_time(bench *b, size_t m, size_t n, size_t k, cl_mem A, cl_mem B,
                      double *sec) {
     cl_event e0, e1;
     if (clEnqueueMarkerWithWaitList(b->q, 0, NULL, &e0) != CL_SUCCESS) { return -1; }
-    const clffn_status st = clffn_sgemm(b->cctx, 0, 1, m, n, k, 1.0f, A, 0, k, B, 0, k, 0.0f, C,
-                                        0, n, b->q, NULL);
+    const clffn_status st = clffn_sgemm(b->cctx, CLFFN_NO_TRANS, CLFFN_TRANS, m, n, k, 1.0f, A, 0,
+                                        k, B, 0, k, 0.0f, C, 0, n, b->q, NULL);
     if (st != CLFFN_SUCCESS || clEnqueueMarkerWithWaitList(b->q, 0, NULL, &e1) != CL_SUCCESS) {
         clFinish(b->q);
         clReleaseEvent(e0);
@@ -255,8 +266,12 @@ static int gemm_time(bench *b, size_t m, size_t n, size_t k, cl_mem A, cl_mem B,
     }
     cl_ulong t0 = 0, t1 = 0;
     cl_int err = clWaitForEvents(1, &e1);
-    if (err == CL_SUCCESS) { err = clGetEventProfilingInfo(e0, CL_PROFILING_COMMAND_END, sizeof t0, &t0, NULL); }
-    if (err == CL_SUCCESS) { err = clGetEventProfilingInfo(e1, CL_PROFILING_COMMAND_END, sizeof t1, &t1, NULL); }
+    if (err == CL_SUCCESS) {
+        err = clGetEventProfilingInfo(e0, CL_PROFILING_COMMAND_END, sizeof t0, &t0, NULL);
+    }
+    if (err == CL_SUCCESS) {
+        err = clGetEventProfilingInfo(e1, CL_PROFILING_COMMAND_END, sizeof t1, &t1, NULL);
+    }
     clReleaseEvent(e0);
     clReleaseEvent(e1);
     if (err != CL_SUCCESS) { return -1; }
@@ -287,7 +302,8 @@ static cl_mem random_buffer(bench *b, size_t n, uint64_t seed) {
         h[i] = (float)((double)(seed >> 40) / 16777216.0 - 0.5);
     }
     cl_int err;
-    cl_mem m = clCreateBuffer(b->ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, n * sizeof *h, h, &err);
+    cl_mem m =
+        clCreateBuffer(b->ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, n * sizeof *h, h, &err);
     free(h);
     return err == CL_SUCCESS ? m : NULL;
 }
@@ -298,9 +314,10 @@ static int verify(bench *b) {
     const size_t m = 37, n = 131, k = 97;
     int ok = 0;
     float *A = malloc(m * k * 4), *B = malloc(n * k * 4), *C = malloc(m * n * 4);
+    double *R = malloc(m * n * sizeof *R);
     cl_int e1 = CL_OUT_OF_HOST_MEMORY, e2 = e1, e3 = e1;
     cl_mem a = NULL, bb = NULL, c = NULL;
-    if (A && B && C) {
+    if (A && B && C && R) {
         for (size_t i = 0; i < m * k; ++i) { A[i] = (float)sin(0.1 * (double)i); }
         for (size_t i = 0; i < n * k; ++i) { B[i] = (float)cos(0.07 * (double)i); }
         a = clCreateBuffer(b->ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, m * k * 4, A, &e1);
@@ -308,25 +325,22 @@ static int verify(bench *b) {
         c = clCreateBuffer(b->ctx, CL_MEM_READ_WRITE, m * n * 4, NULL, &e3);
     }
     if (e1 == CL_SUCCESS && e2 == CL_SUCCESS && e3 == CL_SUCCESS &&
-        clffn_sgemm(b->cctx, 0, 1, m, n, k, 1.0f, a, 0, k, bb, 0, k, 0.0f, c, 0, n, b->q, NULL) ==
-            CLFFN_SUCCESS &&
+        clffn_sgemm(b->cctx, CLFFN_NO_TRANS, CLFFN_TRANS, m, n, k, 1.0f, a, 0, k, bb, 0, k, 0.0f, c,
+                    0, n, b->q, NULL) == CLFFN_SUCCESS &&
         clEnqueueReadBuffer(b->q, c, CL_TRUE, 0, m * n * 4, C, 0, NULL, NULL) == CL_SUCCESS) {
-        double max_ref = 0, max_err = 0;
         for (size_t i = 0; i < m; ++i) {
             for (size_t j = 0; j < n; ++j) {
                 double sum = 0;
                 for (size_t l = 0; l < k; ++l) { sum += (double)A[i * k + l] * B[j * k + l]; }
-                max_ref = fmax(max_ref, fabs(sum));
-                const double err = fabs(sum - C[i * n + j]);
-                max_err = isnan(err) ? INFINITY : fmax(max_err, err);
+                R[i * n + j] = sum;
             }
         }
-        ok = max_err <= 1e-5 * max_ref + 1e-6;
+        ok = tool_compare(C, R, m * n, 1e-5, 1e-6).pass;
     }
     if (a) { clReleaseMemObject(a); }
     if (bb) { clReleaseMemObject(bb); }
     if (c) { clReleaseMemObject(c); }
-    free(A), free(B), free(C);
+    free(A), free(B), free(C), free(R);
     return ok ? 0 : -1;
 }
 
@@ -334,14 +348,15 @@ static int verify(bench *b) {
 /* Progress (resumable) and output */
 
 typedef struct state {
-    int phase;              /* 1, 2, 3 (done) */
-    int index;              /* next candidate of the phase */
-    pset xgemm, direct;     /* the best so far */
+    int phase;          /* 1, 2, 3 (done) */
+    int index;          /* next candidate of the phase */
+    pset xgemm, direct; /* the best so far */
     double xgemm_s, direct_s;
     int have_xgemm, have_direct;
     double spent_s;
 } state;
 
+/* Progress goes through the atomic writer: an interrupted write leaves the last state. */
 static void save_state(const char *path, const state *s) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "phase", s->phase);
@@ -357,14 +372,13 @@ static void save_state(const char *path, const state *s) {
     }
     char *text = cJSON_Print(o);
     cJSON_Delete(o);
-    char tmp[1300];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
-    if (f && text) {
-        fputs(text, f);
-        if (fclose(f) == 0) { rename(tmp, path); }
-    } else if (f) {
-        fclose(f);
+    if (text) {
+        const void *parts[1] = {text};
+        const size_t lens[1] = {strlen(text)};
+        char err[CLFFN_IO_ERR];
+        if (clffn_write_atomic(path, parts, lens, 1, err) != 0) {
+            fprintf(stderr, "clffn-tune: progress not saved to %s: %s\n", path, err);
+        }
     }
     free(text);
 }
@@ -382,13 +396,16 @@ static void load_state(const char *path, state *s) {
     if (cJSON_IsNumber(v = cJSON_GetObjectItem(o, "phase"))) { s->phase = v->valueint; }
     if (cJSON_IsNumber(v = cJSON_GetObjectItem(o, "index"))) { s->index = v->valueint; }
     if (cJSON_IsNumber(v = cJSON_GetObjectItem(o, "spent_s"))) { s->spent_s = v->valuedouble; }
-    if ((v = cJSON_GetObjectItem(o, "xgemm")) && pset_from_json(v, &s->xgemm) == 0) {
+    const cJSON *t;
+    if ((v = cJSON_GetObjectItem(o, "xgemm")) && pset_from_json(v, &s->xgemm) == 0 &&
+        cJSON_IsNumber(t = cJSON_GetObjectItem(o, "xgemm_s"))) {
         s->have_xgemm = 1;
-        s->xgemm_s = cJSON_GetObjectItem(o, "xgemm_s")->valuedouble;
+        s->xgemm_s = t->valuedouble;
     }
-    if ((v = cJSON_GetObjectItem(o, "direct")) && pset_from_json(v, &s->direct) == 0) {
+    if ((v = cJSON_GetObjectItem(o, "direct")) && pset_from_json(v, &s->direct) == 0 &&
+        cJSON_IsNumber(t = cJSON_GetObjectItem(o, "direct_s"))) {
         s->have_direct = 1;
-        s->direct_s = cJSON_GetObjectItem(o, "direct_s")->valuedouble;
+        s->direct_s = t->valuedouble;
     }
     cJSON_Delete(o);
 }
@@ -398,19 +415,19 @@ static void progress(int tty, double spent, double budget, const char *phase, in
     if (!tty) { return; }
     const int width = 30, fill = (int)(width * fmin(1.0, spent / budget));
     fprintf(stderr, "\r[%.*s%.*s] %3.0f s of %.0f s  %s: %d tried, best %.1f GFLOP/s   ", fill,
-            "##############################", width - fill, "..............................",
-            spent, budget, phase, tried, best_gflops);
+            "##############################", width - fill, "..............................", spent,
+            budget, phase, tried, best_gflops);
     fflush(stderr);
 }
 
 static void usage(FILE *f) {
-    fprintf(f,
-        "usage: clffn-tune [--device SPEC] [--budget SECONDS] [--tokens T] [--d-model D]\n"
-        "                  [--d-ff F] [--gated] [--fresh] [--print]\n"
-        "  --budget   time for the search (default 180 s)\n"
-        "  --tokens, --d-model, --d-ff, --gated   the FFN whose GEMMs are tuned (default 640, 512, 2048)\n"
-        "  --fresh    ignore an interrupted run's progress\n"
-        "  --print    print the profile path and contents, and exit\n");
+    fprintf(f, "usage: clffn-tune [--device SPEC] [--budget SECONDS] [--tokens T] [--d-model D]\n"
+               "                  [--d-ff F] [--gated] [--fresh] [--print]\n"
+               "  --budget   time for the search (default 180 s)\n"
+               "  --tokens, --d-model, --d-ff, --gated   the FFN whose GEMMs are tuned (default "
+               "640, 512, 2048)\n"
+               "  --fresh    ignore an interrupted run's progress\n"
+               "  --print    print the profile path and contents, and exit\n");
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -444,15 +461,29 @@ static int parse_values(const char *text, pset *p) {
 /* Child: applies the sets, checks the SGEMM on an odd shape, and prints the device seconds of the
  * FFN's two GEMMs at T tokens, split along K in blocks of kb ("-": the block the context has
  * from the profile applied now). Exit 0 with the time, 3 for a wrong result, 1 otherwise. */
-static int eval_main(const opts *o, const char *xg, const char *dir, size_t routine, const char *kb) {
+static int eval_main(const opts *o, const char *xg, const char *dir, size_t routine,
+                     const char *kb) {
     clffn_context *cctx = NULL;
     if (clffn_context_create_for_device(o->device, &cctx) != CLFFN_SUCCESS) { return 1; }
-    if (strcmp(kb, "-") && clffn_context_set_gemm_k_block(cctx, strtoul(kb, NULL, 10)) != CLFFN_SUCCESS) {
+    size_t k_block;
+    if (strcmp(kb, "-") && (tool_parse_size(kb, 0, CLFFN_MAX_GEMM_K_BLOCK, &k_block) != 0 ||
+                            clffn_context_set_gemm_k_block(cctx, k_block) != CLFFN_SUCCESS)) {
         return 1;
     }
-    bench b = {cctx, clffn_context_cl_context(cctx), clffn_context_cl_device(cctx),
-               clffn_context_queue(cctx), o->T, o->D, o->F, o->gated ? 2 * o->F : o->F,
-               NULL, NULL, NULL, NULL, NULL, NULL};
+    bench b = {cctx,
+               clffn_context_cl_context(cctx),
+               clffn_context_cl_device(cctx),
+               clffn_context_queue(cctx),
+               o->T,
+               o->D,
+               o->F,
+               o->gated ? 2 * o->F : o->F,
+               NULL,
+               NULL,
+               NULL,
+               NULL,
+               NULL,
+               NULL};
     pset x = {"Xgemm", 16, {0}, {0}}, d = {"XgemmDirect", 10, {0}, {0}};
     for (int i = 0; i < 16; ++i) { x.names[i] = XGEMM_NAMES[i]; }
     for (int i = 0; i < 10; ++i) { d.names[i] = DIRECT_NAMES[i]; }
@@ -476,78 +507,129 @@ static int eval_main(const opts *o, const char *xg, const char *dir, size_t rout
 
 /* The K-block of a candidate that should keep the one the applied profile has. */
 #define KB_APPLIED ((size_t)-1)
+/* XGEMM_MIN_INDIRECT_SIZE so large that every product takes the direct kernel */
+#define DIRECT_PATH ((size_t)1 << 20)
 
-/* Parent: runs one evaluation; returns 0 with *sec, -1 for a failed or faulting candidate. */
+/* Parent: runs one evaluation in a child (this program, by /proc/self/exe, without a shell);
+ * returns 0 with *sec, -1 for a failed or faulting candidate. */
 static int eval_child(const opts *o, size_t T, const pset *xg, const pset *dir, size_t routine,
                       size_t kb, double *sec) {
-    char xs[256] = "-", ds[256] = "-", ks[32] = "-", cmd[1400];
+    char xs[256] = "-", ds[256] = "-", ks[32] = "-", rs[32], ts[32], dm[32], df[32];
     if (xg) { format_values(xg, xs, sizeof xs); }
     if (dir) { format_values(dir, ds, sizeof ds); }
     if (kb != KB_APPLIED) { snprintf(ks, sizeof ks, "%zu", kb); }
-    const int n = snprintf(cmd, sizeof cmd,
-                           "/proc/%ld/exe --eval %s %s %zu %s --tokens %zu --d-model %zu --d-ff %zu%s%s%s%s",
-                           (long)getpid(), xs, ds, routine, ks, T, o->D, o->F, o->gated ? " --gated" : "",
-                           o->device ? " --device '" : "", o->device ? o->device : "",
-                           o->device ? "'" : "");
-    if (n < 0 || (size_t)n >= sizeof cmd || (o->device && strchr(o->device, '\''))) { return -1; }
-    strncat(cmd, " 2>/dev/null", sizeof cmd - strlen(cmd) - 1);
-    FILE *p = popen(cmd, "r");
-    if (!p) { return -1; }
+    snprintf(rs, sizeof rs, "%zu", routine);
+    snprintf(ts, sizeof ts, "%zu", T);
+    snprintf(dm, sizeof dm, "%zu", o->D);
+    snprintf(df, sizeof df, "%zu", o->F);
+    char *argv[20] = {"clffn-tune", "--eval", xs,          ds, rs,       ks,
+                      "--tokens",   ts,       "--d-model", dm, "--d-ff", df};
+    int n = 12;
+    if (o->gated) { argv[n++] = "--gated"; }
+    if (o->device) { argv[n++] = "--device", argv[n++] = (char *)o->device; }
+    argv[n] = NULL;
+    int out[2];
+    if (pipe(out) != 0) { return -1; }
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+    posix_spawn_file_actions_addclose(&fa, out[0]);
+    posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+    pid_t pid;
+    const int rc = posix_spawn(&pid, "/proc/self/exe", &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    close(out[1]);
     char line[64] = "";
-    const int got = fgets(line, sizeof line, p) != NULL;
-    const int st = pclose(p);
-    if (!got || st != 0) { return -1; }
+    size_t got = 0;
+    ssize_t r;
+    while (
+        rc == 0 && got + 1 < sizeof line &&
+        ((r = read(out[0], line + got, sizeof line - 1 - got)) > 0 || (r < 0 && errno == EINTR))) {
+        if (r > 0) { got += (size_t)r; }
+    }
+    line[got] = '\0';
+    close(out[0]);
+    int status = 0;
+    if (rc != 0) { return -1; }
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) { return -1; }
     return sscanf(line, "%lf", sec) == 1 && *sec > 0 ? 0 : -1;
 }
 
-int main(int argc, char **argv) {
-    opts o = {NULL, 640, 512, 2048, 0};
-    double budget = 180;
-    int fresh = 0, print_only = 0;
-    const char *eval_x = NULL, *eval_d = NULL, *eval_k = NULL;
-    size_t eval_r = 0;
+/* ------------------------------------------------------------------------------------------ */
+/* The search, phase by phase */
+
+/* What the parent knows of the device and the search. */
+typedef struct search {
+    opts o;
+    double budget, t0; /* t0: the clock at the start, earlier runs' time subtracted */
+    limits lim;
+    int tty;
+    double flops;    /* of the FFN's two GEMMs */
+    size_t kb_guess; /* the K-block phases 1-3 run with */
+    char path[1200], progress[1300], dir[1024];
+    char name[256], platform[256], driver[256];
+    state s;
+} search;
+
+static double spent(const search *r) { return tool_now_s() - r->t0; }
+
+static int parse_options(int argc, char **argv, search *r, int *fresh, int *print_only,
+                         const char *eval[4]) {
     for (int i = 1; i < argc; ++i) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        char *end = NULL;
-        if (!strcmp(a, "--device") && v) { o.device = v, ++i; }
-        else if (!strcmp(a, "--budget") && v && (budget = strtod(v, &end)) > 0 && !*end) { ++i; }
-        else if (!strcmp(a, "--tokens") && v && (o.T = strtoul(v, &end, 10)) > 0 && !*end) { ++i; }
-        else if (!strcmp(a, "--d-model") && v && (o.D = strtoul(v, &end, 10)) > 0 && !*end) { ++i; }
-        else if (!strcmp(a, "--d-ff") && v && (o.F = strtoul(v, &end, 10)) > 0 && !*end) { ++i; }
-        else if (!strcmp(a, "--gated")) { o.gated = 1; }
-        else if (!strcmp(a, "--fresh")) { fresh = 1; }
-        else if (!strcmp(a, "--print")) { print_only = 1; }
-        else if (!strcmp(a, "--eval") && i + 4 < argc) { /* internal: one candidate */
-            eval_x = argv[i + 1], eval_d = argv[i + 2], eval_r = strtoul(argv[i + 3], NULL, 10);
-            eval_k = argv[i + 4];
+        const size_t big = (size_t)1 << 30;
+        if (!strcmp(a, "--device") && v) {
+            r->o.device = v, ++i;
+        } else if (!strcmp(a, "--budget") && !tool_parse_double(v, 1e-3, 1e9, &r->budget)) {
+            ++i;
+        } else if (!strcmp(a, "--tokens") && !tool_parse_size(v, 1, big, &r->o.T)) {
+            ++i;
+        } else if (!strcmp(a, "--d-model") && !tool_parse_size(v, 1, big, &r->o.D)) {
+            ++i;
+        } else if (!strcmp(a, "--d-ff") && !tool_parse_size(v, 1, big, &r->o.F)) {
+            ++i;
+        } else if (!strcmp(a, "--gated")) {
+            r->o.gated = 1;
+        } else if (!strcmp(a, "--fresh")) {
+            *fresh = 1;
+        } else if (!strcmp(a, "--print")) {
+            *print_only = 1;
+        } else if (!strcmp(a, "--eval") && i + 4 < argc) { /* internal: one candidate */
+            for (int k = 0; k < 4; ++k) { eval[k] = argv[i + 1 + k]; }
             i += 4;
-        } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return 0; }
-        else {
+        } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        } else {
             fprintf(stderr, "clffn-tune: bad argument '%s'\n", a);
             usage(stderr);
             return 2;
         }
     }
-    if (eval_x) { return eval_main(&o, eval_x, eval_d, eval_r, eval_k); }
+    return -1;
+}
 
+/* Opens the device once to learn its names, limits and profile path; the parent only plans,
+ * children measure. With print_only, prints the profile instead. Returns -1 to go on. */
+static int device_facts(search *r, int print_only) {
     clffn_context *cctx = NULL;
-    clffn_status cs = clffn_context_create_for_device(o.device, &cctx);
+    clffn_status cs = clffn_context_create_for_device(r->o.device, &cctx);
     if (cs != CLFFN_SUCCESS) {
         fprintf(stderr, "clffn-tune: opening the device: %s\n", clffn_status_string(cs));
         return 1;
     }
     const cl_device_id dev = clffn_context_cl_device(cctx);
-    char path[1200], prog[1300], name[256] = "?", dir[1024];
-    if ((cs = clffn_tuning_profile_path(dev, path, sizeof path)) != CLFFN_SUCCESS ||
-        clffn_tuning_dir(dir, sizeof dir) != CLFFN_SUCCESS) {
+    if ((cs = clffn_tuning_profile_path(dev, r->path, sizeof r->path)) != CLFFN_SUCCESS ||
+        (cs = clffn_tuning_dir(r->dir, sizeof r->dir)) != CLFFN_SUCCESS) {
         fprintf(stderr, "clffn-tune: no place for profiles: %s (set CLFFN_TUNE_DIR)\n",
                 clffn_status_string(cs));
         clffn_context_destroy(cctx);
         return 1;
     }
     if (print_only) {
-        printf("%s\n", path);
-        FILE *f = fopen(path, "r");
+        printf("%s\n", r->path);
+        FILE *f = fopen(r->path, "r");
         if (f) {
             int ch;
             while ((ch = fgetc(f)) != EOF) { putchar(ch); }
@@ -558,133 +640,120 @@ int main(int argc, char **argv) {
         clffn_context_destroy(cctx);
         return 0;
     }
-    snprintf(prog, sizeof prog, "%s.progress", path);
-    clffn_context_device_name(cctx, name, sizeof name);
-    limits lim = {0, 0, 0};
+    snprintf(r->progress, sizeof r->progress, "%s.progress", r->path);
+    clffn_context_device_name(cctx, r->name, sizeof r->name);
     cl_device_type type = 0;
     clGetDeviceInfo(dev, CL_DEVICE_TYPE, sizeof type, &type, NULL);
-    lim.cpu = (type & CL_DEVICE_TYPE_CPU) != 0;
-    clGetDeviceInfo(dev, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof lim.max_wg, &lim.max_wg, NULL);
-    clGetDeviceInfo(dev, CL_DEVICE_LOCAL_MEM_SIZE, sizeof lim.local_mem, &lim.local_mem, NULL);
-    char platform[256] = "", driver[256] = "";
+    r->lim.cpu = (type & CL_DEVICE_TYPE_CPU) != 0;
+    clGetDeviceInfo(dev, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof r->lim.max_wg, &r->lim.max_wg, NULL);
+    clGetDeviceInfo(dev, CL_DEVICE_LOCAL_MEM_SIZE, sizeof r->lim.local_mem, &r->lim.local_mem,
+                    NULL);
     cl_platform_id pid;
     clGetDeviceInfo(dev, CL_DEVICE_PLATFORM, sizeof pid, &pid, NULL);
-    clGetPlatformInfo(pid, CL_PLATFORM_NAME, sizeof platform - 1, platform, NULL);
-    clGetDeviceInfo(dev, CL_DRIVER_VERSION, sizeof driver - 1, driver, NULL);
-    clffn_context_destroy(cctx); /* the parent only plans; children measure */
+    clGetPlatformInfo(pid, CL_PLATFORM_NAME, sizeof r->platform - 1, r->platform, NULL);
+    clGetDeviceInfo(dev, CL_DRIVER_VERSION, sizeof r->driver - 1, r->driver, NULL);
+    clffn_context_destroy(cctx);
+    return -1;
+}
 
-    char mk[1100];
-    snprintf(mk, sizeof mk, "mkdir -p '%s'", dir);
-    if (strchr(dir, '\'') || system(mk) != 0) {
-        fprintf(stderr, "clffn-tune: cannot create %s\n", dir);
-        return 1;
+/* mkdir -p: every missing folder of dir, as the shell's would. */
+static int make_dirs(const char *dir) {
+    char buf[1024];
+    const int n = snprintf(buf, sizeof buf, "%s", dir);
+    if (n <= 0 || (size_t)n >= sizeof buf) { return -1; }
+    for (char *p = buf + 1;; ++p) {
+        const char c = *p;
+        if (c != '/' && c != '\0') { continue; }
+        *p = '\0';
+        if (mkdir(buf, 0777) != 0 && errno != EEXIST) { return -1; }
+        *p = c;
+        if (c == '\0') { break; }
     }
-    signal(SIGINT, on_signal);
-    signal(SIGTERM, on_signal);
-    const int tty = isatty(2);
-    const size_t N1 = o.gated ? 2 * o.F : o.F;
-    const double flops = 2.0 * (double)o.T * (double)o.D * (double)(N1 + o.F);
-    /* K-blocking pays on CPUs, whose caches the operand panels outgrow (docs/PERFORMANCE.md) */
-    const size_t kb_guess = lim.cpu ? 256 : 0;
+    struct stat st;
+    return stat(buf, &st) == 0 && S_ISDIR(st.st_mode) ? 0 : -1;
+}
 
-    state s;
-    memset(&s, 0, sizeof s);
-    s.phase = 1;
-    s.xgemm = (pset){"Xgemm", 16, {0}, {0}};
-    for (int i = 0; i < 16; ++i) { s.xgemm.names[i] = XGEMM_NAMES[i]; }
-    s.direct = (pset){"XgemmDirect", 10, {0}, {0}};
-    for (int i = 0; i < 10; ++i) { s.direct.names[i] = DIRECT_NAMES[i]; }
-    if (!fresh) { load_state(prog, &s); }
-    if (s.spent_s > 0) {
-        fprintf(stderr, "clffn-tune: resuming phase %d at candidate %d (%.0f s spent)\n", s.phase,
-                s.index, s.spent_s);
-    }
-    printf("clffn-tune: %s, FFN %zu tokens, %zu -> %zu%s, budget %.0f s\n", name, o.T, o.D, o.F,
-           o.gated ? " gated" : "", budget);
-    fflush(stdout);
-    /* the budget covers everything from here, the earlier runs of an interrupted search too */
-    const double t_phase = now_s() - s.spent_s;
-
-    /* before: what the library applies today (a profile, the built-in one, or CLBlast's) */
-    double before_s = 0;
-    const int have_before = eval_child(&o, o.T, NULL, NULL, 0, KB_APPLIED, &before_s) == 0;
-
-    /* phase 1: Xgemm on the full shape, through the tiled path: the seeds, then alternately a
-     * random set (to explore) and a neighbour of the best so far (to climb) */
+/* Phase 1: Xgemm on the full shape, through the tiled path: the seeds, then alternately a
+ * random set (to explore) and a neighbour of the best so far (to climb). Past its share of the
+ * budget the phase stops once it has a winner, or after 32 failures. */
+static void phase_xgemm(search *r) {
+    state *s = &r->s;
     int tried = 0;
-    const size_t n_seeds = lim.cpu ? sizeof XGEMM_SEEDS_CPU / sizeof XGEMM_SEEDS_CPU[0]
-                                   : sizeof XGEMM_SEEDS_GPU / sizeof XGEMM_SEEDS_GPU[0];
-    for (int i = s.index; s.phase == 1 && !interrupted; ++i) {
-        /* past its share of the budget a phase stops once it has a winner, or after 32 failures */
-        if ((s.have_xgemm && now_s() - t_phase > 0.6 * budget) || (!s.have_xgemm && tried >= 32)) {
-            s.phase = 2, s.index = 0;
+    const size_t n_seeds = r->lim.cpu ? sizeof XGEMM_SEEDS_CPU / sizeof XGEMM_SEEDS_CPU[0]
+                                      : sizeof XGEMM_SEEDS_GPU / sizeof XGEMM_SEEDS_GPU[0];
+    for (int i = s->index; s->phase == 1 && !interrupted; ++i) {
+        if ((s->have_xgemm && spent(r) > 0.6 * r->budget) || (!s->have_xgemm && tried >= 32)) {
+            s->phase = 2, s->index = 0;
             break;
         }
         uint64_t seed = 0x5eed0001ull + 0x9E3779B97F4A7C15ull * (uint64_t)(i + 1);
         pset cand = {"Xgemm", 16, {0}, {0}};
         for (int k = 0; k < 16; ++k) { cand.names[k] = XGEMM_NAMES[k]; }
         if ((size_t)i < n_seeds) {
-            memcpy(cand.values, lim.cpu ? XGEMM_SEEDS_CPU[i] : XGEMM_SEEDS_GPU[i], sizeof cand.values);
-            if (!xgemm_valid(cand.values, &lim)) { cand = xgemm_sample(&seed, &lim); }
-        } else if (i % 2 == 1 && s.have_xgemm) {
-            if (xgemm_mutate(&seed, &s.xgemm, &lim, &cand) != 0) { cand = xgemm_sample(&seed, &lim); }
+            memcpy(cand.values, r->lim.cpu ? XGEMM_SEEDS_CPU[i] : XGEMM_SEEDS_GPU[i],
+                   sizeof cand.values);
+            if (!xgemm_valid(cand.values, &r->lim)) { cand = xgemm_sample(&seed, &r->lim); }
+        } else if (i % 2 == 1 && s->have_xgemm) {
+            if (xgemm_mutate(&seed, &s->xgemm, &r->lim, &cand) != 0) {
+                cand = xgemm_sample(&seed, &r->lim);
+            }
         } else {
-            cand = xgemm_sample(&seed, &lim);
+            cand = xgemm_sample(&seed, &r->lim);
         }
         double t;
-        if (eval_child(&o, o.T, &cand, NULL, 1, kb_guess, &t) == 0 && (!s.have_xgemm || t < s.xgemm_s)) {
-            s.xgemm = cand, s.xgemm_s = t, s.have_xgemm = 1;
+        if (eval_child(&r->o, r->o.T, &cand, NULL, 1, r->kb_guess, &t) == 0 &&
+            (!s->have_xgemm || t < s->xgemm_s)) {
+            s->xgemm = cand, s->xgemm_s = t, s->have_xgemm = 1;
         }
         ++tried;
-        s.index = i + 1;
-        s.spent_s = now_s() - t_phase;
-        save_state(prog, &s);
-        progress(tty, s.spent_s, budget, "Xgemm", tried, s.have_xgemm ? flops / s.xgemm_s * 1e-9 : 0);
+        s->index = i + 1;
+        s->spent_s = spent(r);
+        save_state(r->progress, s);
+        progress(r->tty, s->spent_s, r->budget, "Xgemm", tried,
+                 s->have_xgemm ? r->flops / s->xgemm_s * 1e-9 : 0);
     }
-    /* phase 2: XgemmDirect at a few tokens, through the direct path */
-    const size_t direct_path = 1u << 20, small_t = o.T < 16 ? o.T : 16;
-    tried = 0;
-    for (int i = s.index; s.phase == 2 && !interrupted; ++i) {
+}
+
+/* Phase 2: XgemmDirect at a few tokens, through the direct path. */
+static void phase_direct(search *r, size_t small_t) {
+    state *s = &r->s;
+    int tried = 0;
+    for (int i = s->index; s->phase == 2 && !interrupted; ++i) {
         uint64_t seed = 0x5eed0002ull + 0x9E3779B97F4A7C15ull * (uint64_t)(i + 1);
-        const pset cand = direct_sample(&seed, &lim);
-        if ((s.have_direct && now_s() - t_phase > 0.8 * budget) || (!s.have_direct && tried >= 32)) {
-            s.phase = 3, s.index = 0;
+        const pset cand = direct_sample(&seed, &r->lim);
+        if ((s->have_direct && spent(r) > 0.8 * r->budget) || (!s->have_direct && tried >= 32)) {
+            s->phase = 3, s->index = 0;
             break;
         }
         double t;
-        if (eval_child(&o, small_t, NULL, &cand, direct_path, kb_guess, &t) == 0 &&
-            (!s.have_direct || t < s.direct_s)) {
-            s.direct = cand, s.direct_s = t, s.have_direct = 1;
+        if (eval_child(&r->o, small_t, NULL, &cand, DIRECT_PATH, r->kb_guess, &t) == 0 &&
+            (!s->have_direct || t < s->direct_s)) {
+            s->direct = cand, s->direct_s = t, s->have_direct = 1;
         }
         ++tried;
-        s.index = i + 1;
-        s.spent_s = now_s() - t_phase;
-        save_state(prog, &s);
-        progress(tty, s.spent_s, budget, "XgemmDirect", tried,
-                 s.have_direct ? flops * (double)small_t / (double)o.T / s.direct_s * 1e-9 : 0);
+        s->index = i + 1;
+        s->spent_s = spent(r);
+        save_state(r->progress, s);
+        progress(r->tty, s->spent_s, r->budget, "XgemmDirect", tried,
+                 s->have_direct ? r->flops * (double)small_t / (double)r->o.T / s->direct_s * 1e-9
+                                : 0);
     }
-    if (tty) { fputc('\n', stderr); }
-    if (interrupted) {
-        fprintf(stderr, "clffn-tune: interrupted; run again to resume from %s\n", prog);
-        return 1;
-    }
-    if (!s.have_xgemm || !s.have_direct) {
-        fprintf(stderr, "clffn-tune: no working candidate for %s\n", s.have_xgemm ? "XgemmDirect" : "Xgemm");
-        return 1;
-    }
+}
 
-    /* phase 3: the crossover; CLBlast goes direct when m·n·k < XGEMM_MIN_INDIRECT_SIZE³. Each
-     * new size may make the device build another kernel variant, so this phase stops at the
-     * budget too and keeps what it learnt. */
+/* Phase 3: the crossover; CLBlast goes direct when m·n·k < XGEMM_MIN_INDIRECT_SIZE³. Each new
+ * size may make the device build another kernel variant, so this phase stops at the budget too
+ * and keeps what it learnt. Returns XGEMM_MIN_INDIRECT_SIZE. */
+static size_t phase_crossover(search *r) {
+    const size_t N1 = r->o.gated ? 2 * r->o.F : r->o.F;
     size_t crossover_mnk = 0, direct_wins_mnk = 0;
     const size_t ts[] = {1, 16, 64, 256, 1024};
     size_t k1; /* CLBlast sees m·n·k of one K-block: GEMM 1's block */
-    clffn_gemm_k_split(o.D, kb_guess, &k1);
-    for (size_t i = 0; i < sizeof ts / sizeof ts[0] && ts[i] <= o.T && !interrupted; ++i) {
-        if (now_s() - t_phase > budget) { break; }
+    clffn_gemm_k_split(r->o.D, r->kb_guess, &k1);
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0] && ts[i] <= r->o.T && !interrupted; ++i) {
+        if (spent(r) > r->budget) { break; }
         double td, ti;
-        if (eval_child(&o, ts[i], &s.xgemm, &s.direct, direct_path, kb_guess, &td) != 0 ||
-            eval_child(&o, ts[i], &s.xgemm, &s.direct, 1, kb_guess, &ti) != 0) {
+        if (eval_child(&r->o, ts[i], &r->s.xgemm, &r->s.direct, DIRECT_PATH, r->kb_guess, &td) ||
+            eval_child(&r->o, ts[i], &r->s.xgemm, &r->s.direct, 1, r->kb_guess, &ti)) {
             break;
         }
         if (ti < td) { /* the first token count where the tiled kernel wins */
@@ -694,33 +763,87 @@ int main(int argc, char **argv) {
         direct_wins_mnk = ts[i] * k1 * N1;
     }
     if (!crossover_mnk) { crossover_mnk = direct_wins_mnk ? 2 * direct_wins_mnk : k1 * N1; }
-    const size_t min_indirect = (size_t)ceil(cbrt((double)crossover_mnk));
-    const pset routine = routine_set(min_indirect);
+    return (size_t)ceil(cbrt((double)crossover_mnk));
+}
 
-    /* phase 4: the K-block, with the winners at the full shape; blocks from 64 up to the longest
-     * inner dimension (beyond it nothing is split), and none. Each block only changes K of the
-     * same kernels, so no candidate builds anything: this phase is short, and it ends at the
-     * budget too once "none" and the guess are measured. */
-    size_t k_block = kb_guess;
+/* Phase 4: the K-block, with the winners at the full shape; blocks from 64 up to the longest
+ * inner dimension (beyond it nothing is split), and none. Each block only changes K of the same
+ * kernels, so no candidate builds anything: this phase is short, and it ends at the budget too
+ * once "none" and the guess are measured. */
+static size_t phase_k_block(search *r, size_t min_indirect) {
+    size_t k_block = r->kb_guess;
     double kb_best = INFINITY;
-    const size_t kb_cands[] = {kb_guess, 0, 64, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048};
-    const size_t k_max = o.D > o.F ? o.D : o.F;
+    const size_t kb_cands[] = {r->kb_guess, 0, 64, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048};
+    const size_t k_max = r->o.D > r->o.F ? r->o.D : r->o.F;
     for (size_t i = 0; i < sizeof kb_cands / sizeof kb_cands[0] && !interrupted; ++i) {
         const size_t kb = kb_cands[i];
-        if (i > 0 && (kb == kb_guess || kb > k_max || (i >= 2 && now_s() - t_phase > budget))) {
+        if (i > 0 && (kb == r->kb_guess || kb > k_max || (i >= 2 && spent(r) > r->budget))) {
             continue;
         }
         double t;
-        if (eval_child(&o, o.T, &s.xgemm, &s.direct, min_indirect, kb, &t) != 0) { continue; }
-        printf("K-block %4zu: %.1f GFLOP/s\n", kb, flops / t * 1e-9);
+        if (eval_child(&r->o, r->o.T, &r->s.xgemm, &r->s.direct, min_indirect, kb, &t) != 0) {
+            continue;
+        }
+        printf("K-block %4zu: %.1f GFLOP/s\n", kb, r->flops / t * 1e-9);
         fflush(stdout);
         if (t < kb_best) { kb_best = t, k_block = kb; }
     }
+    return k_block;
+}
 
-    /* the winners together, checked (each child verifies its path) and timed */
+/* The winners as a profile, written atomically. */
+static int write_profile(const search *r, size_t min_indirect, size_t k_block, double after_s,
+                         int have_before, double before_s) {
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "platform", r->platform);
+    cJSON_AddStringToObject(root, "device", r->name);
+    cJSON_AddStringToObject(root, "driver", r->driver);
+    cJSON *shape = cJSON_AddObjectToObject(root, "tuned_for");
+    cJSON_AddNumberToObject(shape, "tokens", (double)r->o.T);
+    cJSON_AddNumberToObject(shape, "d_model", (double)r->o.D);
+    cJSON_AddNumberToObject(shape, "d_ff", (double)r->o.F);
+    cJSON_AddBoolToObject(shape, "gated", r->o.gated);
+    cJSON_AddNumberToObject(shape, "gemm_gflops", r->flops / after_s * 1e-9);
+    if (have_before) {
+        cJSON_AddNumberToObject(shape, "gemm_gflops_before", r->flops / before_s * 1e-9);
+    }
+    const pset routine = routine_set(min_indirect);
+    cJSON *k = cJSON_AddObjectToObject(root, "clblast");
+    cJSON_AddItemToObject(k, "Xgemm", pset_json(&r->s.xgemm));
+    cJSON_AddItemToObject(k, "XgemmDirect", pset_json(&r->s.direct));
+    cJSON_AddItemToObject(k, "GemmRoutine", pset_json(&routine));
+    cJSON_AddNumberToObject(cJSON_AddObjectToObject(root, "clffn"), "GEMM_K_BLOCK",
+                            (double)k_block);
+    char *text = cJSON_Print(root);
+    cJSON_Delete(root);
+    char err[CLFFN_IO_ERR] = "out of memory";
+    const void *parts[1] = {text};
+    const size_t lens[1] = {text ? strlen(text) : 0};
+    if (!text || clffn_write_atomic(r->path, parts, lens, 1, err) != 0) {
+        fprintf(stderr, "clffn-tune: cannot write %s: %s\n", r->path, err);
+        free(text);
+        return 1;
+    }
+    remove(r->progress);
+    if (have_before) {
+        printf("GEMMs of the FFN: %.1f GFLOP/s before, %.1f GFLOP/s after (%.0f s)\n",
+               r->flops / before_s * 1e-9, r->flops / after_s * 1e-9, spent(r));
+    }
+    printf("direct kernel below m*n*k = %zu^3; K-block %zu\nprofile: %s\n%s\n", min_indirect,
+           k_block, r->path, text);
+    free(text);
+    return 0;
+}
+
+/* Phases 3 and 4, then the winners together, checked (each child verifies its path), timed
+ * against what was applied before, and written only if they are faster. */
+static int finish(search *r, size_t small_t, int have_before, double before_s) {
+    const size_t min_indirect = phase_crossover(r);
+    const size_t k_block = phase_k_block(r, min_indirect);
     double after_s = 0, small_s = 0;
-    if (eval_child(&o, o.T, &s.xgemm, &s.direct, min_indirect, k_block, &after_s) != 0 ||
-        eval_child(&o, small_t, &s.xgemm, &s.direct, min_indirect, k_block, &small_s) != 0) {
+    const state *s = &r->s;
+    if (eval_child(&r->o, r->o.T, &s->xgemm, &s->direct, min_indirect, k_block, &after_s) ||
+        eval_child(&r->o, small_t, &s->xgemm, &s->direct, min_indirect, k_block, &small_s)) {
         fprintf(stderr, "clffn-tune: the winning parameters fail the check against the CPU; "
                         "no profile written\n");
         return 1;
@@ -728,46 +851,74 @@ int main(int argc, char **argv) {
     if (have_before && after_s >= before_s) { /* a profile must never make things slower */
         printf("clffn-tune: nothing found beats what is applied now (%.1f vs %.1f GFLOP/s); "
                "no profile written. A larger --budget searches further.\n",
-               flops / after_s * 1e-9, flops / before_s * 1e-9);
-        remove(prog);
+               r->flops / after_s * 1e-9, r->flops / before_s * 1e-9);
+        remove(r->progress);
         return 0;
     }
+    return write_profile(r, min_indirect, k_block, after_s, have_before, before_s);
+}
 
-    cJSON *root = cJSON_CreateObject();
-    cJSON_AddStringToObject(root, "platform", platform);
-    cJSON_AddStringToObject(root, "device", name);
-    cJSON_AddStringToObject(root, "driver", driver);
-    cJSON *shape = cJSON_AddObjectToObject(root, "tuned_for");
-    cJSON_AddNumberToObject(shape, "tokens", (double)o.T);
-    cJSON_AddNumberToObject(shape, "d_model", (double)o.D);
-    cJSON_AddNumberToObject(shape, "d_ff", (double)o.F);
-    cJSON_AddBoolToObject(shape, "gated", o.gated);
-    cJSON_AddNumberToObject(shape, "gemm_gflops", flops / after_s * 1e-9);
-    if (have_before) { cJSON_AddNumberToObject(shape, "gemm_gflops_before", flops / before_s * 1e-9); }
-    cJSON *k = cJSON_AddObjectToObject(root, "clblast");
-    cJSON_AddItemToObject(k, "Xgemm", pset_json(&s.xgemm));
-    cJSON_AddItemToObject(k, "XgemmDirect", pset_json(&s.direct));
-    cJSON_AddItemToObject(k, "GemmRoutine", pset_json(&routine));
-    cJSON_AddNumberToObject(cJSON_AddObjectToObject(root, "clffn"), "GEMM_K_BLOCK", (double)k_block);
-    char *text = cJSON_Print(root);
-    cJSON_Delete(root);
-    char tmp[1300];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
-    int rc = 1;
-    if (f && text && fputs(text, f) >= 0 && fclose(f) == 0 && rename(tmp, path) == 0) {
-        rc = 0;
-        remove(prog);
-        if (have_before) {
-            printf("GEMMs of the FFN: %.1f GFLOP/s before, %.1f GFLOP/s after (%.0f s)\n",
-                   flops / before_s * 1e-9, flops / after_s * 1e-9, now_s() - t_phase);
-        }
-        printf("direct kernel below m*n*k = %zu^3; K-block %zu\nprofile: %s\n%s\n", min_indirect,
-               k_block, path, text);
-    } else {
-        fprintf(stderr, "clffn-tune: cannot write %s\n", path);
-        if (f) { fclose(f); }
+static void state_init(state *s, const char *progress_path, int fresh) {
+    memset(s, 0, sizeof *s);
+    s->phase = 1;
+    s->xgemm = (pset){"Xgemm", 16, {0}, {0}};
+    for (int i = 0; i < 16; ++i) { s->xgemm.names[i] = XGEMM_NAMES[i]; }
+    s->direct = (pset){"XgemmDirect", 10, {0}, {0}};
+    for (int i = 0; i < 10; ++i) { s->direct.names[i] = DIRECT_NAMES[i]; }
+    if (!fresh) { load_state(progress_path, s); }
+    if (s->spent_s > 0) {
+        fprintf(stderr, "clffn-tune: resuming phase %d at candidate %d (%.0f s spent)\n", s->phase,
+                s->index, s->spent_s);
     }
-    free(text);
-    return rc;
+}
+
+int main(int argc, char **argv) {
+    static search r; /* large: path buffers */
+    r.o = (opts){NULL, 640, 512, 2048, 0};
+    r.budget = 180;
+    int fresh = 0, print_only = 0;
+    const char *eval[4] = {NULL, NULL, NULL, NULL};
+    int rc = parse_options(argc, argv, &r, &fresh, &print_only, eval);
+    if (rc >= 0) { return rc; }
+    if (eval[0]) {
+        size_t routine;
+        if (tool_parse_size(eval[2], 0, SIZE_MAX, &routine) != 0) { return 1; }
+        return eval_main(&r.o, eval[0], eval[1], routine, eval[3]);
+    }
+    if ((rc = device_facts(&r, print_only)) >= 0) { return rc; }
+    if (make_dirs(r.dir) != 0) {
+        fprintf(stderr, "clffn-tune: cannot create %s: %s\n", r.dir, strerror(errno));
+        return 1;
+    }
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    r.tty = isatty(2);
+    const size_t N1 = r.o.gated ? 2 * r.o.F : r.o.F;
+    r.flops = 2.0 * (double)r.o.T * (double)r.o.D * (double)(N1 + r.o.F);
+    /* K-blocking pays on CPUs, whose caches the operand panels outgrow (docs/PERFORMANCE.md) */
+    r.kb_guess = r.lim.cpu ? 256 : 0;
+    state_init(&r.s, r.progress, fresh);
+    printf("clffn-tune: %s, FFN %zu tokens, %zu -> %zu%s, budget %.0f s\n", r.name, r.o.T, r.o.D,
+           r.o.F, r.o.gated ? " gated" : "", r.budget);
+    fflush(stdout);
+    /* the budget covers everything from here, the earlier runs of an interrupted search too */
+    r.t0 = tool_now_s() - r.s.spent_s;
+
+    /* before: what the library applies today (a profile, the built-in one, or CLBlast's) */
+    double before_s = 0;
+    const int have_before = eval_child(&r.o, r.o.T, NULL, NULL, 0, KB_APPLIED, &before_s) == 0;
+    const size_t small_t = r.o.T < 16 ? r.o.T : 16;
+    phase_xgemm(&r);
+    phase_direct(&r, small_t);
+    if (r.tty) { fputc('\n', stderr); }
+    if (interrupted) {
+        fprintf(stderr, "clffn-tune: interrupted; run again to resume from %s\n", r.progress);
+        return 1;
+    }
+    if (!r.s.have_xgemm || !r.s.have_direct) {
+        fprintf(stderr, "clffn-tune: no working candidate for %s\n",
+                r.s.have_xgemm ? "XgemmDirect" : "Xgemm");
+        return 1;
+    }
+    return finish(&r, small_t, have_before, before_s);
 }

@@ -1,0 +1,60 @@
+/* Helpers the command-line tools share (see common.h). */
+#include "common.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <time.h>
+
+double tool_now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+double tool_error(float y, double ref) {
+    if (isnan(ref)) { return isnan(y) ? 0.0 : INFINITY; }
+    if ((double)y == ref) { return 0.0; }
+    const double e = fabs((double)y - ref);
+    return isfinite(e) ? e : INFINITY;
+}
+
+tool_comparison tool_compare(const float *y, const double *ref, size_t n, double rtol,
+                             double atol) {
+    tool_comparison c = {0.0, 0.0, 0.0, 0};
+    for (size_t i = 0; i < n; ++i) {
+        if (isfinite(ref[i])) { c.max_ref = fmax(c.max_ref, fabs(ref[i])); }
+        c.max_err = fmax(c.max_err, tool_error(y[i], ref[i]));
+    }
+    c.tol = rtol * c.max_ref + atol;
+    c.pass = c.max_err <= c.tol;
+    return c;
+}
+
+int tool_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out) {
+    if (!s || *s < '0' || *s > '9') { return -1; }
+    const int hex = s[0] == '0' && (s[1] == 'x' || s[1] == 'X');
+    char *end;
+    errno = 0;
+    const unsigned long long v = strtoull(s, &end, hex ? 16 : 10);
+    if (errno || *end || v < min || v > max) { return -1; }
+    *out = (uint64_t)v;
+    return 0;
+}
+
+int tool_parse_size(const char *s, size_t min, size_t max, size_t *out) {
+    uint64_t v;
+    if (tool_parse_u64(s, min, max, &v) != 0) { return -1; }
+    *out = (size_t)v;
+    return 0;
+}
+
+int tool_parse_double(const char *s, double min, double max, double *out) {
+    if (!s || !*s) { return -1; }
+    char *end;
+    errno = 0;
+    const double v = strtod(s, &end);
+    if (errno || *end || !isfinite(v) || v < min || v > max) { return -1; }
+    *out = v;
+    return 0;
+}

@@ -1,0 +1,32 @@
+/* Helpers the command-line tools share: timing, comparison against the double reference (one
+ * NaN rule for every tool), and argument parsing. */
+#ifndef CLFFN_TOOLS_COMMON_H
+#define CLFFN_TOOLS_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Seconds on the monotonic clock. */
+double tool_now_s(void);
+
+/* The error of y against ref, with one NaN rule: a NaN reference is matched only by a NaN (the
+ * formula itself gives NaN there, e.g. -Inf·0), equal values agree (equal infinities too), and
+ * any other NaN or infinity in y is an infinite error. */
+double tool_error(float y, double ref);
+
+/* y[n] against ref[n] under |y − ref| ≤ rtol·max|ref| + atol, max|ref| over the finite
+ * references. */
+typedef struct tool_comparison {
+    double max_err, max_ref, tol;
+    int pass;
+} tool_comparison;
+tool_comparison tool_compare(const float *y, const double *ref, size_t n, double rtol, double atol);
+
+/* An integer in [min, max], decimal or 0x-hexadecimal (no sign, no trailing characters): 0, or
+ * -1 with *out unchanged. */
+int tool_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out);
+int tool_parse_size(const char *s, size_t min, size_t max, size_t *out);
+/* A finite number in [min, max]: 0, or -1 with *out unchanged. */
+int tool_parse_double(const char *s, double min, double max, double *out);
+
+#endif
