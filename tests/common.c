@@ -31,7 +31,8 @@ void test_weights_make(test_weights *w, const clffn_config *c, clffn_layout layo
     (void)layout; /* random values: either layout is just another random matrix */
     const size_t D = c->d_model, F = c->d_ff;
     /* x ~ U(-1, 1): a weight bound of √3/√fan_in gives pre-activations of unit variance */
-    const float s1 = (float)(sqrt(3.0) / sqrt((double)D)), s2 = (float)(sqrt(3.0) / sqrt((double)F));
+    const float s1 = (float)(sqrt(3.0) / sqrt((double)D)),
+                s2 = (float)(sqrt(3.0) / sqrt((double)F));
     memset(w, 0, sizeof *w);
     w->w1 = make(D * F, s1, seed + 1);
     w->b1 = make(F, 0.5f, seed + 2);

@@ -36,13 +36,18 @@ Test(api, activation_names) {
     for (int a = 0; a < CLFFN_ACT_COUNT_; ++a) {
         clffn_activation back;
         int gated = 7;
-        ASSERT_OK(clffn_activation_parse(clffn_activation_name((clffn_activation)a), &back, &gated));
+        ASSERT_OK(
+            clffn_activation_parse(clffn_activation_name((clffn_activation)a), &back, &gated));
         cr_assert_eq((int)back, a);
         cr_assert_eq(gated, 0);
     }
-    const struct { const char *name; clffn_activation act; int gated; } glu[] = {
-        {"GLU", CLFFN_ACT_SIGMOID, 1}, {"ReGLU", CLFFN_ACT_RELU, 1}, {"GEGLU", CLFFN_ACT_GELU, 1},
-        {"SwiGLU", CLFFN_ACT_SILU, 1}, {"bilinear", CLFFN_ACT_IDENTITY, 1}, {"swish", CLFFN_ACT_SILU, 0}};
+    const struct {
+        const char *name;
+        clffn_activation act;
+        int gated;
+    } glu[] = {{"GLU", CLFFN_ACT_SIGMOID, 1},       {"ReGLU", CLFFN_ACT_RELU, 1},
+               {"GEGLU", CLFFN_ACT_GELU, 1},        {"SwiGLU", CLFFN_ACT_SILU, 1},
+               {"bilinear", CLFFN_ACT_IDENTITY, 1}, {"swish", CLFFN_ACT_SILU, 0}};
     for (size_t i = 0; i < sizeof glu / sizeof glu[0]; ++i) {
         clffn_activation a;
         int gated = -1;
@@ -57,7 +62,8 @@ Test(api, initialisers) {
     clffn_config c = clffn_config_default(64, 256);
     c.gated = 1;
     const size_t D = 64, F = 256, n = D * F;
-    float *a = malloc((3 * n + 3 * F + D) * sizeof *a), *b = malloc((3 * n + 3 * F + D) * sizeof *b);
+    float *a = malloc((3 * n + 3 * F + D) * sizeof *a),
+          *b = malloc((3 * n + 3 * F + D) * sizeof *b);
     cr_assert(a && b);
     clffn_weight_arrays wa = {a, a + 3 * n, a + n, a + 3 * n + F, a + 2 * n, a + 3 * n + 2 * F};
     clffn_weight_arrays wb = {b, b + 3 * n, b + n, b + 3 * n + F, b + 2 * n, b + 3 * n + 2 * F};
@@ -175,7 +181,8 @@ Test(api, bound_device_weights) {
         float x[T * D], y[T * D];
         double ref[T * D];
         fill_uniform(x, T * D, -1, 1, 6);
-        ASSERT_OK(clffn_reference_forward(&c, (clffn_layout)layout, &w.host, T, x, 0, 0, 0, ref, NULL));
+        ASSERT_OK(
+            clffn_reference_forward(&c, (clffn_layout)layout, &w.host, T, x, 0, 0, 0, ref, NULL));
         /* stacked copy of W1 and V in the layout's stacked form */
         float *st = malloc(2 * D * F * sizeof *st);
         cr_assert(st);
@@ -192,13 +199,18 @@ Test(api, bound_device_weights) {
         cl_mem stk = device_copy(ctx, st, 2 * D * F, 7), w2 = device_copy(ctx, w.w2, D * F, 1);
         cl_mem b1 = device_copy(ctx, w.b1, F, 2), bv = device_copy(ctx, w.bv, F, 9);
         cl_mem b2 = device_copy(ctx, w.b2, D, 4);
-        guarded gx = guarded_make(ctx, CANARY, T * D, x), gy = guarded_make(ctx, CANARY + 1, T * D, NULL);
+        guarded gx = guarded_make(ctx, CANARY, T * D, x),
+                gy = guarded_make(ctx, CANARY + 1, T * D, NULL);
         clffn_ffn *ffn = NULL;
         ASSERT_OK(clffn_ffn_create(ctx, &c, &ffn));
         for (int stacked = 0; stacked < 2; ++stacked) {
-            const clffn_device_weights dw = {stacked ? (clffn_buffer){stk, 7} : (clffn_buffer){w1, 3},
-                                             {b1, 2}, stacked ? (clffn_buffer){NULL, 0} : (clffn_buffer){v, 5},
-                                             {bv, 9}, {w2, 1}, {b2, 4}};
+            const clffn_device_weights dw = {
+                stacked ? (clffn_buffer){stk, 7} : (clffn_buffer){w1, 3},
+                {b1, 2},
+                stacked ? (clffn_buffer){NULL, 0} : (clffn_buffer){v, 5},
+                {bv, 9},
+                {w2, 1},
+                {b2, 4}};
             ASSERT_OK(clffn_ffn_bind_weights(ffn, (clffn_layout)layout, &dw));
             cl_event ev = NULL;
             ASSERT_OK(clffn_forward(ffn, T, gx.mem, gx.offset, gy.mem, gy.offset, q, &ev));
@@ -244,7 +256,8 @@ Test(api, in_place_residual) {
     ASSERT_OK(clffn_ffn_create(ctx, &c, &ffn));
     ASSERT_OK(clffn_ffn_upload_weights(ffn, CLFFN_LAYOUT_OUT_IN, &w.host));
     guarded g = guarded_make(ctx, CANARY + 2, T * D, x);
-    ASSERT_OK(clffn_forward(ffn, T, g.mem, g.offset, g.mem, g.offset, clffn_context_queue(ctx), NULL));
+    ASSERT_OK(
+        clffn_forward(ffn, T, g.mem, g.offset, g.mem, g.offset, clffn_context_queue(ctx), NULL));
     guarded_read(ctx, &g, y);
     assert_close(y, ref, T * D, act_rtol(c.activation), "in-place residual");
     guarded_assert_canaries(ctx, &g, "in-place residual");
@@ -269,7 +282,8 @@ Test(api, token_counts_vary) {
     double ref[40 * 8];
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; ++i) {
         fill_uniform(x, ts[i] * 8, -1, 1, 100 + i);
-        ASSERT_OK(clffn_reference_forward(&c, CLFFN_LAYOUT_OUT_IN, &w.host, ts[i], x, 0, 0, 0, ref, NULL));
+        ASSERT_OK(clffn_reference_forward(&c, CLFFN_LAYOUT_OUT_IN, &w.host, ts[i], x, 0, 0, 0, ref,
+                                          NULL));
         ASSERT_OK(clffn_forward_host(ffn, ts[i], x, ts[i] * 8, y, ts[i] * 8));
         assert_close(y, ref, ts[i] * 8, TOL_RTOL, "varying tokens");
     }
@@ -331,7 +345,8 @@ Test(api, kernel_dir_override) {
     ffn = NULL;
     char path[512];
     snprintf(path, sizeof path, "%s/epilogue.cl", dir);
-    write_text(path, "__kernel void clffn_epilogue1(__global float *p) { p[0] = undefined_name; }\n");
+    write_text(path,
+               "__kernel void clffn_epilogue1(__global float *p) { p[0] = undefined_name; }\n");
     c.activation = CLFFN_ACT_GELU; /* a key not yet cached in this context */
     ASSERT_STATUS(clffn_ffn_create(ctx, &c, &ffn), CL_BUILD_PROGRAM_FAILURE);
     cr_assert_null(ffn);
@@ -387,7 +402,8 @@ Test(api, gemm_k_block_setting) {
     clffn_context *ctx = test_context();
     ASSERT_OK(clffn_context_set_gemm_k_block(ctx, 192));
     cr_assert_eq(clffn_context_gemm_k_block(ctx), 192);
-    ASSERT_STATUS(clffn_context_set_gemm_k_block(ctx, CLFFN_MAX_GEMM_K_BLOCK + 1), CLFFN_ERROR_INVALID_SIZE);
+    ASSERT_STATUS(clffn_context_set_gemm_k_block(ctx, CLFFN_MAX_GEMM_K_BLOCK + 1),
+                  CLFFN_ERROR_INVALID_SIZE);
     cr_assert_eq(clffn_context_gemm_k_block(ctx), 192);
     ASSERT_OK(clffn_context_set_gemm_k_block(ctx, 0));
     cr_assert_eq(clffn_context_gemm_k_block(ctx), 0);
@@ -406,11 +422,13 @@ Test(api, sgemm_matches_reference) {
     cl_context cx = clffn_context_cl_context(ctx);
     cl_command_queue q = clffn_context_queue(ctx);
     const size_t na = off + (k > m ? k : m) * (k + m + pad), nc = off + m * (n + pad);
-    float *ha = malloc(na * sizeof *ha), *hb = malloc(na * sizeof *hb), *hc = malloc(nc * sizeof *hc);
+    float *ha = malloc(na * sizeof *ha), *hb = malloc(na * sizeof *hb),
+          *hc = malloc(nc * sizeof *hc);
     float *got = malloc(nc * sizeof *got);
     double *want = malloc(m * n * sizeof *want);
     cr_assert(ha && hb && hc && got && want);
-    fill_uniform(ha, na, -1, 1, 31), fill_uniform(hb, na, -1, 1, 32), fill_uniform(hc, nc, -1, 1, 33);
+    fill_uniform(ha, na, -1, 1, 31), fill_uniform(hb, na, -1, 1, 32),
+        fill_uniform(hc, nc, -1, 1, 33);
     cl_int err;
     cl_mem a = clCreateBuffer(cx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, na * 4, ha, &err);
     cr_assert_eq(err, CL_SUCCESS);

@@ -30,7 +30,8 @@ static double loss(const clffn_config *c, clffn_layout layout, const clffn_ref_p
 
 static void check_param(const char *name, double *param, size_t n, const double *grad,
                         const clffn_config *c, clffn_layout layout, const clffn_ref_params *p,
-                        size_t T, const double *x, const double *dy, int training, const char *what) {
+                        size_t T, const double *x, const double *dy, int training,
+                        const char *what) {
     const double eps = 1e-6;
     for (size_t i = 0; i < n; ++i) {
         const double keep = param[i];
@@ -63,15 +64,23 @@ static void gradcheck(clffn_activation act, int gated, int b1, int b2, int bg, i
                                     w2, b2 ? bb2 : NULL};
         double gw1[20], gv[20], gw2[20], gb1[5], gbv[5], gb2[4];
         const clffn_ref_grads g = {gw1, gb1, gv, gbv, gw2, gb2};
-        ASSERT_OK(clffn__ref_backward_d(&c, (clffn_layout)layout, &p, T, x, dy, training, 11, 5, dx, &g));
+        ASSERT_OK(
+            clffn__ref_backward_d(&c, (clffn_layout)layout, &p, T, x, dy, training, 11, 5, dx, &g));
         check_param("W1", w1, 20, gw1, &c, (clffn_layout)layout, &p, T, x, dy, training, what);
         check_param("W2", w2, 20, gw2, &c, (clffn_layout)layout, &p, T, x, dy, training, what);
         check_param("x", x, 12, dx, &c, (clffn_layout)layout, &p, T, x, dy, training, what);
-        if (b1) { check_param("b1", bb1, 5, gb1, &c, (clffn_layout)layout, &p, T, x, dy, training, what); }
-        if (b2) { check_param("b2", bb2, 4, gb2, &c, (clffn_layout)layout, &p, T, x, dy, training, what); }
+        if (b1) {
+            check_param("b1", bb1, 5, gb1, &c, (clffn_layout)layout, &p, T, x, dy, training, what);
+        }
+        if (b2) {
+            check_param("b2", bb2, 4, gb2, &c, (clffn_layout)layout, &p, T, x, dy, training, what);
+        }
         if (gated) {
             check_param("V", v, 20, gv, &c, (clffn_layout)layout, &p, T, x, dy, training, what);
-            if (bg) { check_param("bv", bbv, 5, gbv, &c, (clffn_layout)layout, &p, T, x, dy, training, what); }
+            if (bg) {
+                check_param("bv", bbv, 5, gbv, &c, (clffn_layout)layout, &p, T, x, dy, training,
+                            what);
+            }
         }
     }
 }
@@ -85,12 +94,12 @@ ParameterizedTestParameters(backward_reference, finite_differences) {
 ParameterizedTest(int *k, backward_reference, finite_differences) {
     const clffn_activation act = (clffn_activation)(*k / 2);
     const int gated = *k % 2;
-    gradcheck(act, gated, 1, 1, 1, 0, 0);  /* all biases */
-    gradcheck(act, gated, 0, 1, 1, 0, 0);  /* each flag off */
+    gradcheck(act, gated, 1, 1, 1, 0, 0); /* all biases */
+    gradcheck(act, gated, 0, 1, 1, 0, 0); /* each flag off */
     gradcheck(act, gated, 1, 0, 1, 0, 0);
     if (gated) { gradcheck(act, gated, 1, 1, 0, 0, 0); }
-    gradcheck(act, gated, 1, 1, 1, 1, 0);  /* dropout in training mode: the same mask */
-    gradcheck(act, gated, 1, 1, 1, 0, 1);  /* the residual */
+    gradcheck(act, gated, 1, 1, 1, 1, 0); /* dropout in training mode: the same mask */
+    gradcheck(act, gated, 1, 1, 1, 0, 1); /* the residual */
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -137,7 +146,9 @@ static void compare_grads(const clffn_config *c, const grads_f *g, const grads_d
     if (c->bias2) { snprintf(w, sizeof w, "%s db2", what), assert_close(g->b2, r->b2, D, rtol, w); }
     if (c->gated) {
         snprintf(w, sizeof w, "%s dV", what), assert_close(g->v, r->v, D * F, rtol, w);
-        if (c->bias_gate) { snprintf(w, sizeof w, "%s dbv", what), assert_close(g->bv, r->bv, F, rtol, w); }
+        if (c->bias_gate) {
+            snprintf(w, sizeof w, "%s dbv", what), assert_close(g->bv, r->bv, F, rtol, w);
+        }
     }
 }
 
@@ -188,9 +199,10 @@ ParameterizedTestParameters(backward_device, variants) {
     static bvariant vs[CLFFN_ACT_COUNT_ * 9];
     size_t n = 0;
     for (int a = 0; a < CLFFN_ACT_COUNT_; ++a) {
-        const bvariant plain[] = {{a, 0, 1, 1, 1}, {a, 0, 0, 1, 1}, {a, 0, 1, 0, 1}, {a, 0, 0, 0, 0}};
-        const bvariant gated[] = {{a, 1, 1, 1, 1}, {a, 1, 0, 1, 1}, {a, 1, 1, 0, 1},
-                                  {a, 1, 1, 1, 0}, {a, 1, 0, 0, 0}};
+        const bvariant plain[] = {
+            {a, 0, 1, 1, 1}, {a, 0, 0, 1, 1}, {a, 0, 1, 0, 1}, {a, 0, 0, 0, 0}};
+        const bvariant gated[] = {
+            {a, 1, 1, 1, 1}, {a, 1, 0, 1, 1}, {a, 1, 1, 0, 1}, {a, 1, 1, 1, 0}, {a, 1, 0, 0, 0}};
         for (size_t i = 0; i < 4; ++i) { vs[n++] = plain[i]; }
         for (size_t i = 0; i < 5; ++i) { vs[n++] = gated[i]; }
     }
@@ -222,7 +234,8 @@ Test(backward_device, dropout_and_residual) {
         c.activation = CLFFN_ACT_GELU_TANH, c.gated = gated, c.dropout = 0.35f, c.residual = 1;
         device_case(ctx, &c, CLFFN_LAYOUT_OUT_IN, 9, 1, gated ? "gated dropout" : "dropout");
         c.dropout = 0.35f;
-        device_case(ctx, &c, CLFFN_LAYOUT_IN_OUT, 9, 1, gated ? "gated dropout in_out" : "dropout in_out");
+        device_case(ctx, &c, CLFFN_LAYOUT_IN_OUT, 9, 1,
+                    gated ? "gated dropout in_out" : "dropout in_out");
     }
     clffn_context_destroy(ctx);
 }
@@ -239,13 +252,19 @@ static void separate_gate_case(clffn_context *ctx, size_t T, size_t D, size_t F)
         double *rdx = malloc(T * D * sizeof *rdx);
         cr_assert(x && dy && dx && rdx);
         fill_uniform(x, T * D, -1, 1, 1), fill_uniform(dy, T * D, -1, 1, 2);
-        guarded gw1 = guarded_make(ctx, CANARY, D * F, w.w1), gv = guarded_make(ctx, CANARY, D * F, w.v);
-        guarded gw2 = guarded_make(ctx, CANARY, D * F, w.w2), gb1 = guarded_make(ctx, CANARY, F, w.b1);
+        guarded gw1 = guarded_make(ctx, CANARY, D * F, w.w1),
+                gv = guarded_make(ctx, CANARY, D * F, w.v);
+        guarded gw2 = guarded_make(ctx, CANARY, D * F, w.w2),
+                gb1 = guarded_make(ctx, CANARY, F, w.b1);
         guarded gbv = guarded_make(ctx, CANARY, F, w.bv), gb2 = guarded_make(ctx, CANARY, D, w.b2);
-        guarded gx = guarded_make(ctx, CANARY, T * D, x), gy = guarded_make(ctx, CANARY, T * D, NULL);
-        guarded gdy = guarded_make(ctx, CANARY, T * D, dy), gdx = guarded_make(ctx, CANARY + 1, T * D, NULL);
-        guarded d1 = guarded_make(ctx, CANARY, D * F, NULL), dv = guarded_make(ctx, CANARY, D * F, NULL);
-        guarded d2 = guarded_make(ctx, CANARY, D * F, NULL), db1 = guarded_make(ctx, CANARY, F, NULL);
+        guarded gx = guarded_make(ctx, CANARY, T * D, x),
+                gy = guarded_make(ctx, CANARY, T * D, NULL);
+        guarded gdy = guarded_make(ctx, CANARY, T * D, dy),
+                gdx = guarded_make(ctx, CANARY + 1, T * D, NULL);
+        guarded d1 = guarded_make(ctx, CANARY, D * F, NULL),
+                dv = guarded_make(ctx, CANARY, D * F, NULL);
+        guarded d2 = guarded_make(ctx, CANARY, D * F, NULL),
+                db1 = guarded_make(ctx, CANARY, F, NULL);
         guarded dbv = guarded_make(ctx, CANARY, F, NULL), db2 = guarded_make(ctx, CANARY, D, NULL);
         clffn_ffn *ffn = NULL;
         ASSERT_OK(clffn_ffn_create(ctx, &c, &ffn));
@@ -254,14 +273,17 @@ static void separate_gate_case(clffn_context *ctx, size_t T, size_t D, size_t F)
         ASSERT_OK(clffn_ffn_bind_weights(ffn, (clffn_layout)layout, &dwts));
         cl_command_queue q = clffn_context_queue(ctx);
         ASSERT_STATUS(clffn_backward(ffn, T, gx.mem, CANARY, gdy.mem, CANARY, gdx.mem, gdx.offset,
-                                     &dwts, 0, q, NULL), CLFFN_ERROR_NO_FORWARD);
-        ASSERT_OK(clffn_forward(ffn, T, gx.mem, CANARY, gy.mem, CANARY, q, NULL));
-        const clffn_device_weights dg = {{d1.mem, CANARY}, {db1.mem, CANARY}, {dv.mem, CANARY},
-                                         {dbv.mem, CANARY}, {d2.mem, CANARY}, {db2.mem, CANARY}};
-        ASSERT_STATUS(clffn_backward(ffn, T + 1, gx.mem, CANARY, gdy.mem, CANARY, NULL, 0, &dg, 0, q, NULL),
+                                     &dwts, 0, q, NULL),
                       CLFFN_ERROR_NO_FORWARD);
+        ASSERT_OK(clffn_forward(ffn, T, gx.mem, CANARY, gy.mem, CANARY, q, NULL));
+        const clffn_device_weights dg = {{d1.mem, CANARY},  {db1.mem, CANARY}, {dv.mem, CANARY},
+                                         {dbv.mem, CANARY}, {d2.mem, CANARY},  {db2.mem, CANARY}};
+        ASSERT_STATUS(
+            clffn_backward(ffn, T + 1, gx.mem, CANARY, gdy.mem, CANARY, NULL, 0, &dg, 0, q, NULL),
+            CLFFN_ERROR_NO_FORWARD);
         cl_event ev = NULL;
-        ASSERT_OK(clffn_backward(ffn, T, gx.mem, CANARY, gdy.mem, CANARY, gdx.mem, gdx.offset, &dg, 0, q, &ev));
+        ASSERT_OK(clffn_backward(ffn, T, gx.mem, CANARY, gdy.mem, CANARY, gdx.mem, gdx.offset, &dg,
+                                 0, q, &ev));
         ASSERT_OK(clWaitForEvents(1, &ev));
         clReleaseEvent(ev);
         grads_f g = grads_alloc(D, F);
@@ -270,13 +292,15 @@ static void separate_gate_case(clffn_context *ctx, size_t T, size_t D, size_t F)
         guarded_read(ctx, &gdx, dx);
         grads_d r = grads_d_alloc(D, F);
         const clffn_ref_grads rg = {r.w1, r.b1, r.v, r.bv, r.w2, r.b2};
-        ASSERT_OK(clffn_reference_backward(&c, (clffn_layout)layout, &w.host, T, x, dy, 0, 0, 0, rdx, &rg));
+        ASSERT_OK(clffn_reference_backward(&c, (clffn_layout)layout, &w.host, T, x, dy, 0, 0, 0,
+                                           rdx, &rg));
         assert_close(dx, rdx, T * D, TOL_RTOL, "device-level dx");
         compare_grads(&c, &g, &r, TOL_RTOL, layout ? "device-level in_out" : "device-level out_in");
         guarded *all[] = {&d1, &dv, &d2, &db1, &dbv, &db2, &gdx};
         for (size_t i = 0; i < 7; ++i) { guarded_assert_canaries(ctx, all[i], "gradient buffer"); }
         clffn_ffn_destroy(ffn);
-        guarded *rel[] = {&gw1, &gv, &gw2, &gb1, &gbv, &gb2, &gx, &gy, &gdy, &gdx, &d1, &dv, &d2, &db1, &dbv, &db2};
+        guarded *rel[] = {&gw1, &gv,  &gw2, &gb1, &gbv, &gb2, &gx,  &gy,
+                          &gdy, &gdx, &d1,  &dv,  &d2,  &db1, &dbv, &db2};
         for (size_t i = 0; i < 16; ++i) { guarded_free(rel[i]); }
         free(g.block), free(r.block), free(x), free(dy), free(dx), free(rdx);
         test_weights_free(&w);

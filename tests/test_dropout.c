@@ -40,7 +40,8 @@ static void mask_setup_make(mask_setup *m, size_t T, size_t D, size_t F, float p
 }
 
 static void mask_run(mask_setup *m) {
-    ASSERT_OK(clffn_forward_host(m->ffn, m->T, m->x, m->T * m->c.d_model, m->y, m->T * m->c.d_model));
+    ASSERT_OK(
+        clffn_forward_host(m->ffn, m->T, m->x, m->T * m->c.d_model, m->y, m->T * m->c.d_model));
     ASSERT_OK(clffn_ffn_read_hidden(m->ffn, CLFFN_HIDDEN_OUT, m->h, m->T * m->c.d_ff, NULL));
 }
 
@@ -119,8 +120,8 @@ Test(dropout, same_seed_same_mask_other_seed_other_mask) {
     size_t diff = 0;
     for (size_t i = 0; i < n; ++i) { diff += first[i] != m.h[i]; }
     /* two independent masks of p = 0.5 disagree on half the elements */
-    cr_assert(diff > n / 2 - n / 10 && diff < n / 2 + n / 10, "other seed: %zu of %zu differ",
-              diff, n);
+    cr_assert(diff > n / 2 - n / 10 && diff < n / 2 + n / 10, "other seed: %zu of %zu differ", diff,
+              n);
     free(first);
     mask_setup_free(&m);
 }

@@ -69,29 +69,43 @@ Test(errors, null_pointers) {
     ASSERT_STATUS(clffn_ffn_create(f.ctx, &f.c, NULL), CLFFN_ERROR_NULL_ARGUMENT);
     cr_assert_null(ffn);
     ASSERT_STATUS(clffn_config_validate(NULL), CLFFN_ERROR_NULL_ARGUMENT);
-    ASSERT_STATUS(clffn_ffn_upload_weights(f.ffn, CLFFN_LAYOUT_OUT_IN, NULL), CLFFN_ERROR_NULL_ARGUMENT);
+    ASSERT_STATUS(clffn_ffn_upload_weights(f.ffn, CLFFN_LAYOUT_OUT_IN, NULL),
+                  CLFFN_ERROR_NULL_ARGUMENT);
     clffn_host_weights hw = f.w.host;
     hw.w2 = NULL;
-    ASSERT_STATUS(clffn_ffn_upload_weights(f.ffn, CLFFN_LAYOUT_OUT_IN, &hw), CLFFN_ERROR_NULL_ARGUMENT);
+    ASSERT_STATUS(clffn_ffn_upload_weights(f.ffn, CLFFN_LAYOUT_OUT_IN, &hw),
+                  CLFFN_ERROR_NULL_ARGUMENT);
     hw = f.w.host;
     hw.b1 = NULL; /* bias1 is on */
-    ASSERT_STATUS(clffn_ffn_upload_weights(f.ffn, CLFFN_LAYOUT_OUT_IN, &hw), CLFFN_ERROR_NULL_ARGUMENT);
-    ASSERT_STATUS(clffn_ffn_bind_weights(f.ffn, CLFFN_LAYOUT_OUT_IN, NULL), CLFFN_ERROR_NULL_ARGUMENT);
-    ASSERT_STATUS(clffn_forward(NULL, T, f.gx.mem, f.gx.offset, f.gy.mem, f.gy.offset, Q(&f), NULL), CLFFN_ERROR_NULL_ARGUMENT);
-    ASSERT_STATUS(clffn_forward(f.ffn, T, NULL, 0, f.gy.mem, f.gy.offset, Q(&f), NULL), CLFFN_ERROR_NULL_ARGUMENT);
-    ASSERT_STATUS(clffn_forward(f.ffn, T, f.gx.mem, f.gx.offset, NULL, 0, Q(&f), NULL), CLFFN_ERROR_NULL_ARGUMENT);
-    ASSERT_STATUS(clffn_forward(f.ffn, T, f.gx.mem, f.gx.offset, f.gy.mem, f.gy.offset, NULL, NULL), CLFFN_ERROR_NULL_ARGUMENT);
+    ASSERT_STATUS(clffn_ffn_upload_weights(f.ffn, CLFFN_LAYOUT_OUT_IN, &hw),
+                  CLFFN_ERROR_NULL_ARGUMENT);
+    ASSERT_STATUS(clffn_ffn_bind_weights(f.ffn, CLFFN_LAYOUT_OUT_IN, NULL),
+                  CLFFN_ERROR_NULL_ARGUMENT);
+    ASSERT_STATUS(clffn_forward(NULL, T, f.gx.mem, f.gx.offset, f.gy.mem, f.gy.offset, Q(&f), NULL),
+                  CLFFN_ERROR_NULL_ARGUMENT);
+    ASSERT_STATUS(clffn_forward(f.ffn, T, NULL, 0, f.gy.mem, f.gy.offset, Q(&f), NULL),
+                  CLFFN_ERROR_NULL_ARGUMENT);
+    ASSERT_STATUS(clffn_forward(f.ffn, T, f.gx.mem, f.gx.offset, NULL, 0, Q(&f), NULL),
+                  CLFFN_ERROR_NULL_ARGUMENT);
+    ASSERT_STATUS(clffn_forward(f.ffn, T, f.gx.mem, f.gx.offset, f.gy.mem, f.gy.offset, NULL, NULL),
+                  CLFFN_ERROR_NULL_ARGUMENT);
     ASSERT_STATUS(clffn_forward_host(NULL, T, f.x, T * D, f.y, T * D), CLFFN_ERROR_NULL_ARGUMENT);
     ASSERT_STATUS(clffn_forward_host(f.ffn, T, NULL, T * D, f.y, T * D), CLFFN_ERROR_NULL_ARGUMENT);
     ASSERT_STATUS(clffn_forward_host(f.ffn, T, f.x, T * D, NULL, T * D), CLFFN_ERROR_NULL_ARGUMENT);
-    ASSERT_STATUS(clffn_ffn_read_hidden(f.ffn, CLFFN_HIDDEN_OUT, NULL, 100, NULL), CLFFN_ERROR_NULL_ARGUMENT);
+    ASSERT_STATUS(clffn_ffn_read_hidden(f.ffn, CLFFN_HIDDEN_OUT, NULL, 100, NULL),
+                  CLFFN_ERROR_NULL_ARGUMENT);
     ASSERT_STATUS(clffn_ffn_set_training(NULL, 1), CLFFN_ERROR_NULL_ARGUMENT);
     ASSERT_STATUS(clffn_ffn_set_dropout(NULL, 0.1f), CLFFN_ERROR_NULL_ARGUMENT);
     ASSERT_STATUS(clffn_ffn_set_rng(NULL, 1, 1), CLFFN_ERROR_NULL_ARGUMENT);
     ASSERT_STATUS(clffn_ffn_get_rng(NULL, NULL, NULL), CLFFN_ERROR_NULL_ARGUMENT);
-    ASSERT_STATUS(clffn_ffn_init_weights(NULL, CLFFN_INIT_TORCH_LINEAR, 1), CLFFN_ERROR_NULL_ARGUMENT);
-    ASSERT_STATUS(clffn_init_weights_host(&f.c, CLFFN_INIT_TORCH_LINEAR, 1, CLFFN_LAYOUT_OUT_IN, NULL), CLFFN_ERROR_NULL_ARGUMENT);
-    ASSERT_STATUS(clffn_reference_forward(&f.c, CLFFN_LAYOUT_OUT_IN, &f.w.host, T, NULL, 0, 0, 0, NULL, NULL), CLFFN_ERROR_NULL_ARGUMENT);
+    ASSERT_STATUS(clffn_ffn_init_weights(NULL, CLFFN_INIT_TORCH_LINEAR, 1),
+                  CLFFN_ERROR_NULL_ARGUMENT);
+    ASSERT_STATUS(
+        clffn_init_weights_host(&f.c, CLFFN_INIT_TORCH_LINEAR, 1, CLFFN_LAYOUT_OUT_IN, NULL),
+        CLFFN_ERROR_NULL_ARGUMENT);
+    ASSERT_STATUS(
+        clffn_reference_forward(&f.c, CLFFN_LAYOUT_OUT_IN, &f.w.host, T, NULL, 0, 0, 0, NULL, NULL),
+        CLFFN_ERROR_NULL_ARGUMENT);
     ASSERT_STATUS(clffn_activation_parse(NULL, NULL, NULL), CLFFN_ERROR_NULL_ARGUMENT);
     char name[8];
     ASSERT_STATUS(clffn_context_device_name(NULL, name, sizeof name), CLFFN_ERROR_NULL_ARGUMENT);
@@ -150,20 +164,34 @@ Test(errors, sizes_and_short_buffers) {
     fixture f;
     fx_make(&f);
     /* tokens·D or tokens·F beyond size_t */
-    ASSERT_STATUS(clffn_forward(f.ffn, SIZE_MAX / 8, f.gx.mem, f.gx.offset, f.gy.mem, f.gy.offset, Q(&f), NULL), CLFFN_ERROR_SIZE_OVERFLOW);
-    ASSERT_STATUS(clffn_forward_host(f.ffn, SIZE_MAX / 8, f.x, SIZE_MAX, f.y, SIZE_MAX), CLFFN_ERROR_SIZE_OVERFLOW);
+    ASSERT_STATUS(clffn_forward(f.ffn, SIZE_MAX / 8, f.gx.mem, f.gx.offset, f.gy.mem, f.gy.offset,
+                                Q(&f), NULL),
+                  CLFFN_ERROR_SIZE_OVERFLOW);
+    ASSERT_STATUS(clffn_forward_host(f.ffn, SIZE_MAX / 8, f.x, SIZE_MAX, f.y, SIZE_MAX),
+                  CLFFN_ERROR_SIZE_OVERFLOW);
     /* tokens·F·4 beyond the device's max allocation */
     cl_ulong max_alloc = 0;
-    ASSERT_OK(clGetDeviceInfo(clffn_context_cl_device(f.ctx), CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof max_alloc, &max_alloc, NULL));
+    ASSERT_OK(clGetDeviceInfo(clffn_context_cl_device(f.ctx), CL_DEVICE_MAX_MEM_ALLOC_SIZE,
+                              sizeof max_alloc, &max_alloc, NULL));
     const size_t huge_t = (size_t)(max_alloc / (F * 4)) + 1;
-    ASSERT_STATUS(clffn_forward(f.ffn, huge_t, f.gx.mem, f.gx.offset, f.gy.mem, f.gy.offset, Q(&f), NULL), CLFFN_ERROR_SIZE_OVERFLOW);
+    ASSERT_STATUS(
+        clffn_forward(f.ffn, huge_t, f.gx.mem, f.gx.offset, f.gy.mem, f.gy.offset, Q(&f), NULL),
+        CLFFN_ERROR_SIZE_OVERFLOW);
     /* device buffers shorter than the shape */
-    ASSERT_STATUS(clffn_forward(f.ffn, T + 1, f.gx.mem, f.gx.offset + CANARY, f.gy.mem, f.gy.offset, Q(&f), NULL), CLFFN_ERROR_BUFFER_TOO_SMALL);
-    ASSERT_STATUS(clffn_forward(f.ffn, T, f.gx.mem, f.gx.offset, f.gy.mem, f.gy.offset + CANARY + 1, Q(&f), NULL), CLFFN_ERROR_BUFFER_TOO_SMALL);
-    ASSERT_STATUS(clffn_forward(f.ffn, T, f.gx.mem, SIZE_MAX - 2, f.gy.mem, f.gy.offset, Q(&f), NULL), CLFFN_ERROR_SIZE_OVERFLOW);
+    ASSERT_STATUS(clffn_forward(f.ffn, T + 1, f.gx.mem, f.gx.offset + CANARY, f.gy.mem, f.gy.offset,
+                                Q(&f), NULL),
+                  CLFFN_ERROR_BUFFER_TOO_SMALL);
+    ASSERT_STATUS(clffn_forward(f.ffn, T, f.gx.mem, f.gx.offset, f.gy.mem, f.gy.offset + CANARY + 1,
+                                Q(&f), NULL),
+                  CLFFN_ERROR_BUFFER_TOO_SMALL);
+    ASSERT_STATUS(
+        clffn_forward(f.ffn, T, f.gx.mem, SIZE_MAX - 2, f.gy.mem, f.gy.offset, Q(&f), NULL),
+        CLFFN_ERROR_SIZE_OVERFLOW);
     /* host arrays shorter than the shape */
-    ASSERT_STATUS(clffn_forward_host(f.ffn, T, f.x, T * D - 1, f.y, T * D), CLFFN_ERROR_BUFFER_TOO_SMALL);
-    ASSERT_STATUS(clffn_forward_host(f.ffn, T, f.x, T * D, f.y, T * D - 1), CLFFN_ERROR_BUFFER_TOO_SMALL);
+    ASSERT_STATUS(clffn_forward_host(f.ffn, T, f.x, T * D - 1, f.y, T * D),
+                  CLFFN_ERROR_BUFFER_TOO_SMALL);
+    ASSERT_STATUS(clffn_forward_host(f.ffn, T, f.x, T * D, f.y, T * D - 1),
+                  CLFFN_ERROR_BUFFER_TOO_SMALL);
     fx_assert_untouched(&f, "sizes");
     fx_free(&f);
 }
@@ -172,12 +200,18 @@ Test(errors, overlap_queue_and_foreign_buffers) {
     fixture f;
     fx_make(&f);
     /* y partly overlapping x */
-    ASSERT_STATUS(clffn_forward(f.ffn, T, f.gy.mem, f.gy.offset, f.gy.mem, f.gy.offset + 1, Q(&f), NULL), CLFFN_ERROR_BUFFER_OVERLAP);
+    ASSERT_STATUS(
+        clffn_forward(f.ffn, T, f.gy.mem, f.gy.offset, f.gy.mem, f.gy.offset + 1, Q(&f), NULL),
+        CLFFN_ERROR_BUFFER_OVERLAP);
     /* an out-of-order queue */
     cl_int err;
-    cl_command_queue ooo = clCreateCommandQueue(clffn_context_cl_context(f.ctx), clffn_context_cl_device(f.ctx), CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE, &err);
+    cl_command_queue ooo =
+        clCreateCommandQueue(clffn_context_cl_context(f.ctx), clffn_context_cl_device(f.ctx),
+                             CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE, &err);
     if (err == CL_SUCCESS) {
-        ASSERT_STATUS(clffn_forward(f.ffn, T, f.gx.mem, f.gx.offset, f.gy.mem, f.gy.offset, ooo, NULL), CLFFN_ERROR_INVALID_QUEUE);
+        ASSERT_STATUS(
+            clffn_forward(f.ffn, T, f.gx.mem, f.gx.offset, f.gy.mem, f.gy.offset, ooo, NULL),
+            CLFFN_ERROR_INVALID_QUEUE);
         clReleaseCommandQueue(ooo);
     } else {
         cr_log_warn("device has no out-of-order queues; that case is not exercised");
@@ -190,12 +224,15 @@ Test(errors, overlap_queue_and_foreign_buffers) {
     cr_assert_eq(err, CL_SUCCESS);
     cl_mem ox = clCreateBuffer(other, CL_MEM_READ_WRITE, T * D * sizeof(float), NULL, &err);
     cr_assert_eq(err, CL_SUCCESS);
-    ASSERT_STATUS(clffn_forward(f.ffn, T, f.gx.mem, f.gx.offset, f.gy.mem, f.gy.offset, oq, NULL), CLFFN_ERROR_INVALID_QUEUE);
-    ASSERT_STATUS(clffn_forward(f.ffn, T, ox, 0, f.gy.mem, f.gy.offset, Q(&f), NULL), CLFFN_ERROR_INVALID_ARGUMENT);
+    ASSERT_STATUS(clffn_forward(f.ffn, T, f.gx.mem, f.gx.offset, f.gy.mem, f.gy.offset, oq, NULL),
+                  CLFFN_ERROR_INVALID_QUEUE);
+    ASSERT_STATUS(clffn_forward(f.ffn, T, ox, 0, f.gy.mem, f.gy.offset, Q(&f), NULL),
+                  CLFFN_ERROR_INVALID_ARGUMENT);
     clffn_device_weights dw;
     memset(&dw, 0, sizeof dw);
     dw.w1.mem = dw.w2.mem = dw.b1.mem = dw.b2.mem = ox;
-    ASSERT_STATUS(clffn_ffn_bind_weights(f.ffn, CLFFN_LAYOUT_OUT_IN, &dw), CLFFN_ERROR_INVALID_ARGUMENT);
+    ASSERT_STATUS(clffn_ffn_bind_weights(f.ffn, CLFFN_LAYOUT_OUT_IN, &dw),
+                  CLFFN_ERROR_INVALID_ARGUMENT);
     clReleaseMemObject(ox);
     clReleaseCommandQueue(oq);
     clReleaseContext(other);
@@ -214,17 +251,25 @@ Test(errors, weights_and_state) {
     fill_uniform(x, T * D, -1, 1, 1);
     for (size_t i = 0; i < T * D; ++i) { y[i] = SENTINEL; }
     ASSERT_STATUS(clffn_forward_host(ffn, T, x, T * D, y, T * D), CLFFN_ERROR_NO_WEIGHTS);
-    ASSERT_STATUS(clffn_ffn_read_hidden(ffn, CLFFN_HIDDEN_OUT, h, T * F, NULL), CLFFN_ERROR_NO_FORWARD);
+    ASSERT_STATUS(clffn_ffn_read_hidden(ffn, CLFFN_HIDDEN_OUT, h, T * F, NULL),
+                  CLFFN_ERROR_NO_FORWARD);
     test_weights w;
     test_weights_make(&w, &c, CLFFN_LAYOUT_OUT_IN, 3);
-    ASSERT_STATUS(clffn_ffn_upload_weights(ffn, (clffn_layout)7, &w.host), CLFFN_ERROR_INVALID_LAYOUT);
-    ASSERT_STATUS(clffn_init_weights_host(&c, (clffn_init)9, 1, CLFFN_LAYOUT_OUT_IN, &(clffn_weight_arrays){w.w1, w.b1, NULL, NULL, w.w2, w.b2}), CLFFN_ERROR_INVALID_ARGUMENT);
+    ASSERT_STATUS(clffn_ffn_upload_weights(ffn, (clffn_layout)7, &w.host),
+                  CLFFN_ERROR_INVALID_LAYOUT);
+    ASSERT_STATUS(
+        clffn_init_weights_host(&c, (clffn_init)9, 1, CLFFN_LAYOUT_OUT_IN,
+                                &(clffn_weight_arrays){w.w1, w.b1, NULL, NULL, w.w2, w.b2}),
+        CLFFN_ERROR_INVALID_ARGUMENT);
     /* bound device weights shorter than the shape */
     cl_int err;
-    cl_mem small = clCreateBuffer(clffn_context_cl_context(ctx), CL_MEM_READ_WRITE, D * F * sizeof(float) - 4, NULL, &err);
+    cl_mem small = clCreateBuffer(clffn_context_cl_context(ctx), CL_MEM_READ_WRITE,
+                                  D * F * sizeof(float) - 4, NULL, &err);
     cr_assert_eq(err, CL_SUCCESS);
-    const clffn_device_weights dw = {{small, 0}, {small, 0}, {NULL, 0}, {NULL, 0}, {small, 0}, {small, 0}};
-    ASSERT_STATUS(clffn_ffn_bind_weights(ffn, CLFFN_LAYOUT_OUT_IN, &dw), CLFFN_ERROR_BUFFER_TOO_SMALL);
+    const clffn_device_weights dw = {{small, 0}, {small, 0}, {NULL, 0},
+                                     {NULL, 0},  {small, 0}, {small, 0}};
+    ASSERT_STATUS(clffn_ffn_bind_weights(ffn, CLFFN_LAYOUT_OUT_IN, &dw),
+                  CLFFN_ERROR_BUFFER_TOO_SMALL);
     ASSERT_STATUS(clffn_ffn_bind_weights(ffn, (clffn_layout)3, &dw), CLFFN_ERROR_INVALID_LAYOUT);
     clReleaseMemObject(small);
     ASSERT_STATUS(clffn_forward_host(ffn, T, x, T * D, y, T * D), CLFFN_ERROR_NO_WEIGHTS);
@@ -232,12 +277,16 @@ Test(errors, weights_and_state) {
     /* hidden-tensor requests that cannot be met */
     ASSERT_OK(clffn_ffn_upload_weights(ffn, CLFFN_LAYOUT_OUT_IN, &w.host));
     ASSERT_OK(clffn_forward_host(ffn, T, x, T * D, y, T * D));
-    ASSERT_STATUS(clffn_ffn_read_hidden(ffn, CLFFN_HIDDEN_GATE, h, T * F, NULL), CLFFN_ERROR_INVALID_ARGUMENT);
-    ASSERT_STATUS(clffn_ffn_read_hidden(ffn, (clffn_hidden)5, h, T * F, NULL), CLFFN_ERROR_INVALID_ARGUMENT);
-    ASSERT_STATUS(clffn_ffn_read_hidden(ffn, CLFFN_HIDDEN_OUT, h, T * F - 1, NULL), CLFFN_ERROR_BUFFER_TOO_SMALL);
+    ASSERT_STATUS(clffn_ffn_read_hidden(ffn, CLFFN_HIDDEN_GATE, h, T * F, NULL),
+                  CLFFN_ERROR_INVALID_ARGUMENT);
+    ASSERT_STATUS(clffn_ffn_read_hidden(ffn, (clffn_hidden)5, h, T * F, NULL),
+                  CLFFN_ERROR_INVALID_ARGUMENT);
+    ASSERT_STATUS(clffn_ffn_read_hidden(ffn, CLFFN_HIDDEN_OUT, h, T * F - 1, NULL),
+                  CLFFN_ERROR_BUFFER_TOO_SMALL);
     /* tokens = 0 forgets the last forward */
     ASSERT_OK(clffn_forward_host(ffn, 0, x, 0, y, 0));
-    ASSERT_STATUS(clffn_ffn_read_hidden(ffn, CLFFN_HIDDEN_OUT, h, T * F, NULL), CLFFN_ERROR_NO_FORWARD);
+    ASSERT_STATUS(clffn_ffn_read_hidden(ffn, CLFFN_HIDDEN_OUT, h, T * F, NULL),
+                  CLFFN_ERROR_NO_FORWARD);
     clffn_ffn_destroy(ffn);
     clffn_context_destroy(ctx);
     test_weights_free(&w);
@@ -281,7 +330,8 @@ Test(errors, device_capabilities) {
 
 Test(errors, device_selection) {
     clffn_context *ctx = NULL;
-    ASSERT_STATUS(clffn_context_create_for_device("no-such-device-anywhere", &ctx), CLFFN_ERROR_DEVICE_NOT_FOUND);
+    ASSERT_STATUS(clffn_context_create_for_device("no-such-device-anywhere", &ctx),
+                  CLFFN_ERROR_DEVICE_NOT_FOUND);
     ASSERT_STATUS(clffn_context_create_for_device("7:9", &ctx), CLFFN_ERROR_DEVICE_NOT_FOUND);
     cr_assert_null(ctx);
     ASSERT_OK(clffn_context_create_for_device("0:0", &ctx));

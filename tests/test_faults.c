@@ -205,7 +205,9 @@ static int run_device_name(fx *f) {
     return clffn_context_device_name(f->ctx, f->name, sizeof f->name);
 }
 static int run_ffn_create(fx *f) { return clffn_ffn_create(f->ctx, &f->cfg, &f->out_ffn); }
-static int run_ffn_init(fx *f) { return clffn_ffn_init_weights(f->ffn, CLFFN_INIT_TORCH_LINEAR, 3); }
+static int run_ffn_init(fx *f) {
+    return clffn_ffn_init_weights(f->ffn, CLFFN_INIT_TORCH_LINEAR, 3);
+}
 static int run_upload_in_out(fx *f) {
     const clffn_host_weights hw = host_weights(f);
     return clffn_ffn_upload_weights(f->ffn, CLFFN_LAYOUT_IN_OUT, &hw);
@@ -321,7 +323,8 @@ static void sweep(const op *o, int sticky) {
         const long failed = clffn__fi_failed();
         clffn__fi_arm(0, 0);
         if (failed == 0) { /* every allocation of the op came and went: the sweep is over */
-            cr_assert_eq(st, CLFFN_SUCCESS, "%s: %s with no failure", what, clffn_status_string(st));
+            cr_assert_eq(st, CLFFN_SUCCESS, "%s: %s with no failure", what,
+                         clffn_status_string(st));
             o->finish(f);
             break;
         }
@@ -336,15 +339,16 @@ static void sweep(const op *o, int sticky) {
         cr_assert_eq(clffn__fi_live(), live0, "%s: %ld blocks leaked", what,
                      clffn__fi_live() - live0);
         const cl_uint refs = cl_refs_settled(f, refs0);
-        cr_assert_eq(refs, refs0, "%s: OpenCL objects leaked (context references %u, was %u)",
-                     what, refs, refs0);
+        cr_assert_eq(refs, refs0, "%s: OpenCL objects leaked (context references %u, was %u)", what,
+                     refs, refs0);
         cr_assert(n < 10000, "%s: no end to the allocations", o->name);
     }
     cr_assert_eq(clffn__fi_live(), live0, "%s: blocks leaked by the successful run", o->name);
-    cr_assert_eq(cl_refs_settled(f, refs0), refs0, "%s: OpenCL objects leaked by the successful run",
-                 o->name);
+    cr_assert_eq(cl_refs_settled(f, refs0), refs0,
+                 "%s: OpenCL objects leaked by the successful run", o->name);
     if (o->allocates) { cr_assert(n > 1, "%s: no allocation was failed; vacuous", o->name); }
-    cr_log_info("%s: %ld allocation(s) failed in turn%s", o->name, n - 1, sticky ? " (sticky)" : "");
+    cr_log_info("%s: %ld allocation(s) failed in turn%s", o->name, n - 1,
+                sticky ? " (sticky)" : "");
 }
 
 static void fixture_setup(void) {
@@ -362,7 +366,9 @@ static void fixture_setup(void) {
     f->cfg.activation = CLFFN_ACT_SILU;
     f->cfg.dropout = 0.25f;
     for (size_t k = 0; k < 6; ++k) {
-        for (size_t i = 0; i < D * F; ++i) { f->w[k][i] = (float)((i * 37 + k * 11) % 17) / 17.0f - 0.5f; }
+        for (size_t i = 0; i < D * F; ++i) {
+            f->w[k][i] = (float)((i * 37 + k * 11) % 17) / 17.0f - 0.5f;
+        }
     }
     for (size_t i = 0; i < T * D; ++i) {
         f->x[i] = (float)(i % 7) / 7.0f - 0.4f;
@@ -432,8 +438,8 @@ Test(faults, injector) {
     cr_assert_eq(clffn__fi_live(), live0);
 }
 
-#define SWEEP_TEST(id, index)                                   \
-    Test(faults, id##_once) { sweep(&ops[index], 0); }          \
+#define SWEEP_TEST(id, index)                          \
+    Test(faults, id##_once) { sweep(&ops[index], 0); } \
     Test(faults, id##_sticky) { sweep(&ops[index], 1); }
 
 SWEEP_TEST(context_create, 0)

@@ -55,8 +55,8 @@ static void run_case(clffn_context *ctx, const variant *v, const size_t shape[3]
     guarded gx = guarded_make(ctx, CANARY + 3, T * D, x);
     guarded gy = guarded_make(ctx, CANARY + 5, T * D, NULL);
     cl_event ev = NULL;
-    ASSERT_OK(clffn_forward(ffn, T, gx.mem, gx.offset, gy.mem, gy.offset, clffn_context_queue(ctx),
-                            &ev));
+    ASSERT_OK(
+        clffn_forward(ffn, T, gx.mem, gx.offset, gy.mem, gy.offset, clffn_context_queue(ctx), &ev));
     cr_assert(ev != NULL);
     ASSERT_OK(clWaitForEvents(1, &ev));
     clReleaseEvent(ev);
@@ -95,9 +95,10 @@ ParameterizedTestParameters(forward, variants) {
     static variant vs[CLFFN_ACT_COUNT_ * 9];
     size_t n = 0;
     for (int a = 0; a < CLFFN_ACT_COUNT_; ++a) {
-        const variant plain[] = {{a, 0, 1, 1, 1}, {a, 0, 0, 1, 1}, {a, 0, 1, 0, 1}, {a, 0, 0, 0, 0}};
-        const variant gated[] = {{a, 1, 1, 1, 1}, {a, 1, 0, 1, 1}, {a, 1, 1, 0, 1},
-                                 {a, 1, 1, 1, 0}, {a, 1, 0, 0, 0}};
+        const variant plain[] = {
+            {a, 0, 1, 1, 1}, {a, 0, 0, 1, 1}, {a, 0, 1, 0, 1}, {a, 0, 0, 0, 0}};
+        const variant gated[] = {
+            {a, 1, 1, 1, 1}, {a, 1, 0, 1, 1}, {a, 1, 1, 0, 1}, {a, 1, 1, 1, 0}, {a, 1, 0, 0, 0}};
         for (size_t i = 0; i < 4; ++i) { vs[n++] = plain[i]; }
         for (size_t i = 0; i < 5; ++i) { vs[n++] = gated[i]; }
     }

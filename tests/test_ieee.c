@@ -54,13 +54,20 @@ typedef struct plant {
 } plant;
 
 static const plant plants[] = {
-    {IN_X, 1 * D + 2, NAN, "x NaN"},     {IN_X, 2 * D + 0, INFINITY, "x +Inf"},
-    {IN_X, 3 * D + 1, -INFINITY, "x -Inf"}, {IN_W1, 5, NAN, "W1 NaN"},
-    {IN_W1, 7, INFINITY, "W1 +Inf"},     {IN_B1, 2, INFINITY, "b1 +Inf"},
-    {IN_B1, 4, -INFINITY, "b1 -Inf"},    {IN_B1, 6, NAN, "b1 NaN"},
-    {IN_V, 3, -INFINITY, "V -Inf"},      {IN_BV, 1, NAN, "bv NaN"},
-    {IN_W2, 9, NAN, "W2 NaN"},           {IN_W2, 11, -INFINITY, "W2 -Inf"},
-    {IN_B2, 3, -INFINITY, "b2 -Inf"},    {IN_B2, 5, NAN, "b2 NaN"},
+    {IN_X, 1 * D + 2, NAN, "x NaN"},
+    {IN_X, 2 * D + 0, INFINITY, "x +Inf"},
+    {IN_X, 3 * D + 1, -INFINITY, "x -Inf"},
+    {IN_W1, 5, NAN, "W1 NaN"},
+    {IN_W1, 7, INFINITY, "W1 +Inf"},
+    {IN_B1, 2, INFINITY, "b1 +Inf"},
+    {IN_B1, 4, -INFINITY, "b1 -Inf"},
+    {IN_B1, 6, NAN, "b1 NaN"},
+    {IN_V, 3, -INFINITY, "V -Inf"},
+    {IN_BV, 1, NAN, "bv NaN"},
+    {IN_W2, 9, NAN, "W2 NaN"},
+    {IN_W2, 11, -INFINITY, "W2 -Inf"},
+    {IN_B2, 3, -INFINITY, "b2 -Inf"},
+    {IN_B2, 5, NAN, "b2 NaN"},
 };
 
 static float *target(test_weights *w, float *x, where at) {
@@ -98,8 +105,8 @@ static size_t forward_case(clffn_context *ctx, clffn_activation act, int gated, 
     ASSERT_OK(clffn_ffn_upload_weights(ffn, CLFFN_LAYOUT_OUT_IN, &w.host));
     ASSERT_OK(clffn_ffn_set_training(ffn, training));
     ASSERT_OK(clffn_ffn_set_rng(ffn, 7, 0));
-    ASSERT_OK(clffn_reference_forward(&c, CLFFN_LAYOUT_OUT_IN, &w.host, T, x, training, 7, 0, ref,
-                                      href));
+    ASSERT_OK(
+        clffn_reference_forward(&c, CLFFN_LAYOUT_OUT_IN, &w.host, T, x, training, 7, 0, ref, href));
     ASSERT_OK(clffn_forward_host(ffn, T, x, T * D, y, T * D));
     ASSERT_OK(clffn_ffn_read_hidden(ffn, CLFFN_HIDDEN_OUT, h, T * F, NULL));
     assert_ieee_match(h, href, T * F, what);
@@ -108,8 +115,8 @@ static size_t forward_case(clffn_context *ctx, clffn_activation act, int gated, 
     if (pl->at != IN_W2 && pl->at != IN_B2) {
         /* never vacuous: the planted value reaches the linear part it feeds, even where the
          * activation then saturates it to a finite value (relu(-Inf) = 0, sigmoid(±Inf)) */
-        const clffn_hidden part = pl->at == IN_V || pl->at == IN_BV ? CLFFN_HIDDEN_GATE
-                                                                      : CLFFN_HIDDEN_PRE;
+        const clffn_hidden part =
+            pl->at == IN_V || pl->at == IN_BV ? CLFFN_HIDDEN_GATE : CLFFN_HIDDEN_PRE;
         float lin[T * F];
         ASSERT_OK(clffn_ffn_read_hidden(ffn, part, lin, T * F, NULL));
         size_t k = 0;
@@ -181,7 +188,8 @@ Test(ieee, relu_nan_row_direct) {
             for (size_t j = 0; j < F; ++j) {
                 const float v = h[t * F + j];
                 if (t == 2) {
-                    cr_assert(isnan(v), "train=%d h[2, %zu] = %g, want NaN", training, j, (double)v);
+                    cr_assert(isnan(v), "train=%d h[2, %zu] = %g, want NaN", training, j,
+                              (double)v);
                 } else {
                     cr_assert(isfinite(v), "train=%d h[%zu, %zu] = %g", training, t, j, (double)v);
                     zeros += v == 0.0f;
@@ -265,8 +273,8 @@ static void backward_case(clffn_context *ctx, clffn_activation act, int gated, w
     float y[T * D];
     ASSERT_OK(clffn_forward_host(ffn, T, x, T * D, y, T * D));
     ASSERT_OK(clffn_backward_host(ffn, T, x, T * D, dy, T * D, dx, T * D, &g, 0));
-    ASSERT_OK(clffn_reference_backward(&c, CLFFN_LAYOUT_OUT_IN, &w.host, T, x, dy, 1, 0, 0, rdx,
-                                       &rg));
+    ASSERT_OK(
+        clffn_reference_backward(&c, CLFFN_LAYOUT_OUT_IN, &w.host, T, x, dy, 1, 0, 0, rdx, &rg));
     assert_ieee_match(dx, rdx, T * D, what);
     assert_ieee_match(gw1, rw1, D * F, what);
     assert_ieee_match(gb1, rb1, F, what);

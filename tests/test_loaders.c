@@ -38,7 +38,8 @@ static void st_refused(const char *header, size_t data_len, const char *needle) 
     char err[CLFFN_IO_ERR] = "";
     cr_assert_eq(clffn_st_parse(im.buf, im.len, &f, err), -1, "accepted: %s", header);
     cr_assert(strstr(err, needle) != NULL, "for %s: message '%s' lacks '%s'", header, err, needle);
-    cr_assert(memcmp(&f, &before, sizeof f) == 0, "for %s: the caller's struct was written", header);
+    cr_assert(memcmp(&f, &before, sizeof f) == 0, "for %s: the caller's struct was written",
+              header);
     free(im.buf);
     free(zeros);
 }
@@ -75,7 +76,8 @@ static void npy_refused(image im, const char *needle) {
 /* safetensors: valid files */
 
 Test(safetensors, valid_with_metadata_and_every_float_type) {
-    /* a: F32 [2,2] at 0..16; b: F16 [4] at 16..24; c: BF16 [2] 24..28; d: F64 [1] 28..36; e: I32 [] */
+    /* a: F32 [2,2] at 0..16; b: F16 [4] at 16..24; c: BF16 [2] 24..28; d: F64 [1] 28..36;
+     * e: I32 [] */
     const char *hdr = "{\"__metadata__\":{\"format\":\"pt\"},"
                       "\"a\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[0,16]},"
                       "\"b\":{\"dtype\":\"F16\",\"shape\":[4],\"data_offsets\":[16,24]},"
@@ -194,9 +196,9 @@ Test(safetensors, refuses_bad_json_and_encoding) {
     st_refused(" {}", 0, "start with '{'");
     st_refused("{\"a\":", 0, "not valid JSON");
     st_refused("{} x", 0, "after its JSON object");
-    st_refused("{\"\xc3\x28\":1}", 0, "UTF-8");       /* bad continuation byte */
-    st_refused("{\"\xc0\xaf\":1}", 0, "UTF-8");       /* overlong '/' */
-    st_refused("{\"\xed\xa0\x80\":1}", 0, "UTF-8");   /* a surrogate */
+    st_refused("{\"\xc3\x28\":1}", 0, "UTF-8");     /* bad continuation byte */
+    st_refused("{\"\xc0\xaf\":1}", 0, "UTF-8");     /* overlong '/' */
+    st_refused("{\"\xed\xa0\x80\":1}", 0, "UTF-8"); /* a surrogate */
     st_refused("{\"a\":3}", 0, "not a JSON object");
     st_refused("{\"__metadata__\":{\"k\":1}}", 0, "__metadata__");
     st_refused("{\"__metadata__\":[]}", 0, "__metadata__");
@@ -204,15 +206,22 @@ Test(safetensors, refuses_bad_json_and_encoding) {
 
 Test(safetensors, refuses_bad_tensor_entries) {
     st_refused("{\"a\":{\"dtype\":\"F32\",\"shape\":[1]}}", 4, "lacks");
-    st_refused("{\"a\":{\"dtype\":\"Q4\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4, "unknown dtype");
-    st_refused("{\"a\":{\"dtype\":\"F32\",\"shape\":[-1],\"data_offsets\":[0,4]}}", 4, "non-negative");
-    st_refused("{\"a\":{\"dtype\":\"F32\",\"shape\":[1.5],\"data_offsets\":[0,4]}}", 4, "non-negative");
-    st_refused("{\"a\":{\"dtype\":\"F32\",\"shape\":[\"1\"],\"data_offsets\":[0,4]}}", 4, "non-negative");
+    st_refused("{\"a\":{\"dtype\":\"Q4\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4,
+               "unknown dtype");
+    st_refused("{\"a\":{\"dtype\":\"F32\",\"shape\":[-1],\"data_offsets\":[0,4]}}", 4,
+               "non-negative");
+    st_refused("{\"a\":{\"dtype\":\"F32\",\"shape\":[1.5],\"data_offsets\":[0,4]}}", 4,
+               "non-negative");
+    st_refused("{\"a\":{\"dtype\":\"F32\",\"shape\":[\"1\"],\"data_offsets\":[0,4]}}", 4,
+               "non-negative");
     st_refused("{\"a\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296,4294967296],"
-               "\"data_offsets\":[0,4]}}", 4, "overflows");
+               "\"data_offsets\":[0,4]}}",
+               4, "overflows");
     st_refused("{\"a\":{\"dtype\":\"F32\",\"shape\":[1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1],"
-               "\"data_offsets\":[0,4]}}", 4, "dimensions");
-    st_refused("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4,8]}}", 8, "two non-negative");
+               "\"data_offsets\":[0,4]}}",
+               4, "dimensions");
+    st_refused("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4,8]}}", 8,
+               "two non-negative");
     st_refused("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,0]}}", 4, "end before");
     st_refused("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,4]}}", 4, "needs");
     st_refused("{\"a\":1}", 4, "not a JSON object");
@@ -220,18 +229,20 @@ Test(safetensors, refuses_bad_tensor_entries) {
 
 Test(safetensors, refuses_bad_layout_of_the_data) {
     /* past the end: a huge declared tensor in a small file */
-    st_refused("{\"a\":{\"dtype\":\"F32\",\"shape\":[268435456],\"data_offsets\":[0,1073741824]}}", 16,
-               "past the data");
+    st_refused("{\"a\":{\"dtype\":\"F32\",\"shape\":[268435456],\"data_offsets\":[0,1073741824]}}",
+               16, "past the data");
     /* a gap before the first tensor */
     st_refused("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8, "gap");
     /* overlapping tensors */
     st_refused("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
-               "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8, "overlap");
+               "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
+               8, "overlap");
     /* trailing bytes after the last tensor */
     st_refused("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 12, "trailing");
     /* the same name twice */
     st_refused("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
-               "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8, "twice");
+               "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
+               8, "twice");
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -241,9 +252,16 @@ Test(npy, versions_1_2_3_and_types) {
     const float f4[6] = {1, 2, 3, 4, 5, 6};
     const double f8[6] = {1, 2, 3, 4, 5, 6};
     const uint16_t f2[6] = {0x3c00, 0x4000, 0x4200, 0x4400, 0x4500, 0x4600};
-    const struct { int major; const char *descr; const void *data; size_t size; } cases[] = {
-        {1, "<f4", f4, sizeof f4}, {2, "<f4", f4, sizeof f4}, {3, "<f4", f4, sizeof f4},
-        {1, "<f8", f8, sizeof f8}, {1, "<f2", f2, sizeof f2}};
+    const struct {
+        int major;
+        const char *descr;
+        const void *data;
+        size_t size;
+    } cases[] = {{1, "<f4", f4, sizeof f4},
+                 {2, "<f4", f4, sizeof f4},
+                 {3, "<f4", f4, sizeof f4},
+                 {1, "<f8", f8, sizeof f8},
+                 {1, "<f2", f2, sizeof f2}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
         char dict[128];
         snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (2, 3), }",
@@ -274,7 +292,8 @@ Test(npy, shape_edge_cases) {
     clffn_npy_free(&a);
     free(im.buf);
     /* keys in another order, double quotes, no trailing comma, Python 2 longs */
-    im = npy_image(1, "{\"shape\": (3L,), \"fortran_order\": False, \"descr\": \"<f4\"}", three, 12);
+    im =
+        npy_image(1, "{\"shape\": (3L,), \"fortran_order\": False, \"descr\": \"<f4\"}", three, 12);
     cr_assert_eq(clffn_npy_parse(im.buf, im.len, &a, err), 0, "%s", err);
     cr_assert(a.rank == 1 && a.shape[0] == 3);
     clffn_npy_free(&a);
@@ -294,7 +313,9 @@ Test(npy, fortran_order_is_transposed) {
     clffn_npy a;
     char err[CLFFN_IO_ERR];
     cr_assert_eq(clffn_npy_parse(im.buf, im.len, &a, err), 0, "%s", err);
-    for (int i = 0; i < 6; ++i) { cr_assert(a.data[i] == (float)(i + 1), "element %d is %g", i, (double)a.data[i]); }
+    for (int i = 0; i < 6; ++i) {
+        cr_assert(a.data[i] == (float)(i + 1), "element %d is %g", i, (double)a.data[i]);
+    }
     clffn_npy_free(&a);
     free(im.buf);
     /* rank 3: element (i, j, k) of shape (2, 2, 2) sits at i + 2j + 4k */
@@ -316,22 +337,45 @@ Test(npy, fortran_order_is_transposed) {
 
 Test(npy, refusals) {
     const float d[4] = {0};
-    npy_refused(npy_image(1, "{'descr': '>f4', 'fortran_order': False, 'shape': (4,), }", d, 16), "big-endian");
-    npy_refused(npy_image(1, "{'descr': '|O', 'fortran_order': False, 'shape': (4,), }", d, 16), "'|O'");
-    npy_refused(npy_image(1, "{'descr': '<i4', 'fortran_order': False, 'shape': (4,), }", d, 16), "'<i4'");
-    npy_refused(npy_image(1, "{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (4,), }", d, 16), "structured");
-    npy_refused(npy_image(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (4,), }", d, 12), "truncated");
-    npy_refused(npy_image(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }", d, 16), "after the data");
-    npy_refused(npy_image(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (4294967296, 4294967296, 4294967296), }", d, 16), "overflows");
-    npy_refused(npy_image(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999999999999,), }", d, 16), "overflows 64 bits");
-    npy_refused(npy_image(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2305843009213693952,), }", d, 16), "truncated"); /* a huge declared size */
+    npy_refused(npy_image(1, "{'descr': '>f4', 'fortran_order': False, 'shape': (4,), }", d, 16),
+                "big-endian");
+    npy_refused(npy_image(1, "{'descr': '|O', 'fortran_order': False, 'shape': (4,), }", d, 16),
+                "'|O'");
+    npy_refused(npy_image(1, "{'descr': '<i4', 'fortran_order': False, 'shape': (4,), }", d, 16),
+                "'<i4'");
+    npy_refused(
+        npy_image(1, "{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (4,), }", d, 16),
+        "structured");
+    npy_refused(npy_image(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (4,), }", d, 12),
+                "truncated");
+    npy_refused(npy_image(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }", d, 16),
+                "after the data");
+    npy_refused(npy_image(1,
+                          "{'descr': '<f4', 'fortran_order': False, 'shape': (4294967296, "
+                          "4294967296, 4294967296), }",
+                          d, 16),
+                "overflows");
+    npy_refused(
+        npy_image(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999999999999,), }",
+                  d, 16),
+        "overflows 64 bits");
+    npy_refused(
+        npy_image(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2305843009213693952,), }",
+                  d, 16),
+        "truncated"); /* a huge declared size */
     npy_refused(npy_image(1, "{'descr': '<f4', 'fortran_order': False}", d, 16), "lacks");
-    npy_refused(npy_image(1, "{'descr': '<f4', 'fortran_order': Maybe, 'shape': (4,), }", d, 16), "True or False");
-    npy_refused(npy_image(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (4,), 'x': 1}", d, 16), "unexpected key");
-    npy_refused(npy_image(1, "{'descr': '<f4', 'fortran_order': False, 'shape': [4], }", d, 16), "not a tuple");
-    npy_refused(npy_image(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (4, -1), }", d, 16), "non-negative");
+    npy_refused(npy_image(1, "{'descr': '<f4', 'fortran_order': Maybe, 'shape': (4,), }", d, 16),
+                "True or False");
+    npy_refused(
+        npy_image(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (4,), 'x': 1}", d, 16),
+        "unexpected key");
+    npy_refused(npy_image(1, "{'descr': '<f4', 'fortran_order': False, 'shape': [4], }", d, 16),
+                "not a tuple");
+    npy_refused(npy_image(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (4, -1), }", d, 16),
+                "non-negative");
     npy_refused(npy_image(1, "('descr', '<f4')", d, 16), "not a dict");
-    npy_refused(npy_image(4, "{'descr': '<f4', 'fortran_order': False, 'shape': (4,), }", d, 16), "version 4");
+    npy_refused(npy_image(4, "{'descr': '<f4', 'fortran_order': False, 'shape': (4,), }", d, 16),
+                "version 4");
     image im = npy_image(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (4,), }", d, 16);
     im.buf[1] = 'X';
     npy_refused(im, "magic");

@@ -86,9 +86,9 @@ Test(memory, pocl_memory_limit) {
     guarded gx = guarded_make(ctx, CANARY, T * D, NULL);
     guarded gy = guarded_make(ctx, CANARY, T * D, NULL);
     const cl_uint refs0 = context_refs(ctx);
-    ASSERT_STATUS(clffn_forward(ffn, T, gx.mem, gx.offset, gy.mem, gy.offset,
-                                clffn_context_queue(ctx), NULL),
-                  CLFFN_ERROR_SIZE_OVERFLOW);
+    ASSERT_STATUS(
+        clffn_forward(ffn, T, gx.mem, gx.offset, gy.mem, gy.offset, clffn_context_queue(ctx), NULL),
+        CLFFN_ERROR_SIZE_OVERFLOW);
     float *y = malloc(T * D * sizeof *y), *x = calloc(T * D, sizeof *x);
     cr_assert(y && x);
     guarded_read(ctx, &gy, y);
@@ -164,19 +164,21 @@ static clffn_ffn *gated_ffn(clffn_context *ctx, clffn_activation act, uint64_t s
 /* The allocations themselves fail: the process may grow by 32 MB, the forward needs ~200 MB of
  * workspace. The status is OpenCL's out-of-memory code, passed through. */
 Test(memory, forward_allocation_fails) {
-    if (rlimit_unusable()) { cr_skip_test("an address-space limit does not work under ASan or valgrind"); }
+    if (rlimit_unusable()) {
+        cr_skip_test("an address-space limit does not work under ASan or valgrind");
+    }
     clffn_context *ctx = test_context();
     clffn_config c;
     test_weights w;
     clffn_ffn *ffn = gated_ffn(ctx, CLFFN_ACT_GELU, 4, &c, &w);
-    forward_fits(ffn, &c, &w, 16); /* CLBlast's kernels compiled before the limit */
+    forward_fits(ffn, &c, &w, 16);         /* CLBlast's kernels compiled before the limit */
     const size_t T = 24000, D = c.d_model; /* z: 24000 × 2048 floats = 197 MB */
     guarded gx = guarded_make(ctx, CANARY, T * D, NULL);
     guarded gy = guarded_make(ctx, CANARY, T * D, NULL);
     const cl_uint refs0 = context_refs(ctx);
     limit_address_space(32u << 20);
-    const int st = clffn_forward(ffn, T, gx.mem, gx.offset, gy.mem, gy.offset,
-                                 clffn_context_queue(ctx), NULL);
+    const int st =
+        clffn_forward(ffn, T, gx.mem, gx.offset, gy.mem, gy.offset, clffn_context_queue(ctx), NULL);
     const int fin = clFinish(clffn_context_queue(ctx));
     unlimit_address_space();
     cr_assert(is_memory_status(st), "forward: %s", clffn_status_string(st));
@@ -201,7 +203,9 @@ Test(memory, forward_allocation_fails) {
 /* The same for the backward: its dh and dz ([T, F] and [T, 2F]) do not fit after a forward that
  * did; the gradients and dx keep what they held. */
 Test(memory, backward_allocation_fails) {
-    if (rlimit_unusable()) { cr_skip_test("an address-space limit does not work under ASan or valgrind"); }
+    if (rlimit_unusable()) {
+        cr_skip_test("an address-space limit does not work under ASan or valgrind");
+    }
     clffn_context *ctx = test_context();
     clffn_config c;
     test_weights w;
@@ -214,8 +218,8 @@ Test(memory, backward_allocation_fails) {
     fill_uniform(x, T * D, -1.0f, 1.0f, 6);
     for (size_t i = 0; i < T * D; ++i) { dx[i] = 2.5f; }
     for (size_t i = 0; i < 3 * D * F + 2 * F + D; ++i) { g[i] = 2.5f; }
-    const clffn_weight_arrays ga = {g, g + 3 * D * F, g + D * F, g + 3 * D * F + F, g + 2 * D * F,
-                                    g + 3 * D * F + 2 * F};
+    const clffn_weight_arrays ga = {
+        g, g + 3 * D * F, g + D * F, g + 3 * D * F + F, g + 2 * D * F, g + 3 * D * F + 2 * F};
     ASSERT_OK(clffn_forward_host(ffn, 16, x, 16 * D, y, 16 * D)); /* compile, then the real one */
     ASSERT_OK(clffn_backward_host(ffn, 16, x, 16 * D, x, 16 * D, dx, 16 * D, &ga, 0));
     for (size_t i = 0; i < T * D; ++i) { dx[i] = 2.5f; }

@@ -30,8 +30,8 @@ typedef struct job {
     shared *s;
     int id;
     int device_level;
-    int status;       /* first failing status, or CLFFN_SUCCESS */
-    int mismatches;   /* rounds whose result differed */
+    int status;     /* first failing status, or CLFFN_SUCCESS */
+    int mismatches; /* rounds whose result differed */
 } job;
 
 static void *worker(void *arg) {
@@ -42,7 +42,9 @@ static void *worker(void *arg) {
     cl_mem bx = NULL, by = NULL;
     float y[TOK * DM];
     int st = clffn_ffn_create(s->ctx, &s->cfg, &ffn);
-    if (st == CLFFN_SUCCESS) { st = clffn_ffn_upload_weights(ffn, CLFFN_LAYOUT_OUT_IN, &s->w.host); }
+    if (st == CLFFN_SUCCESS) {
+        st = clffn_ffn_upload_weights(ffn, CLFFN_LAYOUT_OUT_IN, &s->w.host);
+    }
     if (st == CLFFN_SUCCESS && j->device_level) {
         cl_int err;
         cl_context cl = clffn_context_cl_context(s->ctx);
@@ -106,8 +108,10 @@ static void run(int device_level) {
     for (int t = 0; t < THREADS; ++t) {
         cr_assert_eq(jobs[t].status, CLFFN_SUCCESS, "thread %d: %s", t,
                      clffn_status_string(jobs[t].status));
-        cr_assert_eq(jobs[t].mismatches, 0, "thread %d: %d of %d results differ from the "
-                     "single-threaded ones", t, jobs[t].mismatches, ROUNDS);
+        cr_assert_eq(jobs[t].mismatches, 0,
+                     "thread %d: %d of %d results differ from the "
+                     "single-threaded ones",
+                     t, jobs[t].mismatches, ROUNDS);
     }
     test_weights_free(&s->w);
     clffn_context_destroy(s->ctx);

@@ -75,8 +75,8 @@ static void encode(const char *dt, float v, uint8_t *p) {
         memcpy(p, &h, 2);
     } else { /* F16 of a normal float with a short mantissa, or zero */
         const uint32_t sign = (u >> 16) & 0x8000u, exp = (u >> 23) & 0xffu, man = u & 0x7fffffu;
-        const uint16_t h = exp == 0 ? (uint16_t)sign
-                                    : (uint16_t)(sign | ((exp - 127 + 15) << 10) | (man >> 13));
+        const uint16_t h =
+            exp == 0 ? (uint16_t)sign : (uint16_t)(sign | ((exp - 127 + 15) << 10) | (man >> 13));
         memcpy(p, &h, 2);
     }
 }
@@ -151,13 +151,13 @@ static void run_preset(const preset_case *pc) {
     const int oi = pc->layout == CLFFN_LAYOUT_OUT_IN;
     tensor ts[8];
     size_t n = 0;
-#define ADD(nm, r, s0, s1, vals)                                                   \
-    do {                                                                           \
-        if (nm) {                                                                  \
-            ts[n] = (tensor){"", pc->dtype, (r), {(s0), (s1)}, (vals)};            \
-            snprintf(ts[n].name, sizeof ts[n].name, (nm), pc->layer);              \
-            ++n;                                                                   \
-        }                                                                          \
+#define ADD(nm, r, s0, s1, vals)                                        \
+    do {                                                                \
+        if (nm) {                                                       \
+            ts[n] = (tensor){"", pc->dtype, (r), {(s0), (s1)}, (vals)}; \
+            snprintf(ts[n].name, sizeof ts[n].name, (nm), pc->layer);   \
+            ++n;                                                        \
+        }                                                               \
     } while (0)
     ADD(pc->w1, 2, oi ? F : D, oi ? D : F, w1);
     ADD(pc->b1, 1, F, 0, b1);
@@ -208,8 +208,8 @@ static void run_preset(const preset_case *pc) {
     c.bias_gate = pc->bv != NULL;
     c.bias2 = pc->b2 != NULL;
     c.residual = pc->extra_args && strstr(pc->extra_args, "--residual") != NULL;
-    const clffn_host_weights hw = {w1, pc->b1 ? b1 : NULL, pc->gated ? v : NULL,
-                                   pc->bv ? bv : NULL, w2, pc->b2 ? b2 : NULL};
+    const clffn_host_weights hw = {w1, pc->b1 ? b1 : NULL, pc->gated ? v : NULL, pc->bv ? bv : NULL,
+                                   w2, pc->b2 ? b2 : NULL};
     double ref[6 * D];
     ASSERT_OK(clffn_reference_forward(&c, pc->layout, &hw, T, x, 0, 0, 0, ref, NULL));
     assert_mostly_nonzero(ref, T * D, 0.9, pc->preset);
@@ -222,9 +222,12 @@ static void run_preset(const preset_case *pc) {
     ASSERT_OK(clffn_reference_backward(&c, pc->layout, &hw, T, x, dy, 0, 0, 0, rdx, &rg));
     clffn_st_file gf;
     cr_assert_eq(clffn_st_open(gpath, &gf, err), 0, "%s", err);
-    const struct { const char *pattern; const double *ref; size_t n; } want[] = {
-        {pc->w1, rw1, D * F}, {pc->b1, rb1, F}, {pc->v, rv, D * F}, {pc->bv, rbv, F},
-        {pc->w2, rw2, D * F}, {pc->b2, rb2, D}, {"input", rdx, T * D}};
+    const struct {
+        const char *pattern;
+        const double *ref;
+        size_t n;
+    } want[] = {{pc->w1, rw1, D * F}, {pc->b1, rb1, F}, {pc->v, rv, D * F},   {pc->bv, rbv, F},
+                {pc->w2, rw2, D * F}, {pc->b2, rb2, D}, {"input", rdx, T * D}};
     size_t found = 0;
     for (size_t i = 0; i < sizeof want / sizeof want[0]; ++i) {
         if (!want[i].pattern) { continue; }
@@ -250,7 +253,8 @@ static void run_preset(const preset_case *pc) {
 
 Test(clffn_run, preset_annotated_f32) {
     run_preset(&(preset_case){"annotated", "F32", 0, "w_1.weight", "w_1.bias", NULL, NULL,
-                              "w_2.weight", "w_2.bias", CLFFN_LAYOUT_OUT_IN, CLFFN_ACT_RELU, 0, NULL});
+                              "w_2.weight", "w_2.bias", CLFFN_LAYOUT_OUT_IN, CLFFN_ACT_RELU, 0,
+                              NULL});
 }
 Test(clffn_run, preset_annotated_residual_gelu_override) {
     run_preset(&(preset_case){"annotated", "F32", 0, "w_1.weight", "w_1.bias", NULL, NULL,
@@ -272,10 +276,10 @@ Test(clffn_run, preset_gpt2_f64_layer3) {
                               CLFFN_LAYOUT_IN_OUT, CLFFN_ACT_GELU_TANH, 0, NULL});
 }
 Test(clffn_run, preset_gpt2_transformer_prefix) {
-    run_preset(&(preset_case){"gpt2", "F32", 0, "transformer.h.%d.mlp.c_fc.weight",
-                              "transformer.h.%d.mlp.c_fc.bias", NULL, NULL,
-                              "transformer.h.%d.mlp.c_proj.weight", "transformer.h.%d.mlp.c_proj.bias",
-                              CLFFN_LAYOUT_IN_OUT, CLFFN_ACT_GELU_TANH, 0, NULL});
+    run_preset(&(preset_case){
+        "gpt2", "F32", 0, "transformer.h.%d.mlp.c_fc.weight", "transformer.h.%d.mlp.c_fc.bias",
+        NULL, NULL, "transformer.h.%d.mlp.c_proj.weight", "transformer.h.%d.mlp.c_proj.bias",
+        CLFFN_LAYOUT_IN_OUT, CLFFN_ACT_GELU_TANH, 0, NULL});
 }
 Test(clffn_run, preset_bert_f16_layer1) {
     run_preset(&(preset_case){"bert", "F16", 1, "bert.encoder.layer.%d.intermediate.dense.weight",
@@ -310,7 +314,8 @@ Test(clffn_run, refusals) {
     make_dir();
     enum { D = 8, F = 16 };
     float *w1 = exact_values(D * F, 0.5f, 1), *w2 = exact_values(D * F, 0.5f, 2);
-    const tensor ts[2] = {{"w_1.weight", "F32", 2, {F, D}, w1}, {"w_2.weight", "F32", 2, {D, F}, w2}};
+    const tensor ts[2] = {{"w_1.weight", "F32", 2, {F, D}, w1},
+                          {"w_2.weight", "F32", 2, {D, F}, w2}};
     char w[128], x[128], x_bad[128], y[128], trunc[128], args[1024], err[CLFFN_IO_ERR];
     snprintf(w, sizeof w, "%s/m.safetensors", dir);
     snprintf(x, sizeof x, "%s/x.npy", dir);
@@ -329,10 +334,13 @@ Test(clffn_run, refusals) {
     expect_refusal("--bogus", 2, "unknown argument", NULL);
     expect_refusal("--weights only.safetensors", 2, "go together", NULL);
     expect_refusal("--activation gelu", 2, "--weights", NULL);
-    snprintf(args, sizeof args, "--weights '%s' --input '%s' --output '%s' --grad-output '%s'", w, x, y, x);
+    snprintf(args, sizeof args, "--weights '%s' --input '%s' --output '%s' --grad-output '%s'", w,
+             x, y, x);
     expect_refusal(args, 2, "go together", y);
-    snprintf(args, sizeof args, "--weights '%s' --input '%s' --output '%s' --grad-output '%s' "
-             "--grads-out '%s/g.safetensors'", w, x, y, x_bad, dir);
+    snprintf(args, sizeof args,
+             "--weights '%s' --input '%s' --output '%s' --grad-output '%s' "
+             "--grads-out '%s/g.safetensors'",
+             w, x, y, x_bad, dir);
     expect_refusal(args, 2, "x_bad.npy: shape differs", y);
     snprintf(args, sizeof args, "--weights '%s' --input '%s' --output '%s' --preset nope", w, x, y);
     expect_refusal(args, 2, "unknown preset", y);
@@ -340,9 +348,11 @@ Test(clffn_run, refusals) {
     expect_refusal(args, 2, "--dropout", y);
     snprintf(args, sizeof args, "--weights '%s' --input '%s' --output '%s'", trunc, x, y);
     expect_refusal(args, 2, "trunc.safetensors: ", y);
-    snprintf(args, sizeof args, "--weights '%s/missing.safetensors' --input '%s' --output '%s'", dir, x, y);
+    snprintf(args, sizeof args, "--weights '%s/missing.safetensors' --input '%s' --output '%s'",
+             dir, x, y);
     expect_refusal(args, 2, "missing.safetensors: cannot open", y);
-    snprintf(args, sizeof args, "--weights '%s' --input '%s' --output '%s' --preset labml", w, x, y);
+    snprintf(args, sizeof args, "--weights '%s' --input '%s' --output '%s' --preset labml", w, x,
+             y);
     expect_refusal(args, 2, "no tensor 'layer1.weight'", y);
     snprintf(args, sizeof args, "--weights '%s' --input '%s' --output '%s' --gated", w, x, y);
     expect_refusal(args, 2, "no gate tensor", y);
@@ -352,10 +362,12 @@ Test(clffn_run, refusals) {
     expect_refusal(args, 2, "m.safetensors: not an .npy file", y); /* a checkpoint given as input */
     snprintf(args, sizeof args, "--weights '%s' --input '%s/nothing.npy' --output '%s'", w, dir, y);
     expect_refusal(args, 2, "nothing.npy: cannot open", y);
-    snprintf(args, sizeof args, "--weights '%s' --input '%s' --output '%s/no/such/dir/y.npy'", w, x, dir);
+    snprintf(args, sizeof args, "--weights '%s' --input '%s' --output '%s/no/such/dir/y.npy'", w, x,
+             dir);
     expect_refusal(args, 1, "y.npy: cannot", NULL);
     /* and a good run writes the output */
-    snprintf(args, sizeof args, "'%s' --weights '%s' --input '%s' --output '%s'", CLFFN_RUN_PATH, w, x, y);
+    snprintf(args, sizeof args, "'%s' --weights '%s' --input '%s' --output '%s'", CLFFN_RUN_PATH, w,
+             x, y);
     cr_assert_eq(run(args, NULL, 0), 0);
     struct stat sb;
     cr_assert_eq(stat(y, &sb), 0);
@@ -370,7 +382,8 @@ Test(clffn_devices, table_json_and_check) {
     char out[16384], cmd[512];
     snprintf(cmd, sizeof cmd, "'%s'", CLFFN_DEVICES_PATH);
     cr_assert_eq(run(cmd, out, sizeof out), 0, "%s", out);
-    cr_assert(strstr(out, "[0:0]") && strstr(out, "compute units") && strstr(out, "max allocation"), "%s", out);
+    cr_assert(strstr(out, "[0:0]") && strstr(out, "compute units") && strstr(out, "max allocation"),
+              "%s", out);
     snprintf(cmd, sizeof cmd, "'%s' --json", CLFFN_DEVICES_PATH);
     cr_assert_eq(run(cmd, out, sizeof out), 0, "%s", out);
     cJSON *root = cJSON_Parse(out);
@@ -422,7 +435,8 @@ static double num(const cJSON *o, const char *k) {
 
 Test(clffn_bench, json_report, .timeout = 120) {
     char out[16384], cmd[512];
-    snprintf(cmd, sizeof cmd, "'%s' --json --tokens 7 --d-model 16 --d-ff 40 --activation swiglu --reps 3",
+    snprintf(cmd, sizeof cmd,
+             "'%s' --json --tokens 7 --d-model 16 --d-ff 40 --activation swiglu --reps 3",
              CLFFN_BENCH_PATH);
     cr_assert_eq(run(cmd, out, sizeof out), 0, "%s", out);
     cJSON *o = cJSON_Parse(out);
@@ -438,18 +452,22 @@ Test(clffn_bench, json_report, .timeout = 120) {
     cr_assert(fabs(num(o, "gflops") - 2.0 * 7 * 16 * 40 * 3 / num(o, "best_s") * 1e-9) <=
               1e-6 * num(o, "gflops"));
     const cJSON *st = cJSON_GetObjectItemCaseSensitive(o, "stages");
-    const double parts = num(st, "gemm1_s") + num(st, "epilogue1_s") + num(st, "gemm2_s") +
-                         num(st, "epilogue2_s");
+    const double parts =
+        num(st, "gemm1_s") + num(st, "epilogue1_s") + num(st, "gemm2_s") + num(st, "epilogue2_s");
     cr_assert(num(st, "gemm1_s") > 0 && num(st, "epilogue1_s") > 0 && num(st, "gemm2_s") > 0 &&
-              num(st, "epilogue2_s") > 0, "%s", out);
+                  num(st, "epilogue2_s") > 0,
+              "%s", out);
     cr_assert(fabs(parts - num(st, "total_s")) <= 1e-9 + 1e-6 * num(st, "total_s"),
               "stages %.9f vs total %.9f", parts, num(st, "total_s"));
     cr_assert(num(o, "startup_s") > 0);
-    cr_assert(num(o, "backward_best_s") > 0 && num(o, "backward_best_s") <= num(o, "backward_median_s"));
-    cr_assert(fabs(num(o, "backward_over_forward") - num(o, "backward_best_s") / num(o, "best_s")) < 1e-9);
+    cr_assert(num(o, "backward_best_s") > 0 &&
+              num(o, "backward_best_s") <= num(o, "backward_median_s"));
+    cr_assert(fabs(num(o, "backward_over_forward") - num(o, "backward_best_s") / num(o, "best_s")) <
+              1e-9);
     cJSON_Delete(o);
     /* with the CPU BLAS beside it, when one was found at build time */
-    snprintf(cmd, sizeof cmd, "'%s' --json --tokens 9 --d-model 24 --d-ff 64 --reps 3 --compare-cpu",
+    snprintf(cmd, sizeof cmd,
+             "'%s' --json --tokens 9 --d-model 24 --d-ff 64 --reps 3 --compare-cpu",
              CLFFN_BENCH_PATH);
     const int rc = run(cmd, out, sizeof out);
     if (rc == 2) {
@@ -460,7 +478,8 @@ Test(clffn_bench, json_report, .timeout = 120) {
         cr_assert_not_null(o, "%s", out);
         const cJSON *c = cJSON_GetObjectItemCaseSensitive(o, "cpu_blas");
         cr_assert(num(c, "best_s") > 0 && num(o, "ratio_vs_cpu_blas") > 0);
-        cr_assert(fabs(num(o, "ratio_vs_cpu_blas") - num(c, "best_s") / num(o, "best_s")) < 1e-9 * num(o, "ratio_vs_cpu_blas") + 1e-12);
+        cr_assert(fabs(num(o, "ratio_vs_cpu_blas") - num(c, "best_s") / num(o, "best_s")) <
+                  1e-9 * num(o, "ratio_vs_cpu_blas") + 1e-12);
         cJSON_Delete(o);
     }
     snprintf(cmd, sizeof cmd, "'%s' --tokens 0", CLFFN_BENCH_PATH);
@@ -502,7 +521,8 @@ Test(clffn_tune, profile_file_is_applied) {
           " \"MDIMA\": 8, \"MDIMC\": 8, \"MWG\": 32, \"NDIMB\": 8, \"NDIMC\": 8, \"NWG\": 32,"
           " \"SA\": 0, \"SB\": 0, \"STRM\": 0, \"STRN\": 0, \"VWM\": 4, \"VWN\": 4},"
           " \"GemmRoutine\": {\"XGEMM_MIN_INDIRECT_SIZE\": 48}},"
-          " \"clffn\": {\"GEMM_K_BLOCK\": 64}}", f);
+          " \"clffn\": {\"GEMM_K_BLOCK\": 64}}",
+          f);
     fclose(f);
     ctx = test_context();
     cr_assert_eq(clffn_tuning_has_profile(clffn_context_cl_device(ctx)), 1);
@@ -524,7 +544,8 @@ Test(clffn_tune, profile_file_is_applied) {
         ASSERT_OK(clffn_ffn_create(ctx, &c, &ffn));
         ASSERT_OK(clffn_ffn_upload_weights(ffn, CLFFN_LAYOUT_OUT_IN, &w.host));
         ASSERT_OK(clffn_forward_host(ffn, T, x, T * D, y, T * D));
-        ASSERT_OK(clffn_reference_forward(&c, CLFFN_LAYOUT_OUT_IN, &w.host, T, x, 0, 0, 0, ref, NULL));
+        ASSERT_OK(
+            clffn_reference_forward(&c, CLFFN_LAYOUT_OUT_IN, &w.host, T, x, 0, 0, 0, ref, NULL));
         assert_close(y, ref, T * D, TOL_RTOL, "under a profile");
         clffn_ffn_destroy(ffn);
         free(x), free(y), free(ref);
@@ -539,9 +560,10 @@ Test(clffn_tune, profile_file_is_applied) {
 Test(clffn_tune, short_search, .timeout = 400) {
     make_dir();
     char cmd[1024], out[16384];
-    snprintf(cmd, sizeof cmd,
-             "CLFFN_NO_TUNING=1 CLFFN_TUNE_DIR='%s' '%s' --budget 1 --tokens 48 --d-model 64 --d-ff 128",
-             dir, CLFFN_TUNE_PATH);
+    snprintf(
+        cmd, sizeof cmd,
+        "CLFFN_NO_TUNING=1 CLFFN_TUNE_DIR='%s' '%s' --budget 1 --tokens 48 --d-model 64 --d-ff 128",
+        dir, CLFFN_TUNE_PATH);
     cr_assert_eq(run(cmd, out, sizeof out), 0, "%s", out);
     char *at = strstr(out, "profile: ");
     if (!at) {
@@ -561,8 +583,8 @@ Test(clffn_tune, short_search, .timeout = 400) {
         cr_assert(cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(k, "Xgemm")));
         cr_assert(cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(k, "XgemmDirect")));
         cr_assert(cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(k, "GemmRoutine")));
-        const cJSON *kb = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(o, "clffn"),
-                                                           "GEMM_K_BLOCK");
+        const cJSON *kb = cJSON_GetObjectItemCaseSensitive(
+            cJSON_GetObjectItemCaseSensitive(o, "clffn"), "GEMM_K_BLOCK");
         cr_assert(cJSON_IsNumber(kb) && kb->valuedouble >= 0, "%s", text);
         const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "tuned_for");
         cr_assert(num(t, "gemm_gflops") > num(t, "gemm_gflops_before"));
@@ -583,19 +605,24 @@ Test(clffn_tune, damaged_profile_falls_back_and_opt_out) {
     fputs("{\"clblast\": {\"Xgemm\": {\"MWG\": \"lots\"}}", f); /* damaged */
     fclose(f);
     ctx = test_context();
-    cr_assert(strncmp(clffn_context_tuning(ctx), "profile", 7) != 0, "%s", clffn_context_tuning(ctx));
+    cr_assert(strncmp(clffn_context_tuning(ctx), "profile", 7) != 0, "%s",
+              clffn_context_tuning(ctx));
     const size_t fallback_kb = clffn_context_gemm_k_block(ctx); /* the built-in profile's, or 0 */
     clffn_context_destroy(ctx);
     /* a clffn section with a misspelt name, a fraction, a negative number, or not an object:
      * the whole profile is refused, so no half of it takes effect */
-    const char *bad_sections[] = {"{\"GEMM_K_BLOK\": 64}", "{\"GEMM_K_BLOCK\": 64.5}",
-                                  "{\"GEMM_K_BLOCK\": -64}", "{\"GEMM_K_BLOCK\": \"64\"}", "64",
+    const char *bad_sections[] = {"{\"GEMM_K_BLOK\": 64}",
+                                  "{\"GEMM_K_BLOCK\": 64.5}",
+                                  "{\"GEMM_K_BLOCK\": -64}",
+                                  "{\"GEMM_K_BLOCK\": \"64\"}",
+                                  "64",
                                   "{\"GEMM_K_BLOCK\": 1e12}"};
     for (size_t i = 0; i < sizeof bad_sections / sizeof bad_sections[0]; ++i) {
         f = fopen(path, "w");
         cr_assert_not_null(f);
-        fprintf(f, "{\"clblast\": {\"GemmRoutine\": {\"XGEMM_MIN_INDIRECT_SIZE\": 48}}, \"clffn\": %s}",
-                bad_sections[i]);
+        fprintf(
+            f, "{\"clblast\": {\"GemmRoutine\": {\"XGEMM_MIN_INDIRECT_SIZE\": 48}}, \"clffn\": %s}",
+            bad_sections[i]);
         fclose(f);
         ctx = test_context();
         cr_assert(strstr(clffn_context_tuning(ctx), "could not be applied") != NULL, "%s: %s",

@@ -16,7 +16,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     for (size_t i = 0; i < f.count; ++i) {
         const clffn_st_tensor *t = &f.tensors[i];
-        if (t->end > f.data_len || t->begin > t->end || clffn_st_find(&f, t->name) == NULL) { abort(); }
+        if (t->end > f.data_len || t->begin > t->end || clffn_st_find(&f, t->name) == NULL) {
+            abort();
+        }
         /* reading a small convertible tensor touches exactly its bytes */
         if (clffn_dtype_is_convertible(t->dtype) && t->numel <= 4096) {
             float *out = malloc((size_t)(t->numel ? t->numel : 1) * sizeof *out);
