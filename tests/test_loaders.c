@@ -389,6 +389,22 @@ Test(npy, refusals) {
     cr_assert_eq(clffn_npy_parse(tiny, sizeof tiny, &a, err), -1);
 }
 
+/* Bytes from a damaged file reach the message escaped: an ESC or a stray high byte printed as it
+ * is can rewrite the user's terminal. */
+Test(npy, message_escapes_bytes_from_the_file) {
+    const char *dict = "{'descr': '<f4', 'fortran_order': False, 'shape': (1,), "
+                       "'\x1b[2J\xff': 1, }";
+    const float one = 1.0f;
+    image im = npy_image(1, dict, &one, sizeof one);
+    char err[CLFFN_IO_ERR] = "";
+    cr_assert_eq(clffn_npy_parse(im.buf, im.len, &(clffn_npy){0}, err), -1, "accepted");
+    cr_assert(strstr(err, "\\x1b[2J\\xff") != NULL, "message '%s' lacks the escaped key", err);
+    for (const unsigned char *c = (const unsigned char *)err; *c; ++c) {
+        cr_assert(*c >= 0x20 && *c < 0x7f, "raw byte 0x%02x in the message", *c);
+    }
+    free(im.buf);
+}
+
 Test(npy, save_then_load_round_trip) {
     char path[] = "/tmp/clffn-npy-XXXXXX";
     const int fd = mkstemp(path);

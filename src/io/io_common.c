@@ -8,11 +8,26 @@
 #include <string.h>
 #include <unistd.h>
 
+/* Messages quote bytes from the file (keys, names, dtypes), and those must never reach a
+ * terminal as they are: an escape sequence can rewrite it. Every byte outside printable ASCII
+ * is written as \xNN. */
 int clffn__io_fail(char *err, const char *fmt, ...) {
+    char raw[CLFFN_IO_ERR];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(err, CLFFN_IO_ERR, fmt, ap);
+    vsnprintf(raw, sizeof raw, fmt, ap);
     va_end(ap);
+    size_t n = 0;
+    for (const unsigned char *p = (const unsigned char *)raw; *p; ++p) {
+        const int plain = *p >= 0x20 && *p < 0x7f;
+        if (n + (plain ? 1 : 4) >= CLFFN_IO_ERR) { break; }
+        if (plain) {
+            err[n++] = (char)*p;
+        } else {
+            n += (size_t)snprintf(err + n, CLFFN_IO_ERR - n, "\\x%02x", *p);
+        }
+    }
+    err[n] = '\0';
     return -1;
 }
 
