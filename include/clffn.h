@@ -108,7 +108,8 @@ typedef enum clffn_status {
     CLFFN_ERROR_KERNEL_SOURCE = -4108,      /* a .cl file under CLFFN_KERNEL_DIR can't be read */
     CLFFN_ERROR_NO_FORWARD = -4109,         /* hidden tensor asked for before any forward */
     CLFFN_ERROR_BUFFER_OVERLAP = -4110,     /* y partly overlaps x (equal is fine, partly is not) */
-    CLFFN_ERROR_OUT_OF_HOST_MEMORY = -4111  /* malloc failed in clffn's own code */
+    CLFFN_ERROR_OUT_OF_HOST_MEMORY = -4111, /* malloc failed in clffn's own code */
+    CLFFN_ERROR_CONTEXT_ALIVE = -4112       /* clffn_release_all while a context still exists */
 } clffn_status;
 
 /** A static, human-readable name for any status, OpenCL's and CLBlast's included
@@ -248,9 +249,20 @@ CLFFN_API clffn_status clffn_context_create_default(clffn_context **out);
 
 /** Releases the context and what it retained. NULL is a no-op. FFNs created on it must be
  *  destroyed first. CLBlast's process-wide program cache keeps its own reference to every
- *  cl_context it ran a GEMM on, until CLBlastClearCache() (a call of the application's: clearing
- *  it costs every other context a rebuild of its GEMM kernels). */
+ *  cl_context it ran a GEMM on, until clffn_release_all() (or the application's own
+ *  CLBlastClearCache()). */
 CLFFN_API void clffn_context_destroy(clffn_context *ctx);
+
+/** Releases what clffn and CLBlast hold for the whole process: CLBlast's cache of compiled GEMM
+ *  programs (CLBlastClearCache(), which also drops its references to every cl_context), so that
+ *  nothing OpenCL is left to release after main returns. Without it, CLBlast's static cache
+ *  releases its programs from a destructor at exit, when the OpenCL implementation may already
+ *  have torn itself down; some (Oclgrind, some vendor drivers) then crash the exiting program.
+ *  Call it once at the end, after every clffn_context is destroyed and while no other thread
+ *  runs a CLBlast routine; clffn works again afterwards (its GEMMs recompile). Every clffn tool
+ *  calls it before it exits. Errors: a clffn_context still alive → CONTEXT_ALIVE, and nothing
+ *  is released; CLBlast's status passes through. */
+CLFFN_API clffn_status clffn_release_all(void);
 
 /** The context's OpenCL handles (not retained for the caller); NULL for a NULL ctx. The queue
  *  is clffn's internal in-order queue (profiling enabled), usable for the caller's own work. */

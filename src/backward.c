@@ -47,9 +47,9 @@ static clffn_status check_backward(const clffn_ffn *ffn, size_t T, clffn_matrix 
     return CLFFN_SUCCESS;
 }
 
-/* Layer 2 and the bias b2: dh = dy·W2, dW2 (+)= dyᵀ·h, db2 (+)= Σ_t dy. */
-static cl_int layer2_backward(clffn_ffn *ffn, const clffn_gemm_env *env, size_t T, clffn_matrix dy,
-                              const clffn_device_weights *g, float beta) {
+/* Layer 2's products: dh = dy·W2, dW2 (+)= dyᵀ·h. */
+static cl_int layer2_gemms(clffn_ffn *ffn, const clffn_gemm_env *env, size_t T, clffn_matrix dy,
+                           const clffn_device_weights *g, float beta) {
     const clffn_config *c = &ffn->cfg;
     const clffn_matrix h = {ffn->ws.h, 0, c->d_ff}, dh = {ffn->ws.dh, 0, c->d_ff};
     clffn_linear dw2 = ffn->w2;
@@ -57,52 +57,96 @@ static cl_int layer2_backward(clffn_ffn *ffn, const clffn_gemm_env *env, size_t 
     dw2.offset = g->w2.offset;
     cl_int err = clffn__linear_backward_input(env, &ffn->w2, T, dy, 0.0f, dh);
     if (err == CL_SUCCESS) { err = clffn__linear_backward_weight(env, &dw2, T, dy, h, beta); }
-    if (err == CL_SUCCESS && c->bias2) {
-        err = clffn__column_sums(ffn, dy, T, c->d_model, &g->b2, beta != 0.0f, *env->queue);
-    }
     return err;
 }
 
-/* Layer 1 and its biases from dz: db1, dbv (+)= Σ_t dz; dW1|dV (+)= dzᵀ·x; dx = dz·[W1|V]
- * (+ dy for the residual). */
-static cl_int layer1_backward(clffn_ffn *ffn, const clffn_gemm_env *env, size_t T, clffn_matrix x,
-                              clffn_matrix dy, clffn_matrix dx, const clffn_device_weights *g,
-                              float beta) {
+/* Layer 1's weight gradients: dW1|dV (+)= dzᵀ·x, in the weights' shapes, stacked when the
+ * caller left v.mem NULL. */
+static cl_int layer1_weight_gemms(clffn_ffn *ffn, const clffn_gemm_env *env, size_t T,
+                                  clffn_matrix x, const clffn_device_weights *g, float beta) {
     const clffn_config *c = &ffn->cfg;
     const size_t F = c->d_ff;
     const clffn_matrix dz = {ffn->ws.dz, 0, clffn__n1(c)};
-    const int acc = beta != 0.0f;
-    cl_int err = CL_SUCCESS;
-    if (c->bias1) { err = clffn__column_sums(ffn, dz, T, F, &g->b1, acc, *env->queue); }
-    if (err == CL_SUCCESS && c->gated && c->bias_gate) {
-        const clffn_matrix dz2 = {dz.mem, F, dz.ld};
-        err = clffn__column_sums(ffn, dz2, T, F, &g->bv, acc, *env->queue);
-    }
-    /* the gradients in the weights' shapes; stacked when the caller left v.mem NULL */
     const bool stacked_g = c->gated && !g->v.mem;
     const clffn_linear dw1 = {g->w1.mem, g->w1.offset, c->d_model, stacked_g ? 2 * F : F,
                               ffn->w1.layout};
     const clffn_linear dv = {g->v.mem, g->v.offset, c->d_model, F, ffn->w1.layout};
     clffn_part parts[2];
-    size_t n = clffn__first_layer(c->gated, stacked_g, &dw1, &dv, parts);
+    const size_t n = clffn__first_layer(c->gated, stacked_g, &dw1, &dv, parts);
+    cl_int err = CL_SUCCESS;
     for (size_t i = 0; i < n && err == CL_SUCCESS; ++i) {
         const clffn_matrix dzi = {dz.mem, parts[i].col, dz.ld};
         err = clffn__linear_backward_weight(env, &parts[i].w, T, dzi, x, beta);
     }
+    return err;
+}
+
+/* Layer 1's input gradient: dx = dz·[W1|V] (+ β·dx, β = 1 after the residual's copy). */
+static cl_int layer1_input_gemms(clffn_ffn *ffn, const clffn_gemm_env *env, size_t T,
+                                 clffn_matrix dx, float beta) {
+    const clffn_config *c = &ffn->cfg;
+    const clffn_matrix dz = {ffn->ws.dz, 0, clffn__n1(c)};
+    clffn_part parts[2];
+    const size_t n = clffn__first_layer(c->gated, ffn->stacked, &ffn->w1, &ffn->v, parts);
+    cl_int err = CL_SUCCESS;
+    for (size_t i = 0; i < n && err == CL_SUCCESS; ++i) {
+        const clffn_matrix dzi = {dz.mem, parts[i].col, dz.ld};
+        err = clffn__linear_backward_input(env, &parts[i].w, T, dzi, i ? 1.0f : beta, dx);
+    }
+    return err;
+}
+
+/* The biases' gradients from dz: db1, dbv (+)= Σ_t dz. */
+static cl_int layer1_bias_sums(clffn_ffn *ffn, size_t T, const clffn_device_weights *g, int acc,
+                               cl_command_queue queue) {
+    const clffn_config *c = &ffn->cfg;
+    const size_t F = c->d_ff;
+    const clffn_matrix dz = {ffn->ws.dz, 0, clffn__n1(c)};
+    cl_int err = CL_SUCCESS;
+    if (c->bias1) { err = clffn__column_sums(ffn, dz, T, F, &g->b1, acc, queue); }
+    if (err == CL_SUCCESS && c->gated && c->bias_gate) {
+        const clffn_matrix dz2 = {dz.mem, F, dz.ld};
+        err = clffn__column_sums(ffn, dz2, T, F, &g->bv, acc, queue);
+    }
+    return err;
+}
+
+/* Every product of the pass, recorded (not run) so that the GEMM scratch grows once, before the
+ * first is enqueued: a failing allocation leaves every gradient as it was. */
+static cl_int reserve_backward(clffn_ffn *ffn, const clffn_gemm_env *env, size_t T, clffn_matrix x,
+                               clffn_matrix dy, clffn_matrix dx, const clffn_device_weights *g,
+                               float beta) {
+    clffn__scratch_plan(env->scratch);
+    cl_int err = layer2_gemms(ffn, env, T, dy, g, beta);
+    if (err == CL_SUCCESS) { err = layer1_weight_gemms(ffn, env, T, x, g, beta); }
+    if (err == CL_SUCCESS && dx.mem) { err = layer1_input_gemms(ffn, env, T, dx, 0.0f); }
+    const cl_int reserved = clffn__scratch_reserve(ffn->ctx, env->scratch, *env->queue);
+    return err == CL_SUCCESS ? reserved : err;
+}
+
+/* The pass in order: layer 2 (dh, dW2, db2), epilogue 1 backward (dz), layer 1 (db1, dbv, dW1|dV,
+ * dx, with dy added first for the residual). */
+static cl_int enqueue_backward(clffn_ffn *ffn, const clffn_gemm_env *env, size_t T, clffn_matrix x,
+                               clffn_matrix dy, clffn_matrix dx, const clffn_device_weights *g,
+                               float beta) {
+    const clffn_config *c = &ffn->cfg;
+    cl_command_queue q = *env->queue;
+    const int acc = beta != 0.0f;
+    cl_int err = layer2_gemms(ffn, env, T, dy, g, beta);
+    if (err == CL_SUCCESS && c->bias2) {
+        err = clffn__column_sums(ffn, dy, T, c->d_model, &g->b2, acc, q);
+    }
+    if (err == CL_SUCCESS) { err = clffn__epilogue1_backward(ffn, T, q); }
+    if (err == CL_SUCCESS) { err = layer1_bias_sums(ffn, T, g, acc, q); }
+    if (err == CL_SUCCESS) { err = layer1_weight_gemms(ffn, env, T, x, g, beta); }
     if (err != CL_SUCCESS || !dx.mem) { return err; }
     float b = 0.0f;
     if (c->residual) {
-        err = clEnqueueCopyBuffer(*env->queue, dy.mem, dx.mem, dy.off * sizeof(float),
-                                  dx.off * sizeof(float), T * c->d_model * sizeof(float), 0, NULL,
-                                  NULL);
+        err = clEnqueueCopyBuffer(q, dy.mem, dx.mem, dy.off * sizeof(float), dx.off * sizeof(float),
+                                  T * c->d_model * sizeof(float), 0, NULL, NULL);
         b = 1.0f;
     }
-    n = clffn__first_layer(c->gated, ffn->stacked, &ffn->w1, &ffn->v, parts);
-    for (size_t i = 0; i < n && err == CL_SUCCESS; ++i) {
-        const clffn_matrix dzi = {dz.mem, parts[i].col, dz.ld};
-        err = clffn__linear_backward_input(env, &parts[i].w, T, dzi, i ? 1.0f : b, dx);
-    }
-    return err;
+    return err == CL_SUCCESS ? layer1_input_gemms(ffn, env, T, dx, b) : err;
 }
 
 clffn_status clffn_backward(clffn_ffn *ffn, size_t tokens, cl_mem x, size_t x_offset, cl_mem dy,
@@ -117,13 +161,12 @@ clffn_status clffn_backward(clffn_ffn *ffn, size_t tokens, cl_mem x, size_t x_of
     const size_t D = ffn->cfg.d_model;
     const clffn_matrix X = {x, x_offset, D}, DY = {dy, dy_offset, D}, DX = {dx, dx_offset, D};
     if ((st = check_backward(ffn, tokens, X, DY, DX, g)) != CLFFN_SUCCESS) { return st; }
-    if ((st = clffn__workspace_backward(ffn, tokens)) != CLFFN_SUCCESS) { return st; }
+    if ((st = clffn__workspace_backward(ffn, tokens, queue)) != CLFFN_SUCCESS) { return st; }
 
     const float beta = accumulate ? 1.0f : 0.0f;
     const clffn_gemm_env env = clffn__gemm_env(ffn, &queue);
-    cl_int err = layer2_backward(ffn, &env, tokens, DY, g, beta);
-    if (err == CL_SUCCESS) { err = clffn__epilogue1_backward(ffn, tokens, queue); }
-    if (err == CL_SUCCESS) { err = layer1_backward(ffn, &env, tokens, X, DY, DX, g, beta); }
+    cl_int err = reserve_backward(ffn, &env, tokens, X, DY, DX, g, beta);
+    if (err == CL_SUCCESS) { err = enqueue_backward(ffn, &env, tokens, X, DY, DX, g, beta); }
     if (err == CL_SUCCESS && event) { err = clEnqueueMarkerWithWaitList(queue, 0, NULL, event); }
     return (clffn_status)err;
 }

@@ -1,6 +1,8 @@
 /* The host-level backward: the caller's arrays through the FFN's own device buffers. */
 #include "ffn.h"
 
+#include "launch.h"
+
 static cl_int upload_to(cl_command_queue q, cl_mem m, const float *src, size_t n) {
     return clEnqueueWriteBuffer(q, m, CL_FALSE, 0, n * sizeof(float), src, 0, NULL, NULL);
 }
@@ -16,6 +18,10 @@ static cl_int transfer_stacked(const clffn_ffn *ffn, cl_command_queue q, int wri
     const size_t D = ffn->cfg.d_model, F = ffn->cfg.d_ff, fd = F * D * sizeof(float);
     const cl_mem g = ffn->ws.g_w1;
     float *const parts[2] = {w1, v};
+    const int in_out = ffn->w1.layout == CLFFN_LAYOUT_IN_OUT;
+    if (write && v) {
+        return clffn__write_stacked(q, g, in_out, in_out ? D : F, in_out ? F : D, w1, v);
+    }
     cl_int err = CL_SUCCESS;
     for (size_t i = 0; i < 2 && parts[i] && err == CL_SUCCESS; ++i) {
         if (ffn->w1.layout == CLFFN_LAYOUT_OUT_IN || !v) { /* whole rows: contiguous */

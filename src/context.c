@@ -6,14 +6,20 @@
 #include "devices.h"
 #include "program.h"
 
+#include <clblast_c.h>
 #include <ctype.h>
 #include <limits.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 /* ------------------------------------------------------------------------------------------ */
 /* Creation */
+
+/* Contexts created and not yet destroyed, in the whole process: clffn_release_all refuses to
+ * clear CLBlast's cache under a live one. */
+static atomic_long live_contexts;
 
 static clffn_status context_init(clffn_context *ctx, cl_context context, cl_device_id device) {
     clffn_device_caps caps;
@@ -70,6 +76,7 @@ clffn_status clffn_context_create(cl_context context, cl_device_id device, clffn
     }
     clRetainContext(context);
     clRetainDevice(device);
+    atomic_fetch_add(&live_contexts, 1);
     *out = ctx;
     return CLFFN_SUCCESS;
 }
@@ -146,6 +153,13 @@ void clffn_context_destroy(clffn_context *ctx) {
     pthread_mutex_destroy(&ctx->lock);
     free(ctx->build_log);
     free(ctx);
+    atomic_fetch_sub(&live_contexts, 1);
+}
+
+clffn_status clffn_release_all(void) {
+    if (atomic_load(&live_contexts) > 0) { return CLFFN_ERROR_CONTEXT_ALIVE; }
+    const CLBlastStatusCode st = CLBlastClearCache();
+    return st == CLBlastSuccess ? CLFFN_SUCCESS : (clffn_status)st;
 }
 
 cl_context clffn_context_cl_context(const clffn_context *ctx) { return ctx ? ctx->context : NULL; }

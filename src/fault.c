@@ -8,6 +8,7 @@
 #undef realloc
 #undef strdup
 #undef free
+#undef clCreateBuffer
 
 #include <cjson/cJSON.h>
 #include <stdatomic.h>
@@ -81,6 +82,34 @@ void clffn__fi_arm(long n, int sticky) {
 
 long clffn__fi_failed(void) { return atomic_load(&failed); }
 long clffn__fi_live(void) { return atomic_load(&live); }
+
+static atomic_long device_countdown, device_failed;
+static atomic_int device_sticky, device_tripped;
+
+cl_mem clffn__fi_clCreateBuffer(cl_context context, cl_mem_flags flags, size_t size, void *host,
+                                cl_int *err) {
+    int fail = atomic_load(&device_tripped) && atomic_load(&device_sticky);
+    if (!atomic_load(&device_tripped) && atomic_load(&device_countdown) > 0 &&
+        atomic_fetch_sub(&device_countdown, 1) == 1) {
+        atomic_store(&device_tripped, 1);
+        fail = 1;
+    }
+    if (fail) {
+        atomic_fetch_add(&device_failed, 1);
+        if (err) { *err = CL_MEM_OBJECT_ALLOCATION_FAILURE; }
+        return NULL;
+    }
+    return clCreateBuffer(context, flags, size, host, err);
+}
+
+void clffn__fi_arm_device(long n, int sticky) {
+    atomic_store(&device_tripped, 0);
+    atomic_store(&device_sticky, sticky);
+    atomic_store(&device_failed, 0);
+    atomic_store(&device_countdown, n > 0 ? n : 0);
+}
+
+long clffn__fi_device_failed(void) { return atomic_load(&device_failed); }
 
 /* cJSON allocates for our code (the safetensors header, tuning profiles): through the counters
  * too. Set before main, so no cJSON block predates the hooks. */

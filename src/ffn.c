@@ -148,17 +148,6 @@ static clffn_status upload(clffn_context *ctx, size_t n, const float *src, cl_me
     return CLFFN_SUCCESS;
 }
 
-/* Writes an F-column matrix block into the stacked [D, 2F] IN_OUT weight at column col0. */
-static cl_int write_columns(clffn_context *ctx, cl_mem m, size_t rows, size_t cols, size_t ld,
-                            size_t col0, const float *src) {
-    const size_t buffer_origin[3] = {col0 * sizeof(float), 0, 0};
-    const size_t host_origin[3] = {0, 0, 0};
-    const size_t region[3] = {cols * sizeof(float), rows, 1};
-    return clEnqueueWriteBufferRect(ctx->queue, m, CL_TRUE, buffer_origin, host_origin, region,
-                                    ld * sizeof(float), 0, cols * sizeof(float), 0, src, 0, NULL,
-                                    NULL);
-}
-
 clffn_status clffn_ffn_upload_weights(clffn_ffn *ffn, clffn_layout layout,
                                       const clffn_host_weights *w) {
     if (!ffn || !w) { return CLFFN_ERROR_NULL_ARGUMENT; }
@@ -174,20 +163,11 @@ clffn_status clffn_ffn_upload_weights(clffn_ffn *ffn, clffn_layout layout,
     const size_t D = c->d_model, F = c->d_ff;
     cl_mem m[6] = {NULL}; /* w1 (stacked with V when gated), b1, bv, w2, b2 */
     clffn_status st = upload(ctx, clffn__n1(c) * D, c->gated ? NULL : w->w1, &m[0]);
-    if (st == CLFFN_SUCCESS && c->gated) {
-        cl_int err;
-        if (layout == CLFFN_LAYOUT_OUT_IN) { /* [2F, D]: W1's rows, then V's */
-            err = clEnqueueWriteBuffer(ctx->queue, m[0], CL_TRUE, 0, F * D * sizeof(float), w->w1,
-                                       0, NULL, NULL);
-            if (err == CL_SUCCESS) {
-                err = clEnqueueWriteBuffer(ctx->queue, m[0], CL_TRUE, F * D * sizeof(float),
-                                           F * D * sizeof(float), w->v, 0, NULL, NULL);
-            }
-        } else { /* [D, 2F]: each row holds W1's F values, then V's */
-            err = write_columns(ctx, m[0], D, F, 2 * F, 0, w->w1);
-            if (err == CL_SUCCESS) { err = write_columns(ctx, m[0], D, F, 2 * F, F, w->v); }
-        }
-        st = (clffn_status)err;
+    if (st == CLFFN_SUCCESS && c->gated) { /* OUT_IN [2F, D]: W1's rows, then V's; IN_OUT
+                                            * [D, 2F]: each row holds W1's F values, then V's */
+        const int in_out = layout == CLFFN_LAYOUT_IN_OUT;
+        st = (clffn_status)clffn__write_stacked(ctx->queue, m[0], in_out, in_out ? D : F,
+                                                in_out ? F : D, w->w1, w->v);
     }
     if (st == CLFFN_SUCCESS && c->bias1) { st = upload(ctx, F, w->b1, &m[1]); }
     if (st == CLFFN_SUCCESS && c->gated && c->bias_gate) { st = upload(ctx, F, w->bv, &m[2]); }

@@ -72,8 +72,8 @@ static inline clffn_gemm_env clffn__gemm_env(clffn_ffn *ffn, cl_command_queue *q
 }
 
 /* workspace.c */
-clffn_status clffn__workspace_forward(clffn_ffn *ffn, size_t tokens);
-clffn_status clffn__workspace_backward(clffn_ffn *ffn, size_t tokens);
+clffn_status clffn__workspace_forward(clffn_ffn *ffn, size_t tokens, cl_command_queue queue);
+clffn_status clffn__workspace_backward(clffn_ffn *ffn, size_t tokens, cl_command_queue queue);
 clffn_status clffn__workspace_host_forward(clffn_ffn *ffn, size_t tokens);
 clffn_status clffn__workspace_host_backward(clffn_ffn *ffn, size_t tokens);
 void clffn__workspace_release(clffn_workspace *ws);

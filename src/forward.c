@@ -53,23 +53,40 @@ static void keep_profile(clffn_ffn *ffn, cl_event start, cl_event end, cl_event 
     }
 }
 
-/* The products and kernels of one forward; ev1 receives epilogue 1's event. */
+/* z = x·[W1|V]ᵀ, one product per part of the first layer. */
+static cl_int first_layer(clffn_ffn *ffn, const clffn_gemm_env *env, size_t tokens,
+                          clffn_matrix x) {
+    const clffn_matrix z = {ffn->ws.z, 0, clffn__n1(&ffn->cfg)};
+    clffn_part parts[2];
+    const size_t n = clffn__first_layer(ffn->cfg.gated, ffn->stacked, &ffn->w1, &ffn->v, parts);
+    cl_int err = CL_SUCCESS;
+    for (size_t i = 0; i < n && err == CL_SUCCESS; ++i) {
+        const clffn_matrix zi = {z.mem, parts[i].col, z.ld};
+        err = clffn__linear_forward(env, &parts[i].w, tokens, x, 0.0f, zi);
+    }
+    return err;
+}
+
+/* u = h·W2ᵀ */
+static cl_int second_layer(clffn_ffn *ffn, const clffn_gemm_env *env, size_t tokens) {
+    const clffn_matrix h = {ffn->ws.h, 0, ffn->cfg.d_ff}, u = {ffn->ws.u, 0, ffn->cfg.d_model};
+    return clffn__linear_forward(env, &ffn->w2, tokens, h, 0.0f, u);
+}
+
+/* The products and kernels of one forward; ev1 receives epilogue 1's event. The GEMM scratch is
+ * sized for both products before the first is enqueued. */
 static cl_int enqueue_forward(clffn_ffn *ffn, size_t tokens, clffn_matrix x, clffn_matrix y,
                               const clffn_dropout_use *drop, cl_command_queue queue, cl_event *ev1,
                               cl_event *last) {
-    const clffn_config *c = &ffn->cfg;
     const clffn_gemm_env env = clffn__gemm_env(ffn, &queue);
-    const clffn_matrix z = {ffn->ws.z, 0, clffn__n1(c)}, h = {ffn->ws.h, 0, c->d_ff};
-    const clffn_matrix u = {ffn->ws.u, 0, c->d_model};
-    clffn_part parts[2];
-    const size_t n = clffn__first_layer(c->gated, ffn->stacked, &ffn->w1, &ffn->v, parts);
-    cl_int err = CL_SUCCESS;
-    for (size_t i = 0; i < n && err == CL_SUCCESS; ++i) { /* z = x·[W1|V]ᵀ */
-        const clffn_matrix zi = {z.mem, parts[i].col, z.ld};
-        err = clffn__linear_forward(&env, &parts[i].w, tokens, x, 0.0f, zi);
-    }
+    clffn__scratch_plan(&ffn->scratch);
+    cl_int err = first_layer(ffn, &env, tokens, x);
+    if (err == CL_SUCCESS) { err = second_layer(ffn, &env, tokens); }
+    const cl_int reserved = clffn__scratch_reserve(ffn->ctx, &ffn->scratch, queue);
+    if (err == CL_SUCCESS) { err = reserved; }
+    if (err == CL_SUCCESS) { err = first_layer(ffn, &env, tokens, x); }
     if (err == CL_SUCCESS) { err = clffn__epilogue1(ffn, tokens, drop, queue, ev1); }
-    if (err == CL_SUCCESS) { err = clffn__linear_forward(&env, &ffn->w2, tokens, h, 0.0f, u); }
+    if (err == CL_SUCCESS) { err = second_layer(ffn, &env, tokens); }
     if (err == CL_SUCCESS) { err = clffn__epilogue2(ffn, tokens, x, y, queue, last); }
     return err;
 }
@@ -88,7 +105,7 @@ clffn_status clffn_forward(clffn_ffn *ffn, size_t tokens, cl_mem x, size_t x_off
         return event ? (clffn_status)clEnqueueMarkerWithWaitList(queue, 0, NULL, event)
                      : CLFFN_SUCCESS;
     }
-    if ((st = clffn__workspace_forward(ffn, tokens)) != CLFFN_SUCCESS) { return st; }
+    if ((st = clffn__workspace_forward(ffn, tokens, queue)) != CLFFN_SUCCESS) { return st; }
 
     const clffn_dropout_use drop = {ffn->training && c->dropout > 0.0f, c->dropout,
                                     ffn->rng_offset};

@@ -32,15 +32,28 @@ void clffn__scratch_release(clffn_scratch *scratch) {
     scratch->bytes = 0;
 }
 
-static cl_int scratch_grow(const clffn_context *ctx, clffn_scratch *scratch, size_t need) {
+void clffn__scratch_plan(clffn_scratch *scratch) {
+    scratch->planning = 1;
+    scratch->planned = 0;
+}
+
+/* A larger buffer replaces the old one, which earlier products on queue may still be using. */
+static cl_int scratch_grow(const clffn_context *ctx, clffn_scratch *scratch, size_t need,
+                           cl_command_queue queue) {
     if (need <= scratch->bytes) { return CL_SUCCESS; }
     cl_int err;
     cl_mem t = clffn__buffer(ctx, CL_MEM_READ_WRITE, need, &err);
     if (err != CL_SUCCESS) { return err; }
-    clffn__scratch_release(scratch);
+    clffn__release_when_done(queue, scratch->mem);
     scratch->mem = t;
     scratch->bytes = need;
     return CL_SUCCESS;
+}
+
+cl_int clffn__scratch_reserve(const clffn_context *ctx, clffn_scratch *scratch,
+                              cl_command_queue queue) {
+    scratch->planning = 0;
+    return scratch_grow(ctx, scratch, scratch->planned, queue);
 }
 
 static CLBlastTranspose blas_transpose(clffn_transpose t) {
@@ -84,7 +97,11 @@ cl_int clffn__sgemm(const clffn_context *ctx, clffn_scratch *scratch, const clff
                                          op->a.ld, op->c.off, op->c.ld, queue, &nj);
         if (nj > need) { need = nj; }
     }
-    if (scratch && err == CL_SUCCESS) { err = scratch_grow(ctx, scratch, need); }
+    if (scratch && scratch->planning) {
+        if (need > scratch->planned) { scratch->planned = need; }
+        return err;
+    }
+    if (scratch && err == CL_SUCCESS) { err = scratch_grow(ctx, scratch, need, *queue); }
     for (size_t j = 0; j < blocks && err == CL_SUCCESS; ++j) {
         const k_block b = block_of(op, kb, j);
         err = CLBlastSgemmWithTempBuffer(

@@ -3,6 +3,8 @@
 
 #include "clffn_defs.h"
 
+#include <string.h>
+
 void clffn__arg(clffn_args *a, size_t size, const void *value) {
     if (a->err == CL_SUCCESS) { a->err = clSetKernelArg(a->kernel, a->next, size, value); }
     a->next++;
@@ -19,6 +21,46 @@ cl_int clffn__args_end(const clffn_args *a) {
 cl_mem clffn__buffer(const clffn_context *ctx, cl_mem_flags flags, size_t bytes, cl_int *err) {
     return clCreateBuffer(ctx->context, flags | (ctx->cpu ? CL_MEM_ALLOC_HOST_PTR : 0), bytes, NULL,
                           err);
+}
+
+static void CL_CALLBACK release_mem(cl_event event, cl_int status, void *mem) {
+    clReleaseMemObject((cl_mem)mem);
+}
+
+void clffn__release_when_done(cl_command_queue queue, cl_mem mem) {
+    if (!mem) { return; }
+    cl_event marker = NULL;
+    if (queue && clEnqueueMarkerWithWaitList(queue, 0, NULL, &marker) == CL_SUCCESS) {
+        if (clSetEventCallback(marker, CL_COMPLETE, release_mem, mem) == CL_SUCCESS) {
+            clReleaseEvent(marker);
+            return;
+        }
+        clWaitForEvents(1, &marker);
+        clReleaseEvent(marker);
+    } else if (queue) {
+        clFinish(queue);
+    }
+    clReleaseMemObject(mem);
+}
+
+cl_int clffn__write_stacked(cl_command_queue queue, cl_mem m, int side_by_side, size_t rows,
+                            size_t cols, const float *a, const float *b) {
+    const size_t row = cols * sizeof(float), half = rows * row;
+    cl_int err;
+    unsigned char *dst = clEnqueueMapBuffer(queue, m, CL_TRUE, CL_MAP_WRITE_INVALIDATE_REGION, 0,
+                                            2 * half, 0, NULL, NULL, &err);
+    if (err != CL_SUCCESS) { return err; }
+    if (!side_by_side) {
+        memcpy(dst, a, half);
+        memcpy(dst + half, b, half);
+    } else {
+        for (size_t r = 0; r < rows; ++r) {
+            memcpy(dst + 2 * r * row, (const unsigned char *)a + r * row, row);
+            memcpy(dst + (2 * r + 1) * row, (const unsigned char *)b + r * row, row);
+        }
+    }
+    err = clEnqueueUnmapMemObject(queue, m, dst, 0, NULL, NULL);
+    return err == CL_SUCCESS ? clFinish(queue) : err;
 }
 
 clffn_status clffn__check_buffer(const clffn_context *ctx, cl_mem mem, size_t offset,

@@ -30,6 +30,21 @@ cl_int clffn__args_end(const clffn_args *a);
  * use and POCL aborts the process when that fails. */
 cl_mem clffn__buffer(const clffn_context *ctx, cl_mem_flags flags, size_t bytes, cl_int *err);
 
+/* Releases a buffer that commands already enqueued on queue may still use, once they have
+ * completed: a marker's completion callback releases it. Needed where clffn replaces a buffer it
+ * grows (workspace, GEMM scratch) while an earlier asynchronous call may still run on it: POCL
+ * frees a released buffer under a CLBlast GEMM still queued on it (the result is garbage).
+ * Without a marker, waits for the queue and releases it now. */
+void clffn__release_when_done(cl_command_queue queue, cl_mem mem);
+
+/* Writes two row-major [rows, cols] host matrices a and b into m as one stacked matrix: one
+ * after the other ([2·rows, cols], side_by_side 0) or side by side, each row of m holding a's
+ * row then b's ([rows, 2·cols]). One mapped transfer of the whole of m (write-invalidate), not
+ * one write per part: zero-copy on a CPU device, and every byte of m is written by a single
+ * host store, which a strict simulator tracks (docs/RELIABILITY.md). Blocks until written. */
+cl_int clffn__write_stacked(cl_command_queue queue, cl_mem m, int side_by_side, size_t rows,
+                            size_t cols, const float *a, const float *b);
+
 /* mem belongs to ctx and holds floats [offset, offset + count): NULL_ARGUMENT,
  * INVALID_ARGUMENT (another context), SIZE_OVERFLOW, BUFFER_TOO_SMALL, OpenCL's. */
 clffn_status clffn__check_buffer(const clffn_context *ctx, cl_mem mem, size_t offset, size_t count);

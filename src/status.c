@@ -34,6 +34,8 @@ static const struct {
     {CLFFN_ERROR_NO_FORWARD, "CLFFN_ERROR_NO_FORWARD: no forward has run yet"},
     {CLFFN_ERROR_BUFFER_OVERLAP, "CLFFN_ERROR_BUFFER_OVERLAP: output partly overlaps input"},
     {CLFFN_ERROR_OUT_OF_HOST_MEMORY, "CLFFN_ERROR_OUT_OF_HOST_MEMORY: host allocation failed"},
+    {CLFFN_ERROR_CONTEXT_ALIVE,
+     "CLFFN_ERROR_CONTEXT_ALIVE: a clffn_context is still alive (destroy it first)"},
     {-1, "CL_DEVICE_NOT_FOUND"},
     {-2, "CL_DEVICE_NOT_AVAILABLE"},
     {-3, "CL_COMPILER_NOT_AVAILABLE"},

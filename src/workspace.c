@@ -5,35 +5,39 @@
 #include "launch.h"
 
 /* Replaces the buffers in slots with new ones of the given sizes, all or none: on a failure
- * the old ones stay and the status is returned. */
+ * the old ones stay and the status is returned. The old ones are released once the commands on
+ * queue (an earlier call's, still running) are done with them; NULL: none can be. */
 static clffn_status grow(const clffn_context *ctx, size_t n, cl_mem *const slots[],
-                         const size_t bytes[]) {
+                         const size_t bytes[], cl_command_queue queue) {
     cl_mem fresh[6] = {NULL};
     cl_int err = CL_SUCCESS;
     for (size_t i = 0; i < n && err == CL_SUCCESS; ++i) {
         fresh[i] = clffn__buffer(ctx, CL_MEM_READ_WRITE, bytes[i], &err);
     }
     for (size_t i = 0; i < n; ++i) {
-        cl_mem *drop = err == CL_SUCCESS ? slots[i] : &fresh[i];
-        if (*drop) { clReleaseMemObject(*drop); }
-        if (err == CL_SUCCESS) { *slots[i] = fresh[i]; }
+        if (err != CL_SUCCESS) {
+            if (fresh[i]) { clReleaseMemObject(fresh[i]); }
+            continue;
+        }
+        clffn__release_when_done(queue, *slots[i]);
+        *slots[i] = fresh[i];
     }
     return (clffn_status)err;
 }
 
-clffn_status clffn__workspace_forward(clffn_ffn *ffn, size_t tokens) {
+clffn_status clffn__workspace_forward(clffn_ffn *ffn, size_t tokens, cl_command_queue queue) {
     clffn_workspace *ws = &ffn->ws;
     if (tokens <= ws->tokens) { return CLFFN_SUCCESS; }
     const clffn_config *c = &ffn->cfg;
     cl_mem *const slots[3] = {&ws->z, &ws->h, &ws->u};
     const size_t bytes[3] = {tokens * clffn__n1(c) * sizeof(float),
                              tokens * c->d_ff * sizeof(float), tokens * c->d_model * sizeof(float)};
-    const clffn_status st = grow(ffn->ctx, 3, slots, bytes);
+    const clffn_status st = grow(ffn->ctx, 3, slots, bytes, queue);
     if (st == CLFFN_SUCCESS) { ws->tokens = tokens; }
     return st;
 }
 
-clffn_status clffn__workspace_backward(clffn_ffn *ffn, size_t tokens) {
+clffn_status clffn__workspace_backward(clffn_ffn *ffn, size_t tokens, cl_command_queue queue) {
     clffn_workspace *ws = &ffn->ws;
     if (tokens <= ws->bwd_tokens) { return CLFFN_SUCCESS; }
     const size_t F = ffn->cfg.d_ff, D = ffn->cfg.d_model;
@@ -42,7 +46,7 @@ clffn_status clffn__workspace_backward(clffn_ffn *ffn, size_t tokens) {
     const size_t bytes[3] = {tokens * F * sizeof(float),
                              tokens * clffn__n1(&ffn->cfg) * sizeof(float),
                              chunks * (F > D ? F : D) * sizeof(float)};
-    const clffn_status st = grow(ffn->ctx, 3, slots, bytes);
+    const clffn_status st = grow(ffn->ctx, 3, slots, bytes, queue);
     if (st == CLFFN_SUCCESS) { ws->bwd_tokens = tokens; }
     return st;
 }
@@ -53,7 +57,7 @@ clffn_status clffn__workspace_host_forward(clffn_ffn *ffn, size_t tokens) {
     cl_mem *const slots[2] = {&ws->io_x, &ws->io_y};
     const size_t bytes = tokens * ffn->cfg.d_model * sizeof(float);
     const size_t sizes[2] = {bytes, bytes};
-    const clffn_status st = grow(ffn->ctx, 2, slots, sizes);
+    const clffn_status st = grow(ffn->ctx, 2, slots, sizes, NULL);
     if (st == CLFFN_SUCCESS) { ws->io_tokens = tokens; }
     return st;
 }
@@ -65,14 +69,14 @@ clffn_status clffn__workspace_host_backward(clffn_ffn *ffn, size_t tokens) {
         cl_mem *const slots[5] = {&ws->g_w1, &ws->g_w2, &ws->g_b1, &ws->g_bv, &ws->g_b2};
         const size_t bytes[5] = {clffn__n1(&ffn->cfg) * D * sizeof(float), D * F * sizeof(float),
                                  F * sizeof(float), F * sizeof(float), D * sizeof(float)};
-        const clffn_status st = grow(ffn->ctx, 5, slots, bytes);
+        const clffn_status st = grow(ffn->ctx, 5, slots, bytes, NULL);
         if (st != CLFFN_SUCCESS) { return st; }
     }
     if (tokens <= ws->bio_tokens) { return CLFFN_SUCCESS; }
     cl_mem *const slots[2] = {&ws->io_dy, &ws->io_dx};
     const size_t bytes = tokens * D * sizeof(float);
     const size_t sizes[2] = {bytes, bytes};
-    const clffn_status st = grow(ffn->ctx, 2, slots, sizes);
+    const clffn_status st = grow(ffn->ctx, 2, slots, sizes, NULL);
     if (st == CLFFN_SUCCESS) { ws->bio_tokens = tokens; }
     return st;
 }

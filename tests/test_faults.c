@@ -13,6 +13,7 @@
 
 #include <clblast_c.h>
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +26,7 @@
 #undef realloc
 #undef strdup
 #undef free
+#undef clCreateBuffer
 
 #define D 16
 #define F 24
@@ -462,3 +464,169 @@ SWEEP_TEST(st_write, 16)
 SWEEP_TEST(npy_parse, 17)
 SWEEP_TEST(npy_load, 18)
 SWEEP_TEST(npy_save, 19)
+
+/* ------------------------------------------------------------------------------------------ */
+/* Device allocations. The k-th buffer clffn creates inside a forward or backward fails, for
+ * k = 1, 2, … until a call creates none that fails (sticky: that one and all after it). A
+ * failing call returns the allocation's error and leaves the caller's y, dx and every gradient
+ * exactly as they were, also with accumulate, where a partly run backward would have added some
+ * gradients already and a retry would add them twice. Every product takes CLBlast's indirect
+ * GEMM here, whose padded copies need the FFN's scratch, so the scratch grows inside the call. */
+
+enum { NG = 5 }; /* device gradients: stacked w1|v, b1, bv, w2, b2 */
+
+typedef struct dev_fx {
+    clffn_context *ctx;
+    clffn_ffn *ffn;
+    cl_mem x, dy, dx, y, g[NG];
+    size_t g_len[NG];
+} dev_fx;
+
+static cl_mem dev_buffer(cl_context cl, size_t n) {
+    cl_int err;
+    cl_mem m = clCreateBuffer(cl, CL_MEM_READ_WRITE, n * sizeof(float), NULL, &err);
+    cr_assert_eq(err, CL_SUCCESS);
+    return m;
+}
+
+static void dev_write(clffn_context *ctx, cl_mem m, const float *src, size_t n) {
+    cr_assert_eq(clEnqueueWriteBuffer(clffn_context_queue(ctx), m, CL_TRUE, 0, n * sizeof(float),
+                                      src, 0, NULL, NULL),
+                 CL_SUCCESS);
+}
+
+static void dev_read(clffn_context *ctx, cl_mem m, float *dst, size_t n) {
+    cr_assert_eq(clEnqueueReadBuffer(clffn_context_queue(ctx), m, CL_TRUE, 0, n * sizeof(float),
+                                     dst, 0, NULL, NULL),
+                 CL_SUCCESS);
+}
+
+/* a fresh FFN (empty workspace and scratch) with its buffers: y and dx hold SENTINEL, the
+ * gradients 0.5 (to be accumulated onto) */
+static void dev_setup(fx *f, dev_fx *d) {
+    cr_assert_eq(clffn_context_create(f->cl, f->dev, &d->ctx), 0);
+    /* every product through the indirect kernel (the direct one needs no scratch) */
+    const char *name[1] = {"XGEMM_MIN_INDIRECT_SIZE"};
+    const size_t one[1] = {1};
+    cr_assert_eq(
+        CLBlastOverrideParameters(f->dev, "GemmRoutine", CLBlastPrecisionSingle, 1, name, one),
+        CLBlastSuccess);
+    cr_assert_eq(clffn_ffn_create(d->ctx, &f->cfg, &d->ffn), 0);
+    const clffn_host_weights hw = host_weights(f);
+    cr_assert_eq(clffn_ffn_upload_weights(d->ffn, CLFFN_LAYOUT_OUT_IN, &hw), 0);
+    cr_assert_eq(clffn_ffn_set_training(d->ffn, 1), 0);
+    float fill[2 * F * D];
+    for (size_t i = 0; i < 2 * F * D; ++i) { fill[i] = SENTINEL; }
+    d->x = dev_buffer(f->cl, T * D);
+    d->dy = dev_buffer(f->cl, T * D);
+    d->dx = dev_buffer(f->cl, T * D);
+    d->y = dev_buffer(f->cl, T * D);
+    dev_write(d->ctx, d->x, f->x, T * D);
+    dev_write(d->ctx, d->dy, f->dy, T * D);
+    dev_write(d->ctx, d->dx, fill, T * D);
+    dev_write(d->ctx, d->y, fill, T * D);
+    const size_t len[NG] = {2 * F * D, F, F, D * F, D};
+    for (size_t i = 0; i < 2 * F * D; ++i) { fill[i] = 0.5f; }
+    for (int k = 0; k < NG; ++k) {
+        d->g_len[k] = len[k];
+        d->g[k] = dev_buffer(f->cl, len[k]);
+        dev_write(d->ctx, d->g[k], fill, len[k]);
+    }
+}
+
+static void dev_teardown(dev_fx *d) {
+    cl_mem all[4 + NG] = {d->x, d->dy, d->dx, d->y};
+    for (int k = 0; k < NG; ++k) { all[4 + k] = d->g[k]; }
+    for (int i = 0; i < 4 + NG; ++i) { clReleaseMemObject(all[i]); }
+    clffn_ffn_destroy(d->ffn);
+    clffn_context_destroy(d->ctx);
+}
+
+static int dev_forward(dev_fx *d) {
+    cl_command_queue q = clffn_context_queue(d->ctx);
+    const int st = clffn_forward(d->ffn, T, d->x, 0, d->y, 0, q, NULL);
+    clFinish(q);
+    return st;
+}
+
+static int dev_backward(dev_fx *d) {
+    const clffn_device_weights g = {{d->g[0], 0}, {d->g[1], 0}, {NULL, 0},
+                                    {d->g[2], 0}, {d->g[3], 0}, {d->g[4], 0}};
+    cl_command_queue q = clffn_context_queue(d->ctx);
+    const int st = clffn_backward(d->ffn, T, d->x, 0, d->dy, 0, d->dx, 0, &g, 1, q, NULL);
+    clFinish(q);
+    return st;
+}
+
+/* Everything the caller owns, read back: y, dx, then the gradients. */
+static size_t dev_snapshot(dev_fx *d, float *out) {
+    size_t n = 0;
+    dev_read(d->ctx, d->y, out + n, T * D), n += T * D;
+    dev_read(d->ctx, d->dx, out + n, T * D), n += T * D;
+    for (int k = 0; k < NG; ++k) {
+        dev_read(d->ctx, d->g[k], out + n, d->g_len[k]), n += d->g_len[k];
+    }
+    return n;
+}
+
+#define SNAP (2 * T * D + 3 * F * D + 2 * F + D)
+
+/* Sweeps the device allocations of a forward (backward = 0) or of a backward after a clean
+ * forward; then the call succeeds and must give what a run that never failed gives. */
+static void device_sweep(int backward, int sticky) {
+    fx *f = &S;
+    static float before[SNAP], after[SNAP], clean[SNAP];
+    dev_fx d;
+    /* the clean run, for the values a retry must give */
+    dev_setup(f, &d);
+    cr_assert_eq(dev_forward(&d), 0);
+    if (backward) { cr_assert_eq(dev_backward(&d), 0); }
+    const size_t n = dev_snapshot(&d, clean);
+    dev_teardown(&d);
+    cr_assert_eq(n, SNAP);
+
+    long k = 1;
+    for (;; ++k) {
+        dev_setup(f, &d);
+        if (backward) { cr_assert_eq(dev_forward(&d), 0); }
+        dev_snapshot(&d, before);
+        clffn__fi_arm_device(k, sticky);
+        const int st = backward ? dev_backward(&d) : dev_forward(&d);
+        const long failed = clffn__fi_device_failed();
+        clffn__fi_arm_device(0, 0);
+        if (failed == 0) {
+            cr_assert_eq(st, CLFFN_SUCCESS, "buffer %ld: %s with no failure", k,
+                         clffn_status_string(st));
+            dev_teardown(&d);
+            break;
+        }
+        cr_assert_eq(st, CL_MEM_OBJECT_ALLOCATION_FAILURE, "%s, buffer %ld failing: %s",
+                     backward ? "backward" : "forward", k, clffn_status_string(st));
+        dev_snapshot(&d, after);
+        for (size_t i = 0; i < SNAP; ++i) {
+            cr_assert(after[i] == before[i] || (after[i] != after[i] && before[i] != before[i]),
+                      "%s, buffer %ld failing: the caller's value [%zu] changed (%g -> %g)",
+                      backward ? "backward" : "forward", k, i, before[i], after[i]);
+        }
+        /* the retry, with nothing failing, adds its gradients once */
+        cr_assert_eq(backward ? dev_backward(&d) : dev_forward(&d), 0);
+        dev_snapshot(&d, after);
+        for (size_t i = 0; i < SNAP; ++i) {
+            if (!backward && i >= T * D) { break; }
+            cr_assert(fabsf(after[i] - clean[i]) <= 1e-6f * (1.0f + fabsf(clean[i])),
+                      "%s retried after buffer %ld failed: [%zu] is %g, a clean run gives %g",
+                      backward ? "backward" : "forward", k, i, after[i], clean[i]);
+        }
+        dev_teardown(&d);
+        cr_assert(k < 1000, "no end to the device allocations");
+    }
+    cr_assert(k > 2, "%s: fewer than two device buffers made inside the call; vacuous",
+              backward ? "backward" : "forward");
+    cr_log_info("%s: %ld device buffer(s) failed in turn%s", backward ? "backward" : "forward",
+                k - 1, sticky ? " (sticky)" : "");
+}
+
+Test(faults, device_forward_once) { device_sweep(0, 0); }
+Test(faults, device_forward_sticky) { device_sweep(0, 1); }
+Test(faults, device_backward_once) { device_sweep(1, 0); }
+Test(faults, device_backward_sticky) { device_sweep(1, 1); }

@@ -26,7 +26,7 @@ static int arg(int argc, char **argv, const char *name, size_t min, size_t max, 
     return 0;
 }
 
-int main(int argc, char **argv) {
+static int tool_main(int argc, char **argv) {
     for (int i = 1; i < argc; ++i) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             puts("usage: clffn-bench-gemms [--tokens T] [--d-model D] [--d-ff F] [--gated] [--reps "
@@ -73,9 +73,10 @@ int main(int argc, char **argv) {
     if (err == CL_SUCCESS) { err = clEnqueueFillBuffer(q, B, &vb, 4, 0, nw * 4, 0, NULL, NULL); }
     if (err == CL_SUCCESS) { err = clEnqueueFillBuffer(q, C, &vc, 4, 0, nc * 4, 0, NULL, NULL); }
     if (err == CL_SUCCESS) { err = clFinish(q); }
+    int rc = 0;
     if (err != CL_SUCCESS) {
         fprintf(stderr, "clffn-bench-gemms: buffers: %s\n", clffn_status_string(err));
-        return 1;
+        rc = 1;
     }
     const struct {
         const char *name;
@@ -91,7 +92,7 @@ int main(int argc, char **argv) {
     };
     printf("%zu tokens, %zu -> %zu%s, K-block %zu, best of %zu after one untimed call\n", T, D, F,
            gated ? " gated" : "", k_block, reps);
-    for (size_t i = 0; i < sizeof g / sizeof g[0]; ++i) {
+    for (size_t i = 0; rc == 0 && i < sizeof g / sizeof g[0]; ++i) {
         double best = 1e30;
         for (size_t r = 0; r <= reps; ++r) {
             const double t0 = tool_now_s();
@@ -100,17 +101,22 @@ int main(int argc, char **argv) {
             if (err == CL_SUCCESS) { err = clFinish(q); }
             if (err != CL_SUCCESS) {
                 fprintf(stderr, "clffn-bench-gemms: %s: %s\n", g[i].name, clffn_status_string(err));
-                return 1;
+                rc = 1;
+                break;
             }
             const double t = tool_now_s() - t0;
             if (r > 0 && t < best) { best = t; }
         }
+        if (rc != 0) { break; }
         printf("%-26s %9.1f ms %7.1f GFLOP/s\n", g[i].name, best * 1e3,
                2.0 * (double)g[i].m * (double)g[i].n * (double)g[i].k / best * 1e-9);
     }
-    clReleaseMemObject(A);
-    clReleaseMemObject(B);
-    clReleaseMemObject(C);
+    const cl_mem bufs[] = {A, B, C};
+    for (size_t i = 0; i < 3; ++i) {
+        if (bufs[i]) { clReleaseMemObject(bufs[i]); }
+    }
     clffn_context_destroy(ctx);
-    return 0;
+    return rc;
 }
+
+int main(int argc, char **argv) { return tool_exit("clffn-bench-gemms", tool_main(argc, argv)); }

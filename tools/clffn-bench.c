@@ -413,7 +413,7 @@ static int sweep(const args *a) {
     return rc;
 }
 
-int main(int argc, char **argv) {
+static int tool_main(int argc, char **argv) {
     process_start = tool_now_s();
     args a;
     if (parse_args(argc, argv, &a) != 0) {
@@ -527,3 +527,5 @@ int main(int argc, char **argv) {
     device_teardown(&r);
     return 0;
 }
+
+int main(int argc, char **argv) { return tool_exit("clffn-bench", tool_main(argc, argv)); }

@@ -162,7 +162,7 @@ static void usage(FILE *f) {
                "  --check   run a small FFN on every device against the CPU reference\n");
 }
 
-int main(int argc, char **argv) {
+static int tool_main(int argc, char **argv) {
     int json = 0, check = 0;
     for (int i = 1; i < argc; ++i) {
         if (!strcmp(argv[i], "--json")) {
@@ -215,3 +215,5 @@ int main(int argc, char **argv) {
     free(checks);
     return rc ? rc : failed;
 }
+
+int main(int argc, char **argv) { return tool_exit("clffn-devices", tool_main(argc, argv)); }

@@ -658,7 +658,7 @@ done:
     return rc;
 }
 
-int main(int argc, char **argv) {
+static int tool_main(int argc, char **argv) {
     options o;
     if (parse_args(argc, argv, &o) != 0) {
         usage(stderr);
@@ -667,3 +667,5 @@ int main(int argc, char **argv) {
     if (!o.weights) { return demo(o.device); }
     return run_checkpoint(&o);
 }
+
+int main(int argc, char **argv) { return tool_exit("clffn-run", tool_main(argc, argv)); }

@@ -43,7 +43,7 @@ static void usage(FILE *f) {
             "                   [--gated] [--d-model D] [--d-ff F] [--batch T] [--device SPEC]\n");
 }
 
-int main(int argc, char **argv) {
+static int tool_main(int argc, char **argv) {
     int steps = 300, use_adam = 1, gated = 0;
     float lr = -1.0f;
     size_t D = 16, F = 64, T = 64;
@@ -128,6 +128,9 @@ int main(int argc, char **argv) {
                                    ta.w2, ta.b2};
     if (s != CLFFN_SUCCESS) {
         fprintf(stderr, "clffn-train: setting up: %s\n", clffn_status_string(s));
+        clffn_ffn_destroy(ffn);
+        clffn_context_destroy(ctx);
+        free(w), free(g), free(m), free(vv), free(x), free(y), free(dy), free(tw), free(ty);
         return 1;
     }
     char name[256] = "?";
@@ -181,3 +184,5 @@ int main(int argc, char **argv) {
     printf("loss %.6f -> %.6f (%.1fx lower)\n", first, last, first / last);
     return last < 0.1 * first ? 0 : 1;
 }
+
+int main(int argc, char **argv) { return tool_exit("clffn-train", tool_main(argc, argv)); }

@@ -461,10 +461,8 @@ static int parse_values(const char *text, pset *p) {
 /* Child: applies the sets, checks the SGEMM on an odd shape, and prints the device seconds of the
  * FFN's two GEMMs at T tokens, split along K in blocks of kb ("-": the block the context has
  * from the profile applied now). Exit 0 with the time, 3 for a wrong result, 1 otherwise. */
-static int eval_main(const opts *o, const char *xg, const char *dir, size_t routine,
-                     const char *kb) {
-    clffn_context *cctx = NULL;
-    if (clffn_context_create_for_device(o->device, &cctx) != CLFFN_SUCCESS) { return 1; }
+static int eval_run(clffn_context *cctx, const opts *o, const char *xg, const char *dir,
+                    size_t routine, const char *kb, bench *out) {
     size_t k_block;
     if (strcmp(kb, "-") && (tool_parse_size(kb, 0, CLFFN_MAX_GEMM_K_BLOCK, &k_block) != 0 ||
                             clffn_context_set_gemm_k_block(cctx, k_block) != CLFFN_SUCCESS)) {
@@ -497,12 +495,27 @@ static int eval_main(const opts *o, const char *xg, const char *dir, size_t rout
     b.x = random_buffer(&b, b.T * b.D, 1), b.w1 = random_buffer(&b, b.N1 * b.D, 2);
     b.z = random_buffer(&b, b.T * b.N1, 3), b.h = random_buffer(&b, b.T * b.F, 4);
     b.w2 = random_buffer(&b, b.D * b.F, 5), b.u = random_buffer(&b, b.T * b.D, 6);
+    *out = b;
     double t;
     if (!b.x || !b.w1 || !b.z || !b.h || !b.w2 || !b.u || ffn_gemms_time(&b, b.T, 2, &t) != 0) {
         return 1;
     }
     printf("%.9g\n", t);
-    return 0; /* the process ends: OpenCL objects go with it */
+    return 0;
+}
+
+static int eval_main(const opts *o, const char *xg, const char *dir, size_t routine,
+                     const char *kb) {
+    clffn_context *cctx = NULL;
+    if (clffn_context_create_for_device(o->device, &cctx) != CLFFN_SUCCESS) { return 1; }
+    bench b = {0};
+    const int rc = eval_run(cctx, o, xg, dir, routine, kb, &b);
+    const cl_mem bufs[] = {b.x, b.w1, b.z, b.h, b.w2, b.u};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; ++i) {
+        if (bufs[i]) { clReleaseMemObject(bufs[i]); }
+    }
+    clffn_context_destroy(cctx);
+    return rc;
 }
 
 /* The K-block of a candidate that should keep the one the applied profile has. */
@@ -872,7 +885,7 @@ static void state_init(state *s, const char *progress_path, int fresh) {
     }
 }
 
-int main(int argc, char **argv) {
+static int tool_main(int argc, char **argv) {
     static search r; /* large: path buffers */
     r.o = (opts){NULL, 640, 512, 2048, 0};
     r.budget = 180;
@@ -922,3 +935,5 @@ int main(int argc, char **argv) {
     }
     return finish(&r, small_t, have_before, before_s);
 }
+
+int main(int argc, char **argv) { return tool_exit("clffn-tune", tool_main(argc, argv)); }

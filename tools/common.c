@@ -1,8 +1,11 @@
 /* Helpers the command-line tools share (see common.h). */
 #include "common.h"
 
+#include "clffn.h"
+
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -57,4 +60,11 @@ int tool_parse_double(const char *s, double min, double max, double *out) {
     if (errno || *end || !isfinite(v) || v < min || v > max) { return -1; }
     *out = v;
     return 0;
+}
+
+int tool_exit(const char *tool, int status) {
+    const clffn_status st = clffn_release_all();
+    if (st == CLFFN_SUCCESS) { return status; }
+    fprintf(stderr, "%s: releasing clffn at exit: %s\n", tool, clffn_status_string(st));
+    return status ? status : 1;
 }

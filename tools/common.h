@@ -29,4 +29,9 @@ int tool_parse_size(const char *s, size_t min, size_t max, size_t *out);
 /* A finite number in [min, max]: 0, or -1 with *out unchanged. */
 int tool_parse_double(const char *s, double min, double max, double *out);
 
+/* A tool's exit status after clffn_release_all(), which every tool calls last so that no OpenCL
+ * object is released after main returns (include/clffn.h says why). A failure there means a
+ * context of the tool's was never destroyed: printed, and the status becomes 1 if it was 0. */
+int tool_exit(const char *tool, int status);
+
 #endif

@@ -1,0 +1,239 @@
+/* clffn's kernels and whole passes on Oclgrind, a simulated OpenCL 1.2 device that reports what a
+ * CPU device forgives and a GPU does not: data races between work-items, reads of memory nobody
+ * wrote, accesses out of bounds, divergent barriers, misused API calls. ctest runs this binary
+ * under `oclgrind --data-races --uninitialized --check-api`, and any report in the output fails
+ * it (tests/CMakeLists.txt); each case also checks its values against the double reference, so
+ * a kernel that runs clean but computes the wrong thing fails too.
+ *
+ * Shapes are small (the simulator interprets every work-item) and odd: d_model 13 and d_ff 29
+ * leave float4 and scalar tails in every element-wise kernel, d_ff 133 splits the second GEMM
+ * into K-blocks of 64. Dropout runs at d_ff 28 and 20, on the float4 path: on the per-element
+ * path (d_ff not a multiple of 4) Oclgrind 21.10 gives a mask that differs from the host's and
+ * POCL's after the first element of a work-item (docs/RELIABILITY.md, open). Each case destroys
+ * its context and calls clffn_release_all(): without it
+ * CLBlast's cache releases its programs after Oclgrind has torn itself down, and the process
+ * dies at exit. */
+#include "common.h"
+
+#include "program.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct sim_case {
+    clffn_activation act;
+    int gated;
+    clffn_layout layout;
+    int bias;     /* every bias flag on, or all off */
+    int train;    /* dropout 0.25 in training mode */
+    int residual; /* y = FFN(x) + x */
+    size_t k_block, T, D, F;
+} sim_case;
+
+static void describe(const sim_case *s, char *buf, size_t size) {
+    snprintf(buf, size, "%s%s %s bias=%d train=%d res=%d kb=%zu T=%zu D=%zu F=%zu",
+             clffn_activation_name(s->act), s->gated ? " gated" : "",
+             s->layout == CLFFN_LAYOUT_OUT_IN ? "out_in" : "in_out", s->bias, s->train, s->residual,
+             s->k_block, s->T, s->D, s->F);
+}
+
+static clffn_config config_of(const sim_case *s) {
+    clffn_config c = clffn_config_default(s->D, s->F);
+    c.activation = s->act;
+    c.gated = s->gated;
+    c.bias1 = c.bias2 = c.bias_gate = s->bias;
+    c.dropout = s->train ? 0.25f : 0.0f;
+    c.residual = s->residual;
+    return c;
+}
+
+static void release(clffn_context *ctx) {
+    clffn_context_destroy(ctx);
+    ASSERT_OK(clffn_release_all());
+}
+
+/* The host-level forward, then the host-level backward accumulating onto gradients that hold
+ * 0.25 (stacked W1|V for a gated FFN: the mapped upload), both against the reference. */
+static void run_host(const sim_case *s) {
+    char what[160];
+    describe(s, what, sizeof what);
+    const clffn_config c = config_of(s);
+    const size_t T = s->T, D = s->D, F = s->F, nw = D * F;
+    clffn_context *ctx = test_context();
+    if (s->k_block) { ASSERT_OK(clffn_context_set_gemm_k_block(ctx, s->k_block)); }
+    test_weights w;
+    test_weights_make(&w, &c, s->layout, 31 + T + D + F);
+    float *x = malloc(T * D * sizeof *x), *dy = malloc(T * D * sizeof *dy);
+    float *y = malloc(T * D * sizeof *y), *dx = malloc(T * D * sizeof *dx);
+    float *g = malloc((3 * nw + 3 * F + D) * sizeof *g);
+    double *ry = malloc(T * D * sizeof *ry), *rdx = malloc(T * D * sizeof *rdx);
+    double *rg = calloc(3 * nw + 3 * F + D, sizeof *rg);
+    cr_assert(x && dy && y && dx && g && ry && rdx && rg);
+    fill_uniform(x, T * D, -1.0f, 1.0f, 5);
+    fill_uniform(dy, T * D, -1.0f, 1.0f, 6);
+    for (size_t i = 0; i < 3 * nw + 3 * F + D; ++i) { g[i] = 0.25f; }
+    const clffn_weight_arrays ga = {
+        g, g + 3 * nw, s->gated ? g + nw : NULL, g + 3 * nw + F, g + 2 * nw, g + 3 * nw + 2 * F};
+    const clffn_ref_grads rga = {
+        rg,          rg + 3 * nw,        s->gated ? rg + nw : NULL, rg + 3 * nw + F,
+        rg + 2 * nw, rg + 3 * nw + 2 * F};
+
+    clffn_ffn *ffn = NULL;
+    ASSERT_OK(clffn_ffn_create(ctx, &c, &ffn));
+    ASSERT_OK(clffn_ffn_upload_weights(ffn, s->layout, &w.host));
+    ASSERT_OK(clffn_ffn_set_training(ffn, s->train));
+    ASSERT_OK(clffn_ffn_set_rng(ffn, 7, 0));
+    ASSERT_OK(clffn_forward_host(ffn, T, x, T * D, y, T * D));
+    ASSERT_OK(clffn_reference_forward(&c, s->layout, &w.host, T, x, s->train, 7, 0, ry, NULL));
+    assert_close(y, ry, T * D, act_rtol(s->act), what);
+
+    ASSERT_OK(clffn_backward_host(ffn, T, x, T * D, dy, T * D, dx, T * D, &ga, 1));
+    ASSERT_OK(
+        clffn_reference_backward(&c, s->layout, &w.host, T, x, dy, s->train, 7, 0, rdx, &rga));
+    assert_close(dx, rdx, T * D, act_rtol(s->act), what);
+    for (size_t i = 0; i < 3 * nw + 3 * F + D; ++i) { rg[i] += 0.25; }
+    char part[200];
+    snprintf(part, sizeof part, "%s dW1", what);
+    assert_close(ga.w1, rga.w1, nw, act_rtol(s->act), part);
+    snprintf(part, sizeof part, "%s dW2", what);
+    assert_close(ga.w2, rga.w2, nw, act_rtol(s->act), part);
+    if (s->gated) {
+        snprintf(part, sizeof part, "%s dV", what);
+        assert_close(ga.v, rga.v, nw, act_rtol(s->act), part);
+    }
+    if (s->bias) {
+        snprintf(part, sizeof part, "%s db1", what);
+        assert_close(ga.b1, rga.b1, F, act_rtol(s->act), part);
+        snprintf(part, sizeof part, "%s db2", what);
+        assert_close(ga.b2, rga.b2, D, act_rtol(s->act), part);
+    }
+    clffn_ffn_destroy(ffn);
+    test_weights_free(&w);
+    free(x), free(dy), free(y), free(dx), free(g), free(ry), free(rdx), free(rg);
+    release(ctx);
+}
+
+/* Every activation, each in four cases that between them take every path: plain and gated
+ * (stacked W1|V), both layouts, biases on and off, dropout, the residual, K-blocks. */
+ParameterizedTestParameters(oclgrind, host_passes) {
+    static int acts[CLFFN_ACT_COUNT_];
+    for (int a = 0; a < CLFFN_ACT_COUNT_; ++a) { acts[a] = a; }
+    return cr_make_param_array(int, acts, CLFFN_ACT_COUNT_);
+}
+
+ParameterizedTest(int *a, oclgrind, host_passes, .timeout = 600) {
+    const clffn_activation act = (clffn_activation)*a;
+    const sim_case cases[] = {
+        {act, 0, CLFFN_LAYOUT_OUT_IN, 1, 1, 0, 0, 7, 13, 28},
+        {act, 1, CLFFN_LAYOUT_IN_OUT, 1, 0, 1, 0, 7, 13, 29},
+        {act, 1, CLFFN_LAYOUT_OUT_IN, 0, 1, 0, 0, 6, 16, 20},
+        {act, 0, CLFFN_LAYOUT_IN_OUT, 0, 0, 1, 64, 5, 13, 133},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) { run_host(&cases[i]); }
+}
+
+/* The device level: caller-bound weights with V separate (two first-layer products), x, y, dx
+ * and every gradient at offsets ≠ 0 inside larger buffers with canaries around them. Without
+ * the residual here: its dy → dx copy at offsets ≠ 0 is not tracked by Oclgrind's
+ * uninitialized-memory check (the residual runs in host_passes, at offset 0). */
+Test(oclgrind, device_offsets_separate_gate, .timeout = 600) {
+    const sim_case s = {CLFFN_ACT_GELU, 1, CLFFN_LAYOUT_OUT_IN, 1, 1, 0, 0, 7, 13, 28};
+    const clffn_config c = config_of(&s);
+    const size_t T = s.T, D = s.D, F = s.F;
+    clffn_context *ctx = test_context();
+    cl_command_queue q = clffn_context_queue(ctx);
+    test_weights w;
+    test_weights_make(&w, &c, s.layout, 77);
+    float x[7 * 13], dy[7 * 13], y[7 * 13], dx[7 * 13];
+    double ry[7 * 13], rdx[7 * 13], rw1[13 * 29], rb1[29], rv[13 * 29], rbv[29], rw2[13 * 29],
+        rb2[13];
+    fill_uniform(x, T * D, -1.0f, 1.0f, 8);
+    fill_uniform(dy, T * D, -1.0f, 1.0f, 9);
+    const float *wsrc[6] = {w.w1, w.b1, w.v, w.bv, w.w2, w.b2};
+    const size_t wlen[6] = {F * D, F, F * D, F, D * F, D};
+    guarded gw[6], gg[6];
+    for (int i = 0; i < 6; ++i) {
+        gw[i] = guarded_make(ctx, CANARY + 1 + (size_t)i, wlen[i], wsrc[i]);
+        gg[i] = guarded_make(ctx, CANARY + 2 + (size_t)i, wlen[i], NULL);
+    }
+    const clffn_device_weights dw = {{gw[0].mem, gw[0].offset}, {gw[1].mem, gw[1].offset},
+                                     {gw[2].mem, gw[2].offset}, {gw[3].mem, gw[3].offset},
+                                     {gw[4].mem, gw[4].offset}, {gw[5].mem, gw[5].offset}};
+    const clffn_device_weights dg = {{gg[0].mem, gg[0].offset}, {gg[1].mem, gg[1].offset},
+                                     {gg[2].mem, gg[2].offset}, {gg[3].mem, gg[3].offset},
+                                     {gg[4].mem, gg[4].offset}, {gg[5].mem, gg[5].offset}};
+    guarded gx = guarded_make(ctx, CANARY + 3, T * D, x),
+            gy = guarded_make(ctx, CANARY + 5, T * D, NULL);
+    guarded gdy = guarded_make(ctx, CANARY + 7, T * D, dy);
+    guarded gdx = guarded_make(ctx, CANARY + 9, T * D, NULL);
+
+    clffn_ffn *ffn = NULL;
+    ASSERT_OK(clffn_ffn_create(ctx, &c, &ffn));
+    ASSERT_OK(clffn_ffn_bind_weights(ffn, s.layout, &dw));
+    ASSERT_OK(clffn_ffn_set_training(ffn, 1));
+    ASSERT_OK(clffn_ffn_set_rng(ffn, 3, 0));
+    ASSERT_OK(clffn_forward(ffn, T, gx.mem, gx.offset, gy.mem, gy.offset, q, NULL));
+    ASSERT_OK(clffn_backward(ffn, T, gx.mem, gx.offset, gdy.mem, gdy.offset, gdx.mem, gdx.offset,
+                             &dg, 0, q, NULL));
+    ASSERT_OK(clFinish(q));
+
+    ASSERT_OK(clffn_reference_forward(&c, s.layout, &w.host, T, x, 1, 3, 0, ry, NULL));
+    const clffn_ref_grads rg = {rw1, rb1, rv, rbv, rw2, rb2};
+    ASSERT_OK(clffn_reference_backward(&c, s.layout, &w.host, T, x, dy, 1, 3, 0, rdx, &rg));
+    guarded_read(ctx, &gy, y);
+    assert_close(y, ry, T * D, act_rtol(s.act), "device y");
+    guarded_read(ctx, &gdx, dx);
+    assert_close(dx, rdx, T * D, act_rtol(s.act), "device dx");
+    const double *refs[6] = {rw1, rb1, rv, rbv, rw2, rb2};
+    static const char *const names[6] = {"dW1", "db1", "dV", "dbv", "dW2", "db2"};
+    float got[13 * 29];
+    for (int i = 0; i < 6; ++i) {
+        guarded_read(ctx, &gg[i], got);
+        assert_close(got, refs[i], wlen[i], act_rtol(s.act), names[i]);
+        guarded_assert_canaries(ctx, &gg[i], names[i]);
+    }
+    guarded_assert_canaries(ctx, &gy, "y");
+    guarded_assert_canaries(ctx, &gdx, "dx");
+
+    clffn_ffn_destroy(ffn);
+    for (int i = 0; i < 6; ++i) { guarded_free(&gw[i]), guarded_free(&gg[i]); }
+    guarded_free(&gx), guarded_free(&gy), guarded_free(&gdy), guarded_free(&gdx);
+    test_weights_free(&w);
+    release(ctx);
+}
+
+/* Every epilogue program (activation × gated × dropout) builds with -cl-std=CL1.2 on a device
+ * that is OpenCL 1.2 and nothing more. */
+Test(oclgrind, every_program_builds_as_cl12, .timeout = 600) {
+    clffn_context *ctx = test_context();
+    for (int a = 0; a < CLFFN_ACT_COUNT_; ++a) {
+        for (int k = 0; k < 4; ++k) {
+            const clffn_program_key key = {a, k & 1, k >> 1};
+            cl_program p = NULL;
+            ASSERT_OK(clffn__get_program(ctx, &key, &p));
+            cr_assert(p != NULL);
+        }
+    }
+    release(ctx);
+}
+
+/* The kernels use core OpenCL 1.2 only: no extension enabled, no double or half anywhere (no
+ * device is required to have cl_khr_fp64 or cl_khr_fp16). */
+Test(oclgrind, kernels_use_core_cl12_only) {
+    char *src = NULL;
+    ASSERT_OK(clffn__kernel_source(&src));
+    static const char *const banned[] = {"OPENCL EXTENSION", "cl_khr_", "double", "half"};
+    for (size_t i = 0; i < sizeof banned / sizeof banned[0]; ++i) {
+        const size_t n = strlen(banned[i]);
+        for (const char *p = strstr(src, banned[i]); p; p = strstr(p + 1, banned[i])) {
+            /* the types as whole words ("halfway" is none); the others anywhere */
+            const int part_of_word = (p > src && (isalnum((unsigned char)p[-1]) || p[-1] == '_')) ||
+                                     isalnum((unsigned char)p[n]) || p[n] == '_';
+            const int is_type = i >= 2;
+            cr_assert(is_type && part_of_word, "the kernels use '%s': %.60s", banned[i], p);
+        }
+    }
+    free(src);
+}
