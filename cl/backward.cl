@@ -51,10 +51,15 @@ __kernel void clffn_epilogue1_backward(__global const float *restrict dh,
     #endif
     return;
   }
+  #if CLFFN_DROPOUT
+    uint w[8]; // the forward's words (see clffn_philox_span)
+    clffn_philox_span(rng_offset, t * d_ff + j0, key, w);
+    const uint lane0 = (uint)((t * d_ff + j0) & 3);
+  #endif
   for (ulong j = j0; j < j0 + 4 && j < d_ff; ++j) {
     float d = dh[t * d_ff + j];
     #if CLFFN_DROPOUT
-      d = CLFFN_DROP(d, clffn_philox_word(rng_offset, t * d_ff + j, key));
+      d = CLFFN_DROP(d, w[lane0 + (uint)(j - j0)]);
     #endif
     float a = zrow[j];
     if (flags & CLFFN_F_BIAS1) { a += b1[b1_off + j]; }

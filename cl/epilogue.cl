@@ -61,6 +61,12 @@ __kernel void clffn_epilogue1(__global const float *restrict z, const ulong ldz,
     return;
   }
 
+  #if CLFFN_DROPOUT
+    // Rows need not start on a Philox block here: the four elements may span two.
+    uint w[8];
+    clffn_philox_span(rng_offset, t * d_ff + j0, key, w);
+    const uint lane0 = (uint)((t * d_ff + j0) & 3);
+  #endif
   for (ulong j = j0; j < j0 + 4 && j < d_ff; ++j) {
     float a = zrow[j];
     if (flags & CLFFN_F_BIAS1) { a += b1[b1_off + j]; }
@@ -71,8 +77,7 @@ __kernel void clffn_epilogue1(__global const float *restrict z, const ulong ldz,
       v *= g;
     #endif
     #if CLFFN_DROPOUT
-      // Rows need not start on a Philox block here, so each element finds its own word.
-      v = CLFFN_DROP(v, clffn_philox_word(rng_offset, t * d_ff + j, key));
+      v = CLFFN_DROP(v, w[lane0 + (uint)(j - j0)]);
     #endif
     hrow[j] = v;
   }

@@ -31,11 +31,14 @@ inline uint4 clffn_philox_counter(const ulong offset, const ulong e) {
   return (uint4)((uint)c, (uint)(c >> 32), 0u, 0u);
 }
 
-// The dropout word of hidden element e: word e mod 4 of its counter's Philox output.
-inline uint clffn_philox_word(const ulong offset, const ulong e, const uint2 key) {
-  const uint4 r = clffn_philox(clffn_philox_counter(offset, e), key);
-  const uint lane = (uint)(e & 3);
-  return lane == 0 ? r.x : lane == 1 ? r.y : lane == 2 ? r.z : r.w;
+// The dropout words of hidden elements e0 .. e0+3, whatever e0's alignment: word i of them is
+// w[(e0 & 3) + i]. They lie in e0's Philox block and, unless e0 starts one, the next block, so a
+// work-item pays for two blocks at most instead of one per element. (Selecting a lane with
+// `e & 3 == 0 ? r.x : …` is what LLVM turns into a switch on an i2, which Oclgrind 21.10
+// evaluates wrongly for e >= 4; an indexed array is the same words by a route it gets right.)
+inline void clffn_philox_span(const ulong offset, const ulong e0, const uint2 key, uint w[8]) {
+  vstore4(clffn_philox(clffn_philox_counter(offset, e0), key), 0, w);
+  if (e0 & 3) { vstore4(clffn_philox(clffn_philox_counter(offset, e0 + 4), key), 1, w); }
 }
 
 // Raw generator output for the known-answer tests: out[0..3] = philox(counter, key).
