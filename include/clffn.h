@@ -352,6 +352,30 @@ CLFFN_API clffn_status clffn_context_set_gemm_k_block(clffn_context *ctx, size_t
 /** The context's inner-dimension block (see clffn_context_set_gemm_k_block); 0 for NULL. */
 CLFFN_API size_t clffn_context_gemm_k_block(const clffn_context *ctx);
 
+/** Largest token count clffn_context_set_gemv_max_tokens() takes. */
+#define CLFFN_MAX_GEMV_TOKENS ((size_t)1 << 16)
+
+/** The small-batch crossover of a device with no tuning profile that says otherwise: one
+ *  token (decoding) runs as a matrix-vector product, since a GEMM pads a single row to a whole
+ *  tile on every device CLBlast tunes. */
+#define CLFFN_DEFAULT_GEMV_MAX_TOKENS ((size_t)1)
+
+/** Sets the small-batch crossover: a product over at most max_tokens token rows (both of the
+ *  forward's, and the backward's dh and dx) runs as one CLBlast GEMV per token, which reads the
+ *  weight once per token and pads nothing; above it, one SGEMM, which pads the token dimension
+ *  to the GEMM's tile but reuses each weight across tokens. 0 never takes the GEMV path;
+ *  CLFFN_MAX_GEMV_TOKENS always does up to that count. The weight gradients are SGEMMs either
+ *  way (their inner dimension is the token count, which a GEMV cannot shorten). Results differ
+ *  from the SGEMM path's only by float summation order. The tuning profile sets it when the
+ *  context opens its device ("clffn": {"GEMV_MAX_TOKENS": n}; clffn-tune measures it), else
+ *  CLFFN_DEFAULT_GEMV_MAX_TOKENS. Takes effect on the next call of any of the context's FFNs and
+ *  of clffn_sgemm(); not to be changed while another thread runs one. Errors: NULL_ARGUMENT;
+ *  max_tokens > CLFFN_MAX_GEMV_TOKENS → INVALID_SIZE. */
+CLFFN_API clffn_status clffn_context_set_gemv_max_tokens(clffn_context *ctx, size_t max_tokens);
+
+/** The context's small-batch crossover (see clffn_context_set_gemv_max_tokens); 0 for NULL. */
+CLFFN_API size_t clffn_context_gemv_max_tokens(const clffn_context *ctx);
+
 /* ---------------------------------------------------------------------------------------------
  * FFN
  * ------------------------------------------------------------------------------------------- */
@@ -521,7 +545,9 @@ CLFFN_API size_t clffn_gemm_k_split(size_t k, size_t k_block, size_t *block);
  *  row-major, A [m,k] (trans_a: [k,m]) and B [k,n] (trans_b: [n,k]) at element offsets with
  *  leading dimensions a_ld, b_ld, c_ld, enqueued on queue (in order) and split along K by the
  *  context's block (clffn_gemm_k_split), each block a column-major CLBlast call; CLBlast takes
- *  its scratch per call. event (may be NULL) completes with the last block. Errors:
+ *  its scratch per call. With trans_a NO_TRANS and m at most the context's small-batch
+ *  crossover (clffn_context_set_gemv_max_tokens), it runs as one CLBlast GEMV per row of A
+ *  instead. event (may be NULL) completes with the last call. Errors:
  *  NULL_ARGUMENT; INVALID_ARGUMENT (a transpose other than the two); INVALID_QUEUE; CLBlast's
  *  and OpenCL's statuses (bad sizes, short buffers). */
 CLFFN_API clffn_status clffn_sgemm(const clffn_context *ctx, clffn_transpose trans_a,

@@ -44,6 +44,7 @@ static clffn_status context_init(clffn_context *ctx, cl_context context, cl_devi
     ctx->device = device;
     if ((st = clffn__tuning_apply(device, &ctx->tuning)) == CLFFN_SUCCESS) {
         ctx->gemm_k_block = ctx->tuning.gemm_k_block;
+        ctx->gemv_max_tokens = ctx->tuning.gemv_max_tokens;
     } else {
         pthread_mutex_destroy(&ctx->lock);
         clReleaseCommandQueue(ctx->queue);
@@ -199,3 +200,14 @@ clffn_status clffn_context_set_gemm_k_block(clffn_context *ctx, size_t k_block) 
 }
 
 size_t clffn_context_gemm_k_block(const clffn_context *ctx) { return ctx ? ctx->gemm_k_block : 0; }
+
+clffn_status clffn_context_set_gemv_max_tokens(clffn_context *ctx, size_t max_tokens) {
+    if (!ctx) { return CLFFN_ERROR_NULL_ARGUMENT; }
+    if (max_tokens > CLFFN_MAX_GEMV_TOKENS) { return CLFFN_ERROR_INVALID_SIZE; }
+    ctx->gemv_max_tokens = max_tokens;
+    return CLFFN_SUCCESS;
+}
+
+size_t clffn_context_gemv_max_tokens(const clffn_context *ctx) {
+    return ctx ? ctx->gemv_max_tokens : 0;
+}

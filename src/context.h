@@ -33,6 +33,8 @@ struct clffn_context {
     clffn_program_entry programs[CLFFN_MAX_PROGRAMS];
     int n_programs;
     char *build_log;
+    cl_program zero_program; /* cl/fill.cl alone, made on first use; guarded by lock */
+    cl_kernel zero_kernel;
     /* Test hook: local work size of the epilogue kernels along dimension 0; 0 lets the runtime
      * choose. Exists to prove the dropout mask does not depend on it. */
     size_t epilogue_local_size;
@@ -40,6 +42,9 @@ struct clffn_context {
     /* the GEMMs split their inner dimension into blocks of about this many (0: never); from
      * the tuning profile, or clffn_context_set_gemm_k_block() */
     size_t gemm_k_block;
+    /* products whose token rows number at most this run as one matrix-vector product per row
+     * (clffn__sgemm); from the tuning profile, or clffn_context_set_gemv_max_tokens() */
+    size_t gemv_max_tokens;
 };
 
 #endif

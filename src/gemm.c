@@ -2,6 +2,7 @@
 #include "gemm.h"
 
 #include "launch.h"
+#include "program.h"
 
 #include <clblast_c.h>
 
@@ -75,6 +76,33 @@ static k_block block_of(const clffn_gemm_op *op, size_t kb, size_t j) {
     return b;
 }
 
+/* Row i of C = α·op(B)ᵀ·(row i of A) + β·(row i of C), one CLBlastSgemv per row, for few rows
+ * (small batches, decoding): a GEMM pads the rows (tokens) to a whole tile, a GEMV pads
+ * nothing and reads B once per row. Column-major, B [k,n] row-major is [n,k] with leading
+ * dimension b.ld, so c_i = that·a_i as it is stored (CLBlast's XgemvFast: consecutive work-items
+ * read consecutive floats); B [n,k] (tb) is [k,n], used transposed (XgemvFastRot, which goes
+ * through local memory and is about half as fast on POCL). Both fast kernels need B at offset
+ * 0, which an FFN's own weights are. CLBlast's GEMV computes α·acc + β·y even for β = 0, so a
+ * NaN left in y (a reused workspace, fresh memory) would survive: BLAS says y is not read then,
+ * and zeroing it first is one pass over the output, small beside one over the weights. */
+static cl_int gemv_rows(const clffn_context *ctx, const clffn_gemm_op *op, cl_command_queue *queue,
+                        cl_event *event) {
+    const int t = op->tb == CLFFN_TRANS;
+    cl_int err = CL_SUCCESS;
+    for (size_t i = 0; op->beta == 0.0f && i < op->m && err == CL_SUCCESS; ++i) {
+        const size_t rows = op->c.ld == op->n ? op->m : 1; /* contiguous rows: one kernel */
+        err = clffn__zero_floats(ctx, *queue, op->c.mem, op->c.off + i * op->c.ld, rows * op->n);
+        if (rows > 1) { break; }
+    }
+    for (size_t i = 0; i < op->m && err == CL_SUCCESS; ++i) {
+        err = CLBlastSgemv(CLBlastLayoutColMajor, t ? CLBlastTransposeYes : CLBlastTransposeNo,
+                           t ? op->k : op->n, t ? op->n : op->k, op->alpha, op->b.mem, op->b.off,
+                           op->b.ld, op->a.mem, op->a.off + i * op->a.ld, 1, op->beta, op->c.mem,
+                           op->c.off + i * op->c.ld, 1, queue, i + 1 == op->m ? event : NULL);
+    }
+    return err;
+}
+
 /* Called column-major: C = A·B row-major is Cᵀ = Bᵀ·Aᵀ column-major over the same memory, so
  * CLBlast's A is our B and its m is our n. CLBlast's Xgemm computes a column-major C, so for a
  * row-major one it transposes C into scratch and back on every call (c_do_transpose in its
@@ -84,6 +112,9 @@ static k_block block_of(const clffn_gemm_op *op, size_t kb, size_t j) {
  * pass over C per block and can be much faster (docs/PERFORMANCE.md). */
 cl_int clffn__sgemm(const clffn_context *ctx, clffn_scratch *scratch, const clffn_gemm_op *op,
                     cl_command_queue *queue, cl_event *event) {
+    if (op->ta == CLFFN_NO_TRANS && op->m <= ctx->gemv_max_tokens && op->m > 0) {
+        return scratch && scratch->planning ? CL_SUCCESS : gemv_rows(ctx, op, queue, event);
+    }
     const CLBlastLayout L = CLBlastLayoutColMajor;
     const CLBlastTranspose ta = blas_transpose(op->ta), tb = blas_transpose(op->tb);
     size_t kb;

@@ -143,6 +143,60 @@ clffn_status clffn__get_program(clffn_context *ctx, const clffn_program_key *key
 void clffn__programs_release(clffn_context *ctx) {
     for (int i = 0; i < ctx->n_programs; ++i) { clReleaseProgram(ctx->programs[i].program); }
     ctx->n_programs = 0;
+    if (ctx->zero_kernel) { clReleaseKernel(ctx->zero_kernel); }
+    if (ctx->zero_program) { clReleaseProgram(ctx->zero_program); }
+    ctx->zero_kernel = NULL;
+    ctx->zero_program = NULL;
+}
+
+/* cl/fill.cl's text: embedded, or from CLFFN_KERNEL_DIR as the other sources. */
+static cl_int build_zero_kernel(clffn_context *ctx) {
+    const char *dir = getenv("CLFFN_KERNEL_DIR");
+    char *text = NULL;
+    if (dir && *dir) {
+        char path[4096];
+        int oom = 0;
+        snprintf(path, sizeof path, "%s/fill.cl", dir);
+        text = clffn__read_text(path, LONG_MAX, &oom);
+        if (!text) { return oom ? CL_OUT_OF_HOST_MEMORY : (cl_int)CLFFN_ERROR_KERNEL_SOURCE; }
+    }
+    const char *src = text;
+    for (size_t i = 0; !src && i < clffn_embedded_source_count; ++i) {
+        if (!strcmp(clffn_embedded_sources[i].name, "fill.cl")) {
+            src = clffn_embedded_sources[i].text;
+        }
+    }
+    if (!src) { return (cl_int)CLFFN_ERROR_KERNEL_SOURCE; }
+    cl_int err;
+    cl_program prog = clCreateProgramWithSource(ctx->context, 1, &src, NULL, &err);
+    free(text);
+    if (err != CL_SUCCESS) { return err; }
+    err = clBuildProgram(prog, 1, &ctx->device, "-cl-std=CL1.2", NULL, NULL);
+    cl_kernel k = err == CL_SUCCESS ? clCreateKernel(prog, "clffn_zero", &err) : NULL;
+    if (err != CL_SUCCESS) {
+        clReleaseProgram(prog);
+        return err;
+    }
+    ctx->zero_program = prog;
+    ctx->zero_kernel = k;
+    return CL_SUCCESS;
+}
+
+cl_int clffn__zero_floats(const clffn_context *cctx, cl_command_queue queue, cl_mem p, size_t off,
+                          size_t n) {
+    /* the kernel is the context's mutable state behind its lock, as the program cache is */
+    clffn_context *ctx = (clffn_context *)cctx;
+    pthread_mutex_lock(&ctx->lock);
+    cl_int err = ctx->zero_kernel ? CL_SUCCESS : build_zero_kernel(ctx);
+    const cl_ulong o = off, cnt = n;
+    if (err == CL_SUCCESS) { err = clSetKernelArg(ctx->zero_kernel, 0, sizeof p, &p); }
+    if (err == CL_SUCCESS) { err = clSetKernelArg(ctx->zero_kernel, 1, sizeof o, &o); }
+    if (err == CL_SUCCESS) { err = clSetKernelArg(ctx->zero_kernel, 2, sizeof cnt, &cnt); }
+    if (err == CL_SUCCESS) {
+        err = clEnqueueNDRangeKernel(queue, ctx->zero_kernel, 1, NULL, &n, NULL, 0, NULL, NULL);
+    }
+    pthread_mutex_unlock(&ctx->lock);
+    return err;
 }
 
 clffn_status clffn__device_philox(clffn_context *ctx, const uint32_t counter[4],

@@ -21,6 +21,12 @@ clffn_status clffn__kernel_source(char **out);
  * device compiler's log in ctx->build_log. */
 clffn_status clffn__get_program(clffn_context *ctx, const clffn_program_key *key, cl_program *out);
 
+/* Enqueues p[off .. off + n) = 0 on queue with cl/fill.cl's kernel, built on first use (its
+ * program and kernel are the context's, made and used under ctx->lock, so any thread may call
+ * this). */
+cl_int clffn__zero_floats(const clffn_context *ctx, cl_command_queue queue, cl_mem p, size_t off,
+                          size_t n);
+
 /* Releases every cached program (context destruction). */
 void clffn__programs_release(clffn_context *ctx);
 

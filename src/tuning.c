@@ -74,39 +74,55 @@ clffn_status clffn_tuning_profile_path(cl_device_id device, char *buf, size_t si
 /* ------------------------------------------------------------------------------------------ */
 /* Applying a profile */
 
-/* The profile's own "clffn" section: {"GEMM_K_BLOCK": n} (clffn__sgemm's inner-dimension
- * block, 0 for none). A missing section means 0; an unknown name or a bad value makes the whole
- * profile invalid, so a typo is reported instead of silently doing nothing. */
-static clffn_status parse_clffn_section(const cJSON *root, size_t *k_block) {
-    *k_block = 0;
+/* A whole number in [0, max], or -1. */
+static double whole_in(const cJSON *p, double max) {
+    if (!cJSON_IsNumber(p) || p->valuedouble < 0 || p->valuedouble > max ||
+        p->valuedouble != (double)(size_t)p->valuedouble) {
+        return -1.0;
+    }
+    return p->valuedouble;
+}
+
+/* The profile's own "clffn" section: {"GEMM_K_BLOCK": n, "GEMV_MAX_TOKENS": n} (clffn__sgemm's
+ * inner-dimension block, 0 for none; the most tokens that run as matrix-vector products). A
+ * missing name keeps its default (0; CLFFN_DEFAULT_GEMV_MAX_TOKENS); an unknown name or a bad
+ * value makes the whole profile invalid, so a typo is reported instead of silently doing
+ * nothing. */
+static clffn_status parse_clffn_section(const cJSON *root, clffn_tuning *out) {
+    out->gemm_k_block = 0;
+    out->gemv_max_tokens = CLFFN_DEFAULT_GEMV_MAX_TOKENS;
     const cJSON *sec = cJSON_GetObjectItemCaseSensitive(root, "clffn");
     if (!sec) { return CLFFN_SUCCESS; }
     if (!cJSON_IsObject(sec)) { return CLFFN_ERROR_INVALID_ARGUMENT; }
     const cJSON *p;
     cJSON_ArrayForEach(p, sec) {
-        if (strcmp(p->string, "GEMM_K_BLOCK") != 0 || !cJSON_IsNumber(p) || p->valuedouble < 0 ||
-            p->valuedouble > CLFFN_MAX_GEMM_K_BLOCK ||
-            p->valuedouble != (double)(size_t)p->valuedouble) {
+        double v;
+        if (!strcmp(p->string, "GEMM_K_BLOCK") &&
+            (v = whole_in(p, (double)CLFFN_MAX_GEMM_K_BLOCK)) >= 0) {
+            out->gemm_k_block = (size_t)v;
+        } else if (!strcmp(p->string, "GEMV_MAX_TOKENS") &&
+                   (v = whole_in(p, (double)CLFFN_MAX_GEMV_TOKENS)) >= 0) {
+            out->gemv_max_tokens = (size_t)v;
+        } else {
             return CLFFN_ERROR_INVALID_ARGUMENT;
         }
-        *k_block = (size_t)p->valuedouble;
     }
     return CLFFN_SUCCESS;
 }
 
 /* Applies {"clblast": {"Kernel": {"PARAM": value, …}, …}, "clffn": {…}}: every kernel's
  * parameters at once, since CLBlast wants a kernel's full set, and the clffn section into
- * *k_block. Returns the first refusal, if any; the clffn section is checked before anything
+ * *own. Returns the first refusal, if any; the clffn section is checked before anything
  * reaches CLBlast. */
 static clffn_status apply_json(cl_device_id device, const char *text, int trusted,
-                               size_t *k_block) {
+                               clffn_tuning *own) {
     cJSON *root = cJSON_Parse(text);
     /* cJSON says NULL for bad JSON and for no memory alike; our own built-in text is valid JSON,
      * so its failing to parse can only be the latter */
     if (!root) { return trusted ? CLFFN_ERROR_OUT_OF_HOST_MEMORY : CLFFN_ERROR_INVALID_ARGUMENT; }
     const cJSON *kernels = cJSON_GetObjectItemCaseSensitive(root, "clblast");
     clffn_status st =
-        cJSON_IsObject(kernels) ? parse_clffn_section(root, k_block) : CLFFN_ERROR_INVALID_ARGUMENT;
+        cJSON_IsObject(kernels) ? parse_clffn_section(root, own) : CLFFN_ERROR_INVALID_ARGUMENT;
     const cJSON *k;
     cJSON_ArrayForEach(k, kernels) {
         if (st != CLFFN_SUCCESS) { break; }
@@ -164,23 +180,25 @@ int clffn_tuning_has_profile(cl_device_id device) {
 
 clffn_status clffn__tuning_apply(cl_device_id device, clffn_tuning *out) {
     out->gemm_k_block = 0;
+    out->gemv_max_tokens = CLFFN_DEFAULT_GEMV_MAX_TOKENS;
     const char *off = getenv("CLFFN_NO_TUNING");
     if (off && *off && strcmp(off, "0") != 0) {
         snprintf(out->applied, sizeof out->applied, "none (CLFFN_NO_TUNING is set)");
         return CLFFN_SUCCESS;
     }
     char path[1200];
-    size_t k_block = 0;
+    clffn_tuning own;
     const char *skipped = NULL; /* a profile file that exists but was not applied */
     if (clffn_tuning_profile_path(device, path, sizeof path) == CLFFN_SUCCESS) {
         int oom;
         char *text = clffn__read_text(path, 1 << 20, &oom); /* profiles are small */
         if (oom) { return CLFFN_ERROR_OUT_OF_HOST_MEMORY; }
         if (text) {
-            const clffn_status st = apply_json(device, text, 0, &k_block);
+            const clffn_status st = apply_json(device, text, 0, &own);
             free(text);
             if (st == CLFFN_SUCCESS) {
-                out->gemm_k_block = k_block;
+                out->gemm_k_block = own.gemm_k_block;
+                out->gemv_max_tokens = own.gemv_max_tokens;
                 snprintf(out->applied, sizeof out->applied, "profile %s", path);
                 return CLFFN_SUCCESS;
             }
@@ -191,9 +209,12 @@ clffn_status clffn__tuning_apply(cl_device_id device, clffn_tuning *out) {
     }
     const char *builtin = clffn__builtin_profile(device);
     const clffn_status st =
-        builtin ? apply_json(device, builtin, 1, &k_block) : CLFFN_ERROR_INVALID_ARGUMENT;
+        builtin ? apply_json(device, builtin, 1, &own) : CLFFN_ERROR_INVALID_ARGUMENT;
     if (st == CLFFN_ERROR_OUT_OF_HOST_MEMORY) { return st; }
-    if (st == CLFFN_SUCCESS) { out->gemm_k_block = k_block; }
+    if (st == CLFFN_SUCCESS) {
+        out->gemm_k_block = own.gemm_k_block;
+        out->gemv_max_tokens = own.gemv_max_tokens;
+    }
     snprintf(out->applied, sizeof out->applied, "%s%s%s%s",
              st == CLFFN_SUCCESS ? "built-in profile" : "none (CLBlast's defaults)",
              skipped ? " (" : "", skipped ? skipped : "",

@@ -9,6 +9,8 @@
 typedef struct clffn_tuning {
     char applied[1300];  /* "profile <path>", "built-in profile" or "none (…)" */
     size_t gemm_k_block; /* the profile's "clffn": {"GEMM_K_BLOCK": n}; 0 without one */
+    /* "clffn": {"GEMV_MAX_TOKENS": n}; CLFFN_DEFAULT_GEMV_MAX_TOKENS without one */
+    size_t gemv_max_tokens;
 } clffn_tuning;
 
 /* Applies the device's profile file, else its built-in profile, else nothing (CLBlast's own

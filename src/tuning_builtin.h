@@ -19,7 +19,10 @@
     "\"XgemmDirect\":{\"KWID\":2,\"MDIMAD\":8,\"MDIMCD\":8,\"NDIMBD\":16,\"NDIMCD\":16,\"PADA\":" \
     "0,"                                                                                          \
     "\"PADB\":1,\"VWMD\":1,\"VWND\":1,\"WGD\":64},"                                               \
-    "\"GemmRoutine\":{\"XGEMM_MIN_INDIRECT_SIZE\":102}},"                                         \
+    "\"GemmRoutine\":{\"XGEMM_MIN_INDIRECT_SIZE\":102},"                                          \
+    "\"Xgemv\":{\"WGS1\":128,\"WPT1\":2},"                                                        \
+    "\"XgemvFast\":{\"WGS2\":64,\"WPT2\":4,\"VW2\":4},"                                           \
+    "\"XgemvFastRot\":{\"WGS3\":16,\"WPT3\":8,\"VW3\":4}},"                                       \
     "\"clffn\":{\"GEMM_K_BLOCK\":256}}"
 // clang-format on
 

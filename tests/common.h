@@ -32,6 +32,11 @@ void test_weights_free(test_weights *w);
 
 clffn_context *test_context(void);
 
+/* The two sides of the small-batch crossover (clffn_context_set_gemv_max_tokens): every product
+ * an SGEMM, then every one that can be a GEMV per token. Tests of the passes run on both. */
+static const size_t test_gemv_sides[2] = {0, CLFFN_MAX_GEMV_TOKENS};
+static inline const char *test_gemv_side_name(int side) { return side ? "gemv" : "gemm"; }
+
 /* Asserts |y − ref| ≤ rtol·max|ref| + TOL_ATOL everywhere (callers pass TOL_RTOL or
  * act_rtol()); a NaN fails. Reports the first bad index and the worst error. */
 void assert_close(const float *y, const double *ref, size_t n, double rtol, const char *what);

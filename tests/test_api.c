@@ -420,12 +420,34 @@ Test(api, gemm_k_block_setting) {
     clffn_context_destroy(ctx);
 }
 
+/* The small-batch crossover is the context's too; with no profile saying otherwise it is one
+ * token. */
+Test(api, gemv_max_tokens_setting) {
+    clffn_context *ctx = test_context();
+    ASSERT_OK(clffn_context_set_gemv_max_tokens(ctx, 12));
+    cr_assert_eq(clffn_context_gemv_max_tokens(ctx), 12);
+    ASSERT_STATUS(clffn_context_set_gemv_max_tokens(ctx, CLFFN_MAX_GEMV_TOKENS + 1),
+                  CLFFN_ERROR_INVALID_SIZE);
+    cr_assert_eq(clffn_context_gemv_max_tokens(ctx), 12);
+    ASSERT_OK(clffn_context_set_gemv_max_tokens(ctx, 0));
+    cr_assert_eq(clffn_context_gemv_max_tokens(ctx), 0);
+    ASSERT_STATUS(clffn_context_set_gemv_max_tokens(NULL, 4), CLFFN_ERROR_NULL_ARGUMENT);
+    cr_assert_eq(clffn_context_gemv_max_tokens(NULL), 0);
+    clffn_context_destroy(ctx);
+    setenv("CLFFN_NO_TUNING", "1", 1);
+    ctx = test_context();
+    cr_assert_eq(clffn_context_gemv_max_tokens(ctx), CLFFN_DEFAULT_GEMV_MAX_TOKENS);
+    clffn_context_destroy(ctx);
+    unsetenv("CLFFN_NO_TUNING");
+}
+
 /* clffn_sgemm, the path of every FFN product, against a double-precision product: all four
  * transpose combinations, odd sizes, non-zero offsets, leading dimensions wider than the rows,
  * β ≠ 0, and a K long enough for three 64-blocks (so the first block alone carries β). */
 Test(api, sgemm_matches_reference) {
     clffn_context *ctx = test_context();
     ASSERT_OK(clffn_context_set_gemm_k_block(ctx, 64));
+    ASSERT_OK(clffn_context_set_gemv_max_tokens(ctx, 0));
     const size_t m = 37, n = 29, k = 200, pad = 3, off = 5;
     cl_context cx = clffn_context_cl_context(ctx);
     cl_command_queue q = clffn_context_queue(ctx);

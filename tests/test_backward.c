@@ -211,15 +211,19 @@ ParameterizedTestParameters(backward_device, variants) {
 
 ParameterizedTest(bvariant *v, backward_device, variants, .timeout = 120) {
     clffn_context *ctx = test_context();
-    for (size_t s = 0; s < sizeof bshapes / sizeof bshapes[0]; ++s) {
+    for (size_t k = 0; k < 2 * sizeof bshapes / sizeof bshapes[0]; ++k) {
+        const size_t s = k / 2;
+        const int side = (int)(k % 2);
+        ASSERT_OK(clffn_context_set_gemv_max_tokens(ctx, test_gemv_sides[side]));
         for (int layout = 0; layout < 2; ++layout) {
             clffn_config c = clffn_config_default(bshapes[s][1], bshapes[s][2]);
             c.activation = v->act, c.gated = v->gated, c.bias1 = v->bias1, c.bias2 = v->bias2;
             c.bias_gate = v->bias_gate;
             char what[160];
-            snprintf(what, sizeof what, "%s%s b1=%d b2=%d bg=%d T=%zu D=%zu F=%zu %s",
+            snprintf(what, sizeof what, "%s%s b1=%d b2=%d bg=%d T=%zu D=%zu F=%zu %s %s",
                      clffn_activation_name(v->act), v->gated ? " gated" : "", v->bias1, v->bias2,
-                     v->bias_gate, bshapes[s][0], c.d_model, c.d_ff, layout ? "in_out" : "out_in");
+                     v->bias_gate, bshapes[s][0], c.d_model, c.d_ff, layout ? "in_out" : "out_in",
+                     test_gemv_side_name(side));
             device_case(ctx, &c, (clffn_layout)layout, bshapes[s][0], 0, what);
         }
     }
@@ -229,13 +233,18 @@ ParameterizedTest(bvariant *v, backward_device, variants, .timeout = 120) {
 /* Dropout's backward uses exactly the forward's mask; the residual passes dy through. */
 Test(backward_device, dropout_and_residual) {
     clffn_context *ctx = test_context();
-    for (int gated = 0; gated < 2; ++gated) {
+    for (int k = 0; k < 4; ++k) {
+        const int gated = k / 2, side = k % 2;
+        ASSERT_OK(clffn_context_set_gemv_max_tokens(ctx, test_gemv_sides[side]));
         clffn_config c = clffn_config_default(20, 44);
         c.activation = CLFFN_ACT_GELU_TANH, c.gated = gated, c.dropout = 0.35f, c.residual = 1;
-        device_case(ctx, &c, CLFFN_LAYOUT_OUT_IN, 9, 1, gated ? "gated dropout" : "dropout");
-        c.dropout = 0.35f;
-        device_case(ctx, &c, CLFFN_LAYOUT_IN_OUT, 9, 1,
-                    gated ? "gated dropout in_out" : "dropout in_out");
+        char what[80];
+        snprintf(what, sizeof what, "%sdropout %s", gated ? "gated " : "",
+                 test_gemv_side_name(side));
+        device_case(ctx, &c, CLFFN_LAYOUT_OUT_IN, 9, 1, what);
+        snprintf(what, sizeof what, "%sdropout in_out %s", gated ? "gated " : "",
+                 test_gemv_side_name(side));
+        device_case(ctx, &c, CLFFN_LAYOUT_IN_OUT, 9, 1, what);
     }
     clffn_context_destroy(ctx);
 }
@@ -309,7 +318,10 @@ static void separate_gate_case(clffn_context *ctx, size_t T, size_t D, size_t F)
 
 Test(backward_device, device_level_separate_gate) {
     clffn_context *ctx = test_context();
-    separate_gate_case(ctx, 6, 12, 20);
+    for (int side = 0; side < 2; ++side) {
+        ASSERT_OK(clffn_context_set_gemv_max_tokens(ctx, test_gemv_sides[side]));
+        separate_gate_case(ctx, 6, 12, 20);
+    }
     clffn_context_destroy(ctx);
 }
 

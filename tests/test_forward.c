@@ -16,7 +16,7 @@ typedef struct variant {
 static const size_t shapes[][3] = {{1, 16, 40}, {7, 13, 29}, {33, 20, 52}, {18, 37, 61}};
 
 static void run_case(clffn_context *ctx, const variant *v, const size_t shape[3],
-                     clffn_layout layout) {
+                     clffn_layout layout, int side) {
     clffn_config c = clffn_config_default(shape[1], shape[2]);
     c.activation = v->act;
     c.gated = v->gated;
@@ -25,9 +25,10 @@ static void run_case(clffn_context *ctx, const variant *v, const size_t shape[3]
     c.bias_gate = v->bias_gate;
     const size_t T = shape[0], D = c.d_model, F = c.d_ff;
     char what[160];
-    snprintf(what, sizeof what, "%s%s b1=%d b2=%d bg=%d T=%zu D=%zu F=%zu %s",
+    snprintf(what, sizeof what, "%s%s b1=%d b2=%d bg=%d T=%zu D=%zu F=%zu %s %s",
              clffn_activation_name(v->act), v->gated ? " gated" : "", v->bias1, v->bias2,
-             v->bias_gate, T, D, F, layout == CLFFN_LAYOUT_OUT_IN ? "out_in" : "in_out");
+             v->bias_gate, T, D, F, layout == CLFFN_LAYOUT_OUT_IN ? "out_in" : "in_out",
+             test_gemv_side_name(side));
 
     test_weights w;
     test_weights_make(&w, &c, layout, 1000 + T * 7 + D * 3 + F);
@@ -83,9 +84,12 @@ static void run_case(clffn_context *ctx, const variant *v, const size_t shape[3]
 
 static void run_variant(const variant *v) {
     clffn_context *ctx = test_context();
-    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; ++s) {
-        run_case(ctx, v, shapes[s], CLFFN_LAYOUT_OUT_IN);
-        run_case(ctx, v, shapes[s], CLFFN_LAYOUT_IN_OUT);
+    for (int side = 0; side < 2; ++side) {
+        ASSERT_OK(clffn_context_set_gemv_max_tokens(ctx, test_gemv_sides[side]));
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; ++s) {
+            run_case(ctx, v, shapes[s], CLFFN_LAYOUT_OUT_IN, side);
+            run_case(ctx, v, shapes[s], CLFFN_LAYOUT_IN_OUT, side);
+        }
     }
     clffn_context_destroy(ctx);
 }
@@ -117,8 +121,8 @@ Test(forward, k_blocked_gemms, .timeout = 180) {
     const variant vs[] = {{CLFFN_ACT_GELU, 0, 1, 1, 1}, {CLFFN_ACT_SILU, 1, 1, 0, 1}};
     for (size_t s = 0; s < 2; ++s) {
         for (size_t i = 0; i < 2; ++i) {
-            run_case(ctx, &vs[i], kshapes[s], CLFFN_LAYOUT_OUT_IN);
-            run_case(ctx, &vs[i], kshapes[s], CLFFN_LAYOUT_IN_OUT);
+            run_case(ctx, &vs[i], kshapes[s], CLFFN_LAYOUT_OUT_IN, 0);
+            run_case(ctx, &vs[i], kshapes[s], CLFFN_LAYOUT_IN_OUT, 0);
         }
     }
     clffn_context_destroy(ctx);

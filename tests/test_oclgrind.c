@@ -30,13 +30,14 @@ typedef struct sim_case {
     int train;    /* dropout 0.25 in training mode */
     int residual; /* y = FFN(x) + x */
     size_t k_block, T, D, F;
+    int gemv; /* every product that can be one runs as CLBlast GEMVs (else SGEMMs) */
 } sim_case;
 
 static void describe(const sim_case *s, char *buf, size_t size) {
-    snprintf(buf, size, "%s%s %s bias=%d train=%d res=%d kb=%zu T=%zu D=%zu F=%zu",
+    snprintf(buf, size, "%s%s %s bias=%d train=%d res=%d kb=%zu T=%zu D=%zu F=%zu gemv=%d",
              clffn_activation_name(s->act), s->gated ? " gated" : "",
              s->layout == CLFFN_LAYOUT_OUT_IN ? "out_in" : "in_out", s->bias, s->train, s->residual,
-             s->k_block, s->T, s->D, s->F);
+             s->k_block, s->T, s->D, s->F, s->gemv);
 }
 
 static clffn_config config_of(const sim_case *s) {
@@ -63,6 +64,7 @@ static void run_host(const sim_case *s) {
     const size_t T = s->T, D = s->D, F = s->F, nw = D * F;
     clffn_context *ctx = test_context();
     if (s->k_block) { ASSERT_OK(clffn_context_set_gemm_k_block(ctx, s->k_block)); }
+    ASSERT_OK(clffn_context_set_gemv_max_tokens(ctx, test_gemv_sides[s->gemv]));
     test_weights w;
     test_weights_make(&w, &c, s->layout, 31 + T + D + F);
     float *x = malloc(T * D * sizeof *x), *dy = malloc(T * D * sizeof *dy);
@@ -126,10 +128,15 @@ ParameterizedTestParameters(oclgrind, host_passes) {
 ParameterizedTest(int *a, oclgrind, host_passes, .timeout = 600) {
     const clffn_activation act = (clffn_activation)*a;
     const sim_case cases[] = {
-        {act, 0, CLFFN_LAYOUT_OUT_IN, 1, 1, 0, 0, 7, 13, 28},
-        {act, 1, CLFFN_LAYOUT_IN_OUT, 1, 1, 1, 0, 7, 13, 29},
-        {act, 1, CLFFN_LAYOUT_OUT_IN, 0, 1, 0, 0, 6, 16, 20},
-        {act, 0, CLFFN_LAYOUT_IN_OUT, 0, 0, 1, 64, 5, 13, 133},
+        {act, 0, CLFFN_LAYOUT_OUT_IN, 1, 1, 0, 0, 7, 13, 28, 0},
+        {act, 1, CLFFN_LAYOUT_IN_OUT, 1, 1, 1, 0, 7, 13, 29, 0},
+        {act, 1, CLFFN_LAYOUT_OUT_IN, 0, 1, 0, 0, 6, 16, 20, 0},
+        {act, 0, CLFFN_LAYOUT_IN_OUT, 0, 0, 1, 64, 5, 13, 133, 0},
+        /* small batches: GEMVs at odd sizes (CLBlast's general kernel) and at multiples of 64
+         * (its fast kernels, both orientations) */
+        {act, 1, CLFFN_LAYOUT_OUT_IN, 1, 1, 1, 0, 3, 13, 29, 1},
+        {act, 0, CLFFN_LAYOUT_IN_OUT, 1, 0, 0, 0, 2, 64, 64, 1},
+        {act, 0, CLFFN_LAYOUT_OUT_IN, 0, 1, 0, 0, 2, 64, 64, 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) { run_host(&cases[i]); }
 }
@@ -139,7 +146,7 @@ ParameterizedTest(int *a, oclgrind, host_passes, .timeout = 600) {
  * the residual here: its dy → dx copy at offsets ≠ 0 is not tracked by Oclgrind's
  * uninitialized-memory check (the residual runs in host_passes, at offset 0). */
 Test(oclgrind, device_offsets_separate_gate, .timeout = 600) {
-    const sim_case s = {CLFFN_ACT_GELU, 1, CLFFN_LAYOUT_OUT_IN, 1, 1, 0, 0, 7, 13, 28};
+    const sim_case s = {CLFFN_ACT_GELU, 1, CLFFN_LAYOUT_OUT_IN, 1, 1, 0, 0, 7, 13, 28, 0};
     const clffn_config c = config_of(&s);
     const size_t T = s.T, D = s.D, F = s.F;
     clffn_context *ctx = test_context();

@@ -520,17 +520,20 @@ Test(clffn_tune, profile_file_is_applied) {
     fputs("{\"clblast\": {\"Xgemm\": {\"GEMMK\": 0, \"KREG\": 1, \"KWG\": 16, \"KWI\": 2,"
           " \"MDIMA\": 8, \"MDIMC\": 8, \"MWG\": 32, \"NDIMB\": 8, \"NDIMC\": 8, \"NWG\": 32,"
           " \"SA\": 0, \"SB\": 0, \"STRM\": 0, \"STRN\": 0, \"VWM\": 4, \"VWN\": 4},"
-          " \"GemmRoutine\": {\"XGEMM_MIN_INDIRECT_SIZE\": 48}},"
-          " \"clffn\": {\"GEMM_K_BLOCK\": 64}}",
+          " \"GemmRoutine\": {\"XGEMM_MIN_INDIRECT_SIZE\": 48},"
+          " \"Xgemv\": {\"WGS1\": 32, \"WPT1\": 2},"
+          " \"XgemvFast\": {\"WGS2\": 16, \"WPT2\": 2, \"VW2\": 2}},"
+          " \"clffn\": {\"GEMM_K_BLOCK\": 64, \"GEMV_MAX_TOKENS\": 3}}",
           f);
     fclose(f);
     ctx = test_context();
     cr_assert_eq(clffn_tuning_has_profile(clffn_context_cl_device(ctx)), 1);
     cr_assert_eq(clffn_context_gemm_k_block(ctx), 64);
+    cr_assert_eq(clffn_context_gemv_max_tokens(ctx), 3);
     char want[1400];
     snprintf(want, sizeof want, "profile %s", path);
     cr_assert_str_eq(clffn_context_tuning(ctx), want);
-    /* 3 tokens go to the direct kernel, 200 to the tiled one under that threshold */
+    /* 3 tokens run as GEMVs under that crossover, 200 as the tiled GEMM under that threshold */
     const size_t shapes[2][3] = {{3, 40, 72}, {200, 40, 72}};
     for (int s = 0; s < 2; ++s) {
         clffn_config c = clffn_config_default(shapes[s][1], shapes[s][2]);
@@ -608,6 +611,7 @@ Test(clffn_tune, damaged_profile_falls_back_and_opt_out) {
     cr_assert(strncmp(clffn_context_tuning(ctx), "profile", 7) != 0, "%s",
               clffn_context_tuning(ctx));
     const size_t fallback_kb = clffn_context_gemm_k_block(ctx); /* the built-in profile's, or 0 */
+    const size_t fallback_gemv = clffn_context_gemv_max_tokens(ctx);
     clffn_context_destroy(ctx);
     /* a clffn section with a misspelt name, a fraction, a negative number, or not an object:
      * the whole profile is refused, so no half of it takes effect */
@@ -616,7 +620,9 @@ Test(clffn_tune, damaged_profile_falls_back_and_opt_out) {
                                   "{\"GEMM_K_BLOCK\": -64}",
                                   "{\"GEMM_K_BLOCK\": \"64\"}",
                                   "64",
-                                  "{\"GEMM_K_BLOCK\": 1e12}"};
+                                  "{\"GEMM_K_BLOCK\": 1e12}",
+                                  "{\"GEMV_MAX_TOKENS\": -1}",
+                                  "{\"GEMV_MAX_TOKENS\": 1e9}"};
     for (size_t i = 0; i < sizeof bad_sections / sizeof bad_sections[0]; ++i) {
         f = fopen(path, "w");
         cr_assert_not_null(f);
@@ -628,6 +634,7 @@ Test(clffn_tune, damaged_profile_falls_back_and_opt_out) {
         cr_assert(strstr(clffn_context_tuning(ctx), "could not be applied") != NULL, "%s: %s",
                   bad_sections[i], clffn_context_tuning(ctx));
         cr_assert_eq(clffn_context_gemm_k_block(ctx), fallback_kb, "%s", bad_sections[i]);
+        cr_assert_eq(clffn_context_gemv_max_tokens(ctx), fallback_gemv, "%s", bad_sections[i]);
         clffn_context_destroy(ctx);
     }
     setenv("CLFFN_NO_TUNING", "1", 1);
