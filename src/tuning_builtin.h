@@ -9,7 +9,12 @@
  * was at hand to measure one on, and an unmeasured profile could make them slower.
  * GEMM_K_BLOCK 256: clffn-bench --k-block 0 against 256 on the same machine, 2026-11-22: the
  * forward 1.2-1.9x and the backward 1.2-1.8x faster on the three compute-bound shapes of
- * docs/PERFORMANCE.md; 192, 384 and 512 were no better in one process (clffn-bench-gemms). */
+ * docs/PERFORMANCE.md; 192, 384 and 512 were no better in one process (clffn-bench-gemms).
+ * Xgemv, XgemvFast, XgemvFastRot: a sweep of each kernel's parameters on 4096 -> 11008 at one
+ * token on the same machine, 2026-11-22 (XgemvFast 21 GB/s, XgemvFastRot 10 GB/s against 5 with
+ * CLBlast's defaults). GEMV_MAX_TOKENS 4: clffn-bench --gemv-max 0 against 64 at 1 ... 32 tokens
+ * on the seed shape (512 -> 2048): the GEMVs win up to 4 tokens, the SGEMMs from 8
+ * (docs/PERFORMANCE.md). */
 // clang-format off: the JSON stays in the lines clffn-tune printed
 #define CLFFN_POCL_AVX512_PROFILE                                                                 \
     "{\"clblast\":{"                                                                              \
@@ -23,7 +28,7 @@
     "\"Xgemv\":{\"WGS1\":128,\"WPT1\":2},"                                                        \
     "\"XgemvFast\":{\"WGS2\":64,\"WPT2\":4,\"VW2\":4},"                                           \
     "\"XgemvFastRot\":{\"WGS3\":16,\"WPT3\":8,\"VW3\":4}},"                                       \
-    "\"clffn\":{\"GEMM_K_BLOCK\":256}}"
+    "\"clffn\":{\"GEMM_K_BLOCK\":256,\"GEMV_MAX_TOKENS\":4}}"
 // clang-format on
 
 static const builtin_profile builtin_profiles[] = {

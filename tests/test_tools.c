@@ -490,15 +490,18 @@ Test(clffn_bench, sweep_csv, .timeout = 120) {
     char out[16384], cmd[512];
     snprintf(cmd, sizeof cmd, "'%s' --sweep --d-model 8 --d-ff 16 --reps 1", CLFFN_BENCH_PATH);
     cr_assert_eq(run(cmd, out, sizeof out), 0, "%s", out);
-    cr_assert(strncmp(out, "tokens,clffn_gflops", 19) == 0, "%s", out);
+    cr_assert(strncmp(out, "tokens,clffn_gflops,clffn_weights_gbps,copy_gbps", 48) == 0, "%s", out);
     int rows = 0;
     size_t expect = 1;
     for (char *line = strchr(out, '\n'); line && line[1]; line = strchr(line + 1, '\n')) {
         unsigned long t = 0;
-        double g = 0;
-        cr_assert(sscanf(line + 1, "%lu,%lf", &t, &g) == 2, "bad row: %.40s", line + 1);
+        double g = 0, w = 0, c = 0;
+        cr_assert(sscanf(line + 1, "%lu,%lf,%lf,%lf", &t, &g, &w, &c) == 4, "bad row: %.40s",
+                  line + 1);
         cr_assert_eq(t, expect);
-        cr_assert(g > 0);
+        cr_assert(g > 0 && w > 0 && c > 0, "%.60s", line + 1);
+        /* weights: 2 · 8 · 16 floats; FLOPs: 2 · T · 8 · 16 · 2, so GB/s = GFLOP/s · 2 / T */
+        cr_assert(fabs(w - g * 2.0 / (double)t) <= 1e-3 * w, "%.60s", line + 1);
         expect *= 2;
         ++rows;
     }
@@ -589,6 +592,9 @@ Test(clffn_tune, short_search, .timeout = 400) {
         const cJSON *kb = cJSON_GetObjectItemCaseSensitive(
             cJSON_GetObjectItemCaseSensitive(o, "clffn"), "GEMM_K_BLOCK");
         cr_assert(cJSON_IsNumber(kb) && kb->valuedouble >= 0, "%s", text);
+        const cJSON *gv = cJSON_GetObjectItemCaseSensitive(
+            cJSON_GetObjectItemCaseSensitive(o, "clffn"), "GEMV_MAX_TOKENS");
+        cr_assert(cJSON_IsNumber(gv) && gv->valuedouble >= 0 && gv->valuedouble <= 48, "%s", text);
         const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "tuned_for");
         cr_assert(num(t, "gemm_gflops") > num(t, "gemm_gflops_before"));
         cJSON_Delete(o);

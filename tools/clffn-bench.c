@@ -1,15 +1,19 @@
 /* clffn-bench: how fast is the FFN on this device, and how does it compare with the host's BLAS.
  *
  *   clffn-bench --tokens T --d-model D --d-ff F --activation A [--gated] [--reps N] [--json]
- *               [--compare-cpu] [--sweep] [--device SPEC] [--k-block N]
+ *               [--compare-cpu] [--sweep] [--device SPEC] [--k-block N] [--gemv-max N]
  *
  * Times N device-level forwards (after two warm-ups) with the wall clock around each forward and
  * its clFinish, reports best and median, GFLOP/s, the per-stage split from OpenCL profiling
  * events, and the time from process start to the first result (kernel builds included).
  * --compare-cpu runs the same FFN through the host's CBLAS (OpenBLAS) in the same process, side
  * by side. --sweep prints CSV over token counts 1 … 8192 (plot it with tools/plot-sweep.gp).
- * --k-block overrides the SGEMM inner-dimension block the tuning profile chose (0: none), so the
- * two can be compared in one sitting.
+ * --k-block overrides the SGEMM inner-dimension block the tuning profile chose (0: none), and
+ * --gemv-max the small-batch crossover (0: every product an SGEMM), so the choices can be
+ * compared in one sitting. Few tokens are bound by reading the weights, so both modes also
+ * report the weights' bytes over the forward's time beside the device's copy bandwidth,
+ * measured here with a plain copy kernel ((bytes read + bytes written) / time, as STREAM's
+ * copy counts them).
  *
  * Exit status: 0 success, 1 device or runtime failure, 2 usage. */
 #include "clffn.h"
@@ -35,6 +39,8 @@ typedef struct args {
     const char *device;
     int set_k_block; /* --k-block given */
     size_t k_block;
+    int set_gemv_max; /* --gemv-max given */
+    size_t gemv_max;
 } args;
 
 typedef struct timing {
@@ -54,6 +60,11 @@ static timing summarize(double *t, int n) {
 
 static double flops_of(const args *a, size_t tokens) {
     return 2.0 * (double)tokens * (double)a->d_model * (double)a->d_ff * (a->gated ? 3.0 : 2.0);
+}
+
+/* The bytes of W1 (and V) and W2, each read at least once per forward. */
+static double weight_bytes(const args *a) {
+    return 4.0 * (double)a->d_model * (double)a->d_ff * (a->gated ? 3.0 : 2.0);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -81,6 +92,10 @@ static int device_setup(device_run *r, const args *a, size_t max_tokens) {
     if (a->set_k_block &&
         (st = clffn_context_set_gemm_k_block(r->ctx, a->k_block)) != CLFFN_SUCCESS) {
         return fail("--k-block", st);
+    }
+    if (a->set_gemv_max &&
+        (st = clffn_context_set_gemv_max_tokens(r->ctx, a->gemv_max)) != CLFFN_SUCCESS) {
+        return fail("--gemv-max", st);
     }
     if ((st = clffn_ffn_create(r->ctx, &c, &r->ffn)) != CLFFN_SUCCESS ||
         (st = clffn_ffn_init_weights(r->ffn, CLFFN_INIT_TORCH_LINEAR, 1)) != CLFFN_SUCCESS ||
@@ -201,6 +216,50 @@ static int device_time(device_run *r, size_t tokens, int reps, timing *t, clffn_
     return 0;
 }
 
+/* The device's copy bandwidth: a float4 copy kernel over 2 × 128 MiB (or a quarter of the
+ * largest allocation, if less), best of 5 after a warm-up, in GB/s of bytes read + written. */
+static const char *COPY_SRC =
+    "__kernel void copy4(__global const float4 *a, __global float4 *b) {\n"
+    "  const size_t i = get_global_id(0);\n"
+    "  b[i] = a[i];\n"
+    "}\n";
+
+static int copy_bandwidth(device_run *r, double *gbps) {
+    cl_context cx = clffn_context_cl_context(r->ctx);
+    cl_device_id dev = clffn_context_cl_device(r->ctx);
+    cl_command_queue q = clffn_context_queue(r->ctx);
+    cl_ulong max_alloc = 0;
+    clGetDeviceInfo(dev, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof max_alloc, &max_alloc, NULL);
+    size_t bytes = (size_t)128 << 20;
+    if ((cl_ulong)bytes > max_alloc / 4) { bytes = (size_t)(max_alloc / 4) / 16 * 16; }
+    cl_int err;
+    cl_program p = clCreateProgramWithSource(cx, 1, &COPY_SRC, NULL, &err);
+    if (err == CL_SUCCESS) { err = clBuildProgram(p, 1, &dev, "", NULL, NULL); }
+    cl_kernel k = err == CL_SUCCESS ? clCreateKernel(p, "copy4", &err) : NULL;
+    cl_mem a = err == CL_SUCCESS ? clCreateBuffer(cx, CL_MEM_READ_WRITE, bytes, NULL, &err) : NULL;
+    cl_mem b = err == CL_SUCCESS ? clCreateBuffer(cx, CL_MEM_READ_WRITE, bytes, NULL, &err) : NULL;
+    const float zero = 0.0f;
+    if (err == CL_SUCCESS) { err = clEnqueueFillBuffer(q, a, &zero, 4, 0, bytes, 0, NULL, NULL); }
+    if (err == CL_SUCCESS) { err = clSetKernelArg(k, 0, sizeof a, &a); }
+    if (err == CL_SUCCESS) { err = clSetKernelArg(k, 1, sizeof b, &b); }
+    double best = INFINITY;
+    const size_t n = bytes / 16;
+    for (int i = 0; i < 6 && err == CL_SUCCESS; ++i) {
+        const double t0 = tool_now_s();
+        err = clEnqueueNDRangeKernel(q, k, 1, NULL, &n, NULL, 0, NULL, NULL);
+        if (err == CL_SUCCESS) { err = clFinish(q); }
+        const double t = tool_now_s() - t0;
+        if (i > 0 && t < best) { best = t; }
+    }
+    if (a) { clReleaseMemObject(a); }
+    if (b) { clReleaseMemObject(b); }
+    if (k) { clReleaseKernel(k); }
+    if (p) { clReleaseProgram(p); }
+    if (err != CL_SUCCESS) { return fail("measuring the copy bandwidth", (clffn_status)err); }
+    *gbps = 2.0 * (double)bytes / best * 1e-9;
+    return 0;
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* The same FFN through the host's CBLAS */
 
@@ -287,20 +346,22 @@ static void cpu_teardown(cpu_run *r) {
 /* ------------------------------------------------------------------------------------------ */
 
 static void usage(FILE *f) {
-    fprintf(
-        f,
-        "usage: clffn-bench [--tokens T] [--d-model D] [--d-ff F] [--activation A] [--gated]\n"
-        "                   [--reps N] [--json] [--compare-cpu] [--sweep] [--device SPEC]\n"
-        "                   [--k-block N]\n"
-        "defaults: the seed example, 640 tokens, 512 -> 2048, relu, 20 reps\n"
-        "--activation takes the GLU names too (swiglu = silu + --gated)\n"
-        "--compare-cpu  the same FFN through the host's CBLAS, side by side%s\n"
-        "--sweep        CSV over token counts 1 ... 8192 (tools/plot-sweep.gp plots it)\n"
-        "--k-block N    SGEMM inner-dimension block instead of the tuning profile's (0: none)\n",
+    fprintf(f,
+            "usage: clffn-bench [--tokens T] [--d-model D] [--d-ff F] [--activation A] [--gated]\n"
+            "                   [--reps N] [--json] [--compare-cpu] [--sweep] [--device SPEC]\n"
+            "                   [--k-block N] [--gemv-max N]\n"
+            "defaults: the seed example, 640 tokens, 512 -> 2048, relu, 20 reps\n"
+            "--activation takes the GLU names too (swiglu = silu + --gated)\n"
+            "--compare-cpu  the same FFN through the host's CBLAS, side by side%s\n"
+            "--sweep        CSV over token counts 1 ... 8192 (tools/plot-sweep.gp plots it)\n"
+            "--k-block N    SGEMM inner-dimension block instead of the tuning profile's (0: none)\n"
+            "--gemv-max N   run products of up to N tokens as GEMVs instead of the profile's "
+            "crossover\n"
+            "               (0: every product an SGEMM)\n",
 #ifdef CLFFN_HAVE_CBLAS
-        ""
+            ""
 #else
-        " (not built: no CBLAS found)"
+             " (not built: no CBLAS found)"
 #endif
     );
 }
@@ -351,6 +412,15 @@ static int parse_args(int argc, char **argv, args *a) {
             }
             a->set_k_block = 1, a->k_block = kb;
             ++i;
+        } else if (!strcmp(o, "--gemv-max")) {
+            size_t g;
+            if (tool_parse_size(v, 0, CLFFN_MAX_GEMV_TOKENS, &g) != 0) {
+                fprintf(stderr, "clffn-bench: --gemv-max needs an integer 0 ... %zu\n",
+                        CLFFN_MAX_GEMV_TOKENS);
+                return -1;
+            }
+            a->set_gemv_max = 1, a->gemv_max = g;
+            ++i;
         } else if (!strcmp(o, "--gated")) {
             a->gated = 1;
         } else if (!strcmp(o, "--json")) {
@@ -384,23 +454,31 @@ static int sweep(const args *a) {
         device_teardown(&r);
         return 1;
     }
+    double copy = 0;
+    if (copy_bandwidth(&r, &copy) != 0) {
+        device_teardown(&r);
+        return 1;
+    }
 #ifdef CLFFN_HAVE_CBLAS
     cpu_run c = {0};
     if (a->compare_cpu && cpu_setup(&c, a, MAX_T) != 0) { return 1; }
-    printf("tokens,clffn_gflops%s\n", a->compare_cpu ? ",cpu_blas_gflops" : "");
+    printf("tokens,clffn_gflops,clffn_weights_gbps,copy_gbps%s\n",
+           a->compare_cpu ? ",cpu_blas_gflops,cpu_blas_weights_gbps" : "");
 #else
-    printf("tokens,clffn_gflops\n");
+    printf("tokens,clffn_gflops,clffn_weights_gbps,copy_gbps\n");
 #endif
     int rc = 0;
     for (size_t T = 1; T <= MAX_T && rc == 0; T *= 2) {
         timing t;
         const int reps = T >= 2048 ? (a->reps < 5 ? a->reps : 5) : a->reps;
         if ((rc = device_time(&r, T, reps, &t, NULL)) != 0) { break; }
-        printf("%zu,%.4g", T, flops_of(a, T) / t.best_s * 1e-9);
+        printf("%zu,%.4g,%.4g,%.4g", T, flops_of(a, T) / t.best_s * 1e-9,
+               weight_bytes(a) / t.best_s * 1e-9, copy);
 #ifdef CLFFN_HAVE_CBLAS
         if (a->compare_cpu) {
             const timing ct = cpu_time(&c, a, T, reps);
-            printf(",%.4g", flops_of(a, T) / ct.best_s * 1e-9);
+            printf(",%.4g,%.4g", flops_of(a, T) / ct.best_s * 1e-9,
+                   weight_bytes(a) / ct.best_s * 1e-9);
         }
 #endif
         printf("\n");
@@ -439,10 +517,12 @@ static int tool_main(int argc, char **argv) {
         return 1;
     }
     timing bt = {0.0, 0.0};
-    if (backward_time(&r, a.tokens, a.reps, &bt) != 0) {
+    double copy = 0;
+    if (backward_time(&r, a.tokens, a.reps, &bt) != 0 || copy_bandwidth(&r, &copy) != 0) {
         device_teardown(&r);
         return 1;
     }
+    const double wgbps = weight_bytes(&a) / t.best_s * 1e-9;
     char name[256] = "?";
     clffn_context_device_name(r.ctx, name, sizeof name);
     const double fl = flops_of(&a, a.tokens), n = (double)a.reps;
@@ -476,6 +556,9 @@ static int tool_main(int argc, char **argv) {
         cJSON_AddNumberToObject(o, "reps", a.reps);
         cJSON_AddStringToObject(o, "tuning", clffn_context_tuning(r.ctx));
         cJSON_AddNumberToObject(o, "gemm_k_block", (double)clffn_context_gemm_k_block(r.ctx));
+        cJSON_AddNumberToObject(o, "gemv_max_tokens", (double)clffn_context_gemv_max_tokens(r.ctx));
+        cJSON_AddNumberToObject(o, "weights_gbps", wgbps);
+        cJSON_AddNumberToObject(o, "copy_gbps", copy);
         cJSON_AddNumberToObject(o, "best_s", t.best_s);
         cJSON_AddNumberToObject(o, "median_s", t.median_s);
         cJSON_AddNumberToObject(o, "gflops", fl / t.best_s * 1e-9);
@@ -508,8 +591,12 @@ static int tool_main(int argc, char **argv) {
                clffn_activation_name(a.act), a.gated ? ", gated" : "");
         printf("GEMM K-block:  %zu (%s)\n", clffn_context_gemm_k_block(r.ctx),
                a.set_k_block ? "--k-block" : clffn_context_tuning(r.ctx));
+        printf("GEMVs up to:   %zu tokens (%s)\n", clffn_context_gemv_max_tokens(r.ctx),
+               a.set_gemv_max ? "--gemv-max" : clffn_context_tuning(r.ctx));
         printf("forward:       best %.3f ms, median %.3f ms over %d reps: %.1f GFLOP/s\n",
                t.best_s * 1e3, t.median_s * 1e3, a.reps, fl / t.best_s * 1e-9);
+        printf("weights read:  %.1f GB/s over the forward; device copy bandwidth %.1f GB/s\n",
+               wgbps, copy);
         printf("stages (mean): GEMM 1 %.3f ms | epilogue 1 %.3f ms | GEMM 2 %.3f ms | epilogue 2 "
                "%.3f ms\n",
                s.gemm1_s * 1e3, s.epilogue1_s * 1e3, s.gemm2_s * 1e3, s.epilogue2_s * 1e3);

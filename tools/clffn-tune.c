@@ -11,7 +11,13 @@
  *      FFN's two GEMMs together;
  *   2. XgemmDirect (the kernel for small products): the same, scored at a few tokens;
  *   3. GemmRoutine's XGEMM_MIN_INDIRECT_SIZE: where the direct kernel stops being faster;
- *   4. clffn's own GEMM_K_BLOCK (clffn_context_set_gemm_k_block): the inner-dimension block.
+ *   4. clffn's own GEMM_K_BLOCK (clffn_context_set_gemm_k_block): the inner-dimension block;
+ *   5. the GEMV kernels of the small-batch path (XgemvFastRot for y = W·x with W [out, in],
+ *      XgemvFast for the backward's dh = dy·W2), scored at one token over the FFN's forward
+ *      products and the backward's input products;
+ *   6. clffn's GEMV_MAX_TOKENS (clffn_context_set_gemv_max_tokens): those four products at
+ *      1, 2, 4, … 64 tokens as GEMVs and as SGEMMs; the crossover is the largest count up to
+ *      which the GEMVs win at every count measured.
  * Phases 1-3 run the GEMMs split along K as the library would with a first guess of the block
  * (256 on CPUs, where it pays, none on GPUs); phase 4 then tries every block with the winners.
  * Times come from OpenCL profiling events around each GEMM. Progress is saved after every
@@ -249,16 +255,19 @@ typedef struct bench {
     cl_command_queue q;
     size_t T, D, F, N1;
     cl_mem x, w1, z, h, w2, u;
+    int backward_inputs; /* also time the backward's dh = u·W2 and dx = z·W1 */
 } bench;
 
-/* Device seconds of one SGEMM (C[m,n] = A[m,k]·B[n,k]ᵀ row-major), between two markers, run
- * through clffn_sgemm as the library runs its products (the context's K-block). */
-static int gemm_time(bench *b, size_t m, size_t n, size_t k, cl_mem A, cl_mem B, cl_mem C,
-                     double *sec) {
+/* Device seconds of one SGEMM (C[m,n] = A[m,k]·op(B) row-major: B [n,k] transposed, as the
+ * forward uses W [out, in], or B [k,n] as stored, as the backward's input products do), between
+ * two markers, run through clffn_sgemm as the library runs its products (the context's K-block
+ * and small-batch crossover). */
+static int gemm_time(bench *b, size_t m, size_t n, size_t k, cl_mem A, cl_mem B, clffn_transpose tb,
+                     cl_mem C, double *sec) {
     cl_event e0, e1;
     if (clEnqueueMarkerWithWaitList(b->q, 0, NULL, &e0) != CL_SUCCESS) { return -1; }
-    const clffn_status st = clffn_sgemm(b->cctx, CLFFN_NO_TRANS, CLFFN_TRANS, m, n, k, 1.0f, A, 0,
-                                        k, B, 0, k, 0.0f, C, 0, n, b->q, NULL);
+    const clffn_status st = clffn_sgemm(b->cctx, CLFFN_NO_TRANS, tb, m, n, k, 1.0f, A, 0, k, B, 0,
+                                        tb == CLFFN_TRANS ? k : n, 0.0f, C, 0, n, b->q, NULL);
     if (st != CLFFN_SUCCESS || clEnqueueMarkerWithWaitList(b->q, 0, NULL, &e1) != CL_SUCCESS) {
         clFinish(b->q);
         clReleaseEvent(e0);
@@ -283,12 +292,16 @@ static int gemm_time(bench *b, size_t m, size_t n, size_t k, cl_mem A, cl_mem B,
 static int ffn_gemms_time(bench *b, size_t T, int reps, double *sec) {
     double best = INFINITY;
     for (int r = 0; r <= reps; ++r) {
-        double t1, t2;
-        if (gemm_time(b, T, b->N1, b->D, b->x, b->w1, b->z, &t1) != 0 ||
-            gemm_time(b, T, b->D, b->F, b->h, b->w2, b->u, &t2) != 0) {
+        double t1, t2, t3 = 0, t4 = 0;
+        const clffn_transpose t = CLFFN_TRANS, n = CLFFN_NO_TRANS;
+        if (gemm_time(b, T, b->N1, b->D, b->x, b->w1, t, b->z, &t1) != 0 ||
+            gemm_time(b, T, b->D, b->F, b->h, b->w2, t, b->u, &t2) != 0 ||
+            (b->backward_inputs &&
+             (gemm_time(b, T, b->F, b->D, b->u, b->w2, n, b->h, &t3) != 0 ||
+              gemm_time(b, T, b->D, b->N1, b->z, b->w1, n, b->x, &t4) != 0))) {
             return -1;
         }
-        if (r > 0 && t1 + t2 < best) { best = t1 + t2; }
+        if (r > 0 && t1 + t2 + t3 + t4 < best) { best = t1 + t2 + t3 + t4; }
     }
     *sec = best;
     return 0;
@@ -309,8 +322,17 @@ static cl_mem random_buffer(bench *b, size_t n, uint64_t seed) {
 }
 
 /* The SGEMM under the parameters now applied, against a double-precision product, on an odd
- * shape (so no tile fits it exactly), run as gemm_time runs it. */
+ * shape (so no tile fits it exactly), run as gemm_time runs it: B transposed, and B as stored
+ * too when the candidate times the backward's products. */
+static int verify_one(bench *b, clffn_transpose tb);
 static int verify(bench *b) {
+    return verify_one(b, CLFFN_TRANS) == 0 &&
+                   (!b->backward_inputs || verify_one(b, CLFFN_NO_TRANS) == 0)
+               ? 0
+               : -1;
+}
+
+static int verify_one(bench *b, clffn_transpose tb) {
     const size_t m = 37, n = 131, k = 97;
     int ok = 0;
     float *A = malloc(m * k * 4), *B = malloc(n * k * 4), *C = malloc(m * n * 4);
@@ -325,13 +347,15 @@ static int verify(bench *b) {
         c = clCreateBuffer(b->ctx, CL_MEM_READ_WRITE, m * n * 4, NULL, &e3);
     }
     if (e1 == CL_SUCCESS && e2 == CL_SUCCESS && e3 == CL_SUCCESS &&
-        clffn_sgemm(b->cctx, CLFFN_NO_TRANS, CLFFN_TRANS, m, n, k, 1.0f, a, 0, k, bb, 0, k, 0.0f, c,
-                    0, n, b->q, NULL) == CLFFN_SUCCESS &&
+        clffn_sgemm(b->cctx, CLFFN_NO_TRANS, tb, m, n, k, 1.0f, a, 0, k, bb, 0,
+                    tb == CLFFN_TRANS ? k : n, 0.0f, c, 0, n, b->q, NULL) == CLFFN_SUCCESS &&
         clEnqueueReadBuffer(b->q, c, CL_TRUE, 0, m * n * 4, C, 0, NULL, NULL) == CL_SUCCESS) {
         for (size_t i = 0; i < m; ++i) {
             for (size_t j = 0; j < n; ++j) {
                 double sum = 0;
-                for (size_t l = 0; l < k; ++l) { sum += (double)A[i * k + l] * B[j * k + l]; }
+                for (size_t l = 0; l < k; ++l) {
+                    sum += (double)A[i * k + l] * (tb == CLFFN_TRANS ? B[j * k + l] : B[l * n + j]);
+                }
                 R[i * n + j] = sum;
             }
         }
@@ -433,12 +457,6 @@ static void usage(FILE *f) {
 /* ------------------------------------------------------------------------------------------ */
 /* Candidates run in child processes: a parameter set whose kernel faults costs one candidate */
 
-typedef struct opts {
-    const char *device;
-    size_t T, D, F;
-    int gated;
-} opts;
-
 static void format_values(const pset *p, char *buf, size_t size) {
     size_t n = 0;
     buf[0] = '\0';
@@ -458,6 +476,47 @@ static int parse_values(const char *text, pset *p) {
     return 0;
 }
 
+typedef struct opts {
+    const char *device;
+    size_t T, D, F;
+    int gated;
+    /* the small-batch side of a candidate: gemv is NULL (every product an SGEMM, as phases 1-4
+     * measure), or "N" or "N:WGS2,WPT2,VW2,WGS3,WPT3,VW3": crossover N and, given, those
+     * XgemvFast and XgemvFastRot parameters; the backward's input products are timed too */
+    const char *gemv;
+} opts;
+
+static const char *const GEMV_FAST_NAMES[] = {"WGS2", "WPT2", "VW2"};
+static const char *const GEMV_ROT_NAMES[] = {"WGS3", "WPT3", "VW3"};
+
+static void gemv_sets(pset *fast, pset *rot) {
+    *fast = (pset){"XgemvFast", 3, {0}, {0}};
+    *rot = (pset){"XgemvFastRot", 3, {0}, {0}};
+    for (int i = 0; i < 3; ++i) {
+        fast->names[i] = GEMV_FAST_NAMES[i];
+        rot->names[i] = GEMV_ROT_NAMES[i];
+    }
+}
+
+/* Applies a candidate's gemv spec (see opts) in the child. */
+static int apply_gemv(clffn_context *cctx, const char *spec) {
+    size_t n = 0;
+    char *end;
+    n = strtoul(spec, &end, 10);
+    if (end == spec || (*end != '\0' && *end != ':') ||
+        clffn_context_set_gemv_max_tokens(cctx, n) != CLFFN_SUCCESS) {
+        return -1;
+    }
+    if (*end == '\0') { return 0; }
+    pset all = {"", 6, {0}, {0}}, fast, rot;
+    gemv_sets(&fast, &rot);
+    if (parse_values(end + 1, &all) != 0) { return -1; }
+    memcpy(fast.values, all.values, 3 * sizeof(size_t));
+    memcpy(rot.values, all.values + 3, 3 * sizeof(size_t));
+    const cl_device_id d = clffn_context_cl_device(cctx);
+    return apply(d, &fast) == 0 && apply(d, &rot) == 0 ? 0 : -1;
+}
+
 /* Child: applies the sets, checks the SGEMM on an odd shape, and prints the device seconds of the
  * FFN's two GEMMs at T tokens, split along K in blocks of kb ("-": the block the context has
  * from the profile applied now). Exit 0 with the time, 3 for a wrong result, 1 otherwise. */
@@ -466,6 +525,10 @@ static int eval_run(clffn_context *cctx, const opts *o, const char *xg, const ch
     size_t k_block;
     if (strcmp(kb, "-") && (tool_parse_size(kb, 0, CLFFN_MAX_GEMM_K_BLOCK, &k_block) != 0 ||
                             clffn_context_set_gemm_k_block(cctx, k_block) != CLFFN_SUCCESS)) {
+        return 1;
+    }
+    if (o->gemv ? apply_gemv(cctx, o->gemv) != 0
+                : clffn_context_set_gemv_max_tokens(cctx, 0) != CLFFN_SUCCESS) {
         return 1;
     }
     bench b = {cctx,
@@ -481,7 +544,8 @@ static int eval_run(clffn_context *cctx, const opts *o, const char *xg, const ch
                NULL,
                NULL,
                NULL,
-               NULL};
+               NULL,
+               o->gemv != NULL};
     pset x = {"Xgemm", 16, {0}, {0}}, d = {"XgemmDirect", 10, {0}, {0}};
     for (int i = 0; i < 16; ++i) { x.names[i] = XGEMM_NAMES[i]; }
     for (int i = 0; i < 10; ++i) { d.names[i] = DIRECT_NAMES[i]; }
@@ -539,6 +603,7 @@ static int eval_child(const opts *o, size_t T, const pset *xg, const pset *dir, 
                       "--tokens",   ts,       "--d-model", dm, "--d-ff", df};
     int n = 12;
     if (o->gated) { argv[n++] = "--gated"; }
+    if (o->gemv) { argv[n++] = "--gemv", argv[n++] = (char *)o->gemv; }
     if (o->device) { argv[n++] = "--device", argv[n++] = (char *)o->device; }
     argv[n] = NULL;
     int out[2];
@@ -608,6 +673,8 @@ static int parse_options(int argc, char **argv, search *r, int *fresh, int *prin
             *fresh = 1;
         } else if (!strcmp(a, "--print")) {
             *print_only = 1;
+        } else if (!strcmp(a, "--gemv") && v) { /* internal: a candidate's small-batch side */
+            r->o.gemv = v, ++i;
         } else if (!strcmp(a, "--eval") && i + 4 < argc) { /* internal: one candidate */
             for (int k = 0; k < 4; ++k) { eval[k] = argv[i + 1 + k]; }
             i += 4;
@@ -804,9 +871,86 @@ static size_t phase_k_block(search *r, size_t min_indirect) {
     return k_block;
 }
 
+/* What phases 5 and 6 found: the GEMV kernels' parameters and the crossover. */
+typedef struct gemv_result {
+    pset fast, rot;
+    int have;
+    size_t max_tokens;
+} gemv_result;
+
+/* A candidate's small-batch spec (opts.gemv) into buf. */
+static const char *gemv_spec(char *buf, size_t size, size_t tokens, const gemv_result *g) {
+    char f[128] = "", rt[128] = "";
+    format_values(&g->fast, f, sizeof f);
+    format_values(&g->rot, rt, sizeof rt);
+    snprintf(buf, size, "%zu:%s,%s", tokens, f, rt);
+    return buf;
+}
+
+/* Phase 5: XgemvFastRot, then XgemvFast, each over a short list of work-group size, work per
+ * item and vector width (the kernels have few parameters, and the list spans what the sweep on
+ * POCL and CLBlast's GPU database pick), scored at one token. Not resumable: it is short. */
+static void phase_gemv(search *r, size_t min_indirect, size_t k_block, gemv_result *g) {
+    static const size_t cands[][3] = {{64, 4, 4},  {64, 8, 4},  {16, 8, 4},  {32, 8, 4},
+                                      {64, 1, 1},  {128, 1, 1}, {256, 1, 1}, {64, 2, 2},
+                                      {64, 16, 4}, {32, 16, 8}, {128, 4, 4}, {16, 16, 16}};
+    const size_t nc = sizeof cands / sizeof cands[0];
+    gemv_sets(&g->fast, &g->rot);
+    memcpy(g->fast.values, cands[0], sizeof cands[0]);
+    memcpy(g->rot.values, cands[0], sizeof cands[0]);
+    double best = INFINITY;
+    for (int which = 0; which < 2; ++which) { /* 0: the rotated kernel (forward), 1: the other */
+        pset *p = which ? &g->fast : &g->rot;
+        size_t keep[3];
+        memcpy(keep, p->values, sizeof keep);
+        for (size_t i = 0; i < nc && !interrupted; ++i) {
+            if (i >= 2 && spent(r) > r->budget) { break; }
+            if (cands[i][0] > r->lim.max_wg) { continue; }
+            memcpy(p->values, cands[i], sizeof cands[i]);
+            char spec[300];
+            opts o = r->o;
+            o.gemv = gemv_spec(spec, sizeof spec, CLFFN_MAX_GEMV_TOKENS, g);
+            double t;
+            if (eval_child(&o, 1, &r->s.xgemm, &r->s.direct, min_indirect, k_block, &t) == 0 &&
+                t < best) {
+                best = t, g->have = 1;
+                memcpy(keep, cands[i], sizeof keep);
+            }
+        }
+        memcpy(p->values, keep, sizeof keep);
+    }
+    if (g->have) {
+        printf("GEMV at 1 token (forward and backward-input products): %.3f ms\n", best * 1e3);
+    }
+}
+
+/* Phase 6: GEMV_MAX_TOKENS. The GEMVs read the weights once per token and pad nothing; the
+ * SGEMM reads them once and pads the tokens to a tile: the GEMVs win up to some count. */
+static size_t phase_gemv_crossover(search *r, size_t min_indirect, size_t k_block,
+                                   const gemv_result *g) {
+    size_t max_tokens = 0;
+    for (size_t T = 1; T <= 64 && T <= r->o.T && !interrupted; T *= 2) {
+        if (T > 1 && spent(r) > r->budget) { break; } /* keeps what it learnt */
+        char spec[300], zero[8] = "0";
+        opts ov = r->o, om = r->o;
+        ov.gemv = g->have ? gemv_spec(spec, sizeof spec, CLFFN_MAX_GEMV_TOKENS, g) : "65536";
+        om.gemv = zero;
+        double tv, tm;
+        if (eval_child(&ov, T, &r->s.xgemm, &r->s.direct, min_indirect, k_block, &tv) != 0 ||
+            eval_child(&om, T, &r->s.xgemm, &r->s.direct, min_indirect, k_block, &tm) != 0) {
+            break;
+        }
+        printf("%3zu tokens: GEMV %.3f ms, SGEMM %.3f ms\n", T, tv * 1e3, tm * 1e3);
+        fflush(stdout);
+        if (tv >= tm) { break; }
+        max_tokens = T;
+    }
+    return max_tokens;
+}
+
 /* The winners as a profile, written atomically. */
-static int write_profile(const search *r, size_t min_indirect, size_t k_block, double after_s,
-                         int have_before, double before_s) {
+static int write_profile(const search *r, size_t min_indirect, size_t k_block, const gemv_result *g,
+                         double after_s, int have_before, double before_s) {
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "platform", r->platform);
     cJSON_AddStringToObject(root, "device", r->name);
@@ -825,8 +969,13 @@ static int write_profile(const search *r, size_t min_indirect, size_t k_block, d
     cJSON_AddItemToObject(k, "Xgemm", pset_json(&r->s.xgemm));
     cJSON_AddItemToObject(k, "XgemmDirect", pset_json(&r->s.direct));
     cJSON_AddItemToObject(k, "GemmRoutine", pset_json(&routine));
-    cJSON_AddNumberToObject(cJSON_AddObjectToObject(root, "clffn"), "GEMM_K_BLOCK",
-                            (double)k_block);
+    if (g->have) {
+        cJSON_AddItemToObject(k, "XgemvFast", pset_json(&g->fast));
+        cJSON_AddItemToObject(k, "XgemvFastRot", pset_json(&g->rot));
+    }
+    cJSON *own = cJSON_AddObjectToObject(root, "clffn");
+    cJSON_AddNumberToObject(own, "GEMM_K_BLOCK", (double)k_block);
+    cJSON_AddNumberToObject(own, "GEMV_MAX_TOKENS", (double)g->max_tokens);
     char *text = cJSON_Print(root);
     cJSON_Delete(root);
     char err[CLFFN_IO_ERR] = "out of memory";
@@ -842,8 +991,9 @@ static int write_profile(const search *r, size_t min_indirect, size_t k_block, d
         printf("GEMMs of the FFN: %.1f GFLOP/s before, %.1f GFLOP/s after (%.0f s)\n",
                r->flops / before_s * 1e-9, r->flops / after_s * 1e-9, spent(r));
     }
-    printf("direct kernel below m*n*k = %zu^3; K-block %zu\nprofile: %s\n%s\n", min_indirect,
-           k_block, r->path, text);
+    printf("direct kernel below m*n*k = %zu^3; K-block %zu; GEMVs up to %zu tokens\nprofile: "
+           "%s\n%s\n",
+           min_indirect, k_block, g->max_tokens, r->path, text);
     free(text);
     return 0;
 }
@@ -853,6 +1003,9 @@ static int write_profile(const search *r, size_t min_indirect, size_t k_block, d
 static int finish(search *r, size_t small_t, int have_before, double before_s) {
     const size_t min_indirect = phase_crossover(r);
     const size_t k_block = phase_k_block(r, min_indirect);
+    gemv_result g;
+    phase_gemv(r, min_indirect, k_block, &g);
+    g.max_tokens = phase_gemv_crossover(r, min_indirect, k_block, &g);
     double after_s = 0, small_s = 0;
     const state *s = &r->s;
     if (eval_child(&r->o, r->o.T, &s->xgemm, &s->direct, min_indirect, k_block, &after_s) ||
@@ -868,7 +1021,7 @@ static int finish(search *r, size_t small_t, int have_before, double before_s) {
         remove(r->progress);
         return 0;
     }
-    return write_profile(r, min_indirect, k_block, after_s, have_before, before_s);
+    return write_profile(r, min_indirect, k_block, &g, after_s, have_before, before_s);
 }
 
 static void state_init(state *s, const char *progress_path, int fresh) {
@@ -887,7 +1040,7 @@ static void state_init(state *s, const char *progress_path, int fresh) {
 
 static int tool_main(int argc, char **argv) {
     static search r; /* large: path buffers */
-    r.o = (opts){NULL, 640, 512, 2048, 0};
+    r.o = (opts){NULL, 640, 512, 2048, 0, NULL};
     r.budget = 180;
     int fresh = 0, print_only = 0;
     const char *eval[4] = {NULL, NULL, NULL, NULL};
