@@ -14,7 +14,9 @@
  * token on the same machine, 2026-11-22 (XgemvFast 21 GB/s, XgemvFastRot 10 GB/s against 5 with
  * CLBlast's defaults). GEMV_MAX_TOKENS 4: clffn-bench --gemv-max 0 against 64 at 1 ... 32 tokens
  * on the seed shape (512 -> 2048): the GEMVs win up to 4 tokens, the SGEMMs from 8
- * (docs/PERFORMANCE.md). */
+ * (docs/PERFORMANCE.md). XGEMM_MIN_INDIRECT_SIZE 1 (was 102, found before K-blocking): every
+ * product on the tiled kernel; with 256-long K-blocks the direct kernel took GEMM 2 up to 8
+ * tokens and ran it 2-4x slower (clffn-bench --gemv-max 0 at 2, 4, 8, 16 tokens, one sitting). */
 // clang-format off: the JSON stays in the lines clffn-tune printed
 #define CLFFN_POCL_AVX512_PROFILE                                                                 \
     "{\"clblast\":{"                                                                              \
@@ -24,7 +26,7 @@
     "\"XgemmDirect\":{\"KWID\":2,\"MDIMAD\":8,\"MDIMCD\":8,\"NDIMBD\":16,\"NDIMCD\":16,\"PADA\":" \
     "0,"                                                                                          \
     "\"PADB\":1,\"VWMD\":1,\"VWND\":1,\"WGD\":64},"                                               \
-    "\"GemmRoutine\":{\"XGEMM_MIN_INDIRECT_SIZE\":102},"                                          \
+    "\"GemmRoutine\":{\"XGEMM_MIN_INDIRECT_SIZE\":1},"                                            \
     "\"Xgemv\":{\"WGS1\":128,\"WPT1\":2},"                                                        \
     "\"XgemvFast\":{\"WGS2\":64,\"WPT2\":4,\"VW2\":4},"                                           \
     "\"XgemvFastRot\":{\"WGS3\":16,\"WPT3\":8,\"VW3\":4}},"                                       \
