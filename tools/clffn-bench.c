@@ -361,7 +361,7 @@ static void usage(FILE *f) {
 #ifdef CLFFN_HAVE_CBLAS
             ""
 #else
-             " (not built: no CBLAS found)"
+            " (not built: no CBLAS found)"
 #endif
     );
 }
