@@ -12,9 +12,9 @@
  * docs/PERFORMANCE.md; 192, 384 and 512 were no better in one process (clffn-bench-gemms).
  * Xgemv, XgemvFast, XgemvFastRot: a sweep of each kernel's parameters on 4096 -> 11008 at one
  * token on the same machine, 2026-11-22 (XgemvFast 21 GB/s, XgemvFastRot 10 GB/s against 5 with
- * CLBlast's defaults). GEMV_MAX_TOKENS 4: clffn-bench --gemv-max 0 against 64 at 1 ... 32 tokens
- * on the seed shape (512 -> 2048): the GEMVs win up to 4 tokens, the SGEMMs from 8
- * (docs/PERFORMANCE.md). XGEMM_MIN_INDIRECT_SIZE 1 (was 102, found before K-blocking): every
+ * CLBlast's defaults). GEMV_MAX_TOKENS 2: clffn-bench --gemv-max 0 against 64 at 1, 2, 4 tokens
+ * on the seed shape (512 -> 2048), with every SGEMM on the tiled kernel: the GEMVs win at 1
+ * token, tie the forward and win the backward at 2, lose at 4 (docs/PERFORMANCE.md). XGEMM_MIN_INDIRECT_SIZE 1 (was 102, found before K-blocking): every
  * product on the tiled kernel; with 256-long K-blocks the direct kernel took GEMM 2 up to 8
  * tokens and ran it 2-4x slower (clffn-bench --gemv-max 0 at 2, 4, 8, 16 tokens, one sitting). */
 // clang-format off: the JSON stays in the lines clffn-tune printed
@@ -30,7 +30,7 @@
     "\"Xgemv\":{\"WGS1\":128,\"WPT1\":2},"                                                        \
     "\"XgemvFast\":{\"WGS2\":64,\"WPT2\":4,\"VW2\":4},"                                           \
     "\"XgemvFastRot\":{\"WGS3\":16,\"WPT3\":8,\"VW3\":4}},"                                       \
-    "\"clffn\":{\"GEMM_K_BLOCK\":256,\"GEMV_MAX_TOKENS\":4}}"
+    "\"clffn\":{\"GEMM_K_BLOCK\":256,\"GEMV_MAX_TOKENS\":2}}"
 // clang-format on
 
 static const builtin_profile builtin_profiles[] = {
