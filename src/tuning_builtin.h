@@ -14,9 +14,10 @@
  * token on the same machine, 2026-11-22 (XgemvFast 21 GB/s, XgemvFastRot 10 GB/s against 5 with
  * CLBlast's defaults). GEMV_MAX_TOKENS 2: clffn-bench --gemv-max 0 against 64 at 1, 2, 4 tokens
  * on the seed shape (512 -> 2048), with every SGEMM on the tiled kernel: the GEMVs win at 1
- * token, tie the forward and win the backward at 2, lose at 4 (docs/PERFORMANCE.md). XGEMM_MIN_INDIRECT_SIZE 1 (was 102, found before K-blocking): every
- * product on the tiled kernel; with 256-long K-blocks the direct kernel took GEMM 2 up to 8
- * tokens and ran it 2-4x slower (clffn-bench --gemv-max 0 at 2, 4, 8, 16 tokens, one sitting). */
+ * token, tie the forward and win the backward at 2, lose at 4 (docs/PERFORMANCE.md).
+ * XGEMM_MIN_INDIRECT_SIZE 1 (was 102, found before K-blocking): every product on the tiled
+ * kernel; with 256-long K-blocks the direct kernel took GEMM 2 up to 8 tokens and ran it 2-4x
+ * slower (clffn-bench --gemv-max 0 at 2, 4, 8, 16 tokens, one sitting). */
 // clang-format off: the JSON stays in the lines clffn-tune printed
 #define CLFFN_POCL_AVX512_PROFILE                                                                 \
     "{\"clblast\":{"                                                                              \
