@@ -11,12 +11,6 @@
 // Nothing here depends on the work-group size; elements are indexed as in the forward.
 // =================================================================================================
 
-// The derivative of four elements at once; the forms are written for float, and the loads and
-// stores around them are what the float4 path is for.
-#define CLFFN_ACTIVATE_GRAD4(a)                                                   \
-  ((float4)(CLFFN_ACTIVATE_GRAD((a).x), CLFFN_ACTIVATE_GRAD((a).y),                \
-            CLFFN_ACTIVATE_GRAD((a).z), CLFFN_ACTIVATE_GRAD((a).w)))
-
 // vec = 1 when d_ff % 4 == 0: then a work-item's four columns are one float4 of each row and one
 // Philox block, as in the forward's epilogue1 (the scalar path ran 3-5x slower per byte there).
 __kernel void clffn_epilogue1_backward(__global const float *restrict dh,
@@ -45,7 +39,7 @@ __kernel void clffn_epilogue1_backward(__global const float *restrict dh,
       float4 g = vload4(0, zrow + d_ff + j0);
       if (flags & CLFFN_F_BIAS_GATE) { g += vload4(0, bv + bv_off + j0); }
       vstore4(d * CLFFN_ACTIVATE_GRAD4(a) * g, 0, dzrow + j0);
-      vstore4(d * CLFFN_ACTIVATE(a), 0, dzrow + d_ff + j0);
+      vstore4(d * CLFFN_ACTIVATE4(a), 0, dzrow + d_ff + j0);
     #else
       vstore4(d * CLFFN_ACTIVATE_GRAD4(a), 0, dzrow + j0);
     #endif

@@ -46,7 +46,7 @@ __kernel void clffn_epilogue1(__global const float *restrict z, const ulong ldz,
   if (vec) { // d_ff % 4 == 0: four columns at once, one Philox call
     float4 a = vload4(0, zrow + j0);
     if (flags & CLFFN_F_BIAS1) { a += vload4(0, b1 + b1_off + j0); }
-    float4 v = CLFFN_ACTIVATE(a);
+    float4 v = CLFFN_ACTIVATE4(a);
     #if CLFFN_GATED
       float4 g = vload4(0, zrow + d_ff + j0);
       if (flags & CLFFN_F_BIAS_GATE) { g += vload4(0, bv + bv_off + j0); }

@@ -230,3 +230,37 @@ clffn_status clffn__device_philox(clffn_context *ctx, const uint32_t counter[4],
     clReleaseKernel(k);
     return (clffn_status)err;
 }
+
+clffn_status clffn__device_erf(clffn_context *ctx, uint32_t first, uint32_t stride, size_t n,
+                               int vec, float *y) {
+    if (!ctx || !y) { return CLFFN_ERROR_NULL_ARGUMENT; }
+    if (n == 0 || n > SIZE_MAX / sizeof(float) - 4) { return CLFFN_ERROR_INVALID_ARGUMENT; }
+    const clffn_program_key pk = {CLFFN_ACT_IDENTITY, 0, 0};
+    cl_program prog;
+    clffn_status st = clffn__get_program(ctx, &pk, &prog);
+    if (st != CLFFN_SUCCESS) { return st; }
+    cl_int err;
+    cl_kernel k = clCreateKernel(prog, "clffn_erf_probe", &err);
+    if (err != CL_SUCCESS) { return (clffn_status)err; }
+    cl_mem buf = clCreateBuffer(ctx->context, CL_MEM_WRITE_ONLY, n * sizeof(float), NULL, &err);
+    if (err == CL_SUCCESS) {
+        const cl_uint f = first, s = stride, v = vec ? 1u : 0u;
+        const cl_ulong cnt = n;
+        const size_t items = (n + 3) / 4;
+        err = clSetKernelArg(k, 0, sizeof buf, &buf);
+        if (err == CL_SUCCESS) { err = clSetKernelArg(k, 1, sizeof f, &f); }
+        if (err == CL_SUCCESS) { err = clSetKernelArg(k, 2, sizeof s, &s); }
+        if (err == CL_SUCCESS) { err = clSetKernelArg(k, 3, sizeof cnt, &cnt); }
+        if (err == CL_SUCCESS) { err = clSetKernelArg(k, 4, sizeof v, &v); }
+        if (err == CL_SUCCESS) {
+            err = clEnqueueNDRangeKernel(ctx->queue, k, 1, NULL, &items, NULL, 0, NULL, NULL);
+        }
+        if (err == CL_SUCCESS) {
+            err = clEnqueueReadBuffer(ctx->queue, buf, CL_TRUE, 0, n * sizeof(float), y, 0, NULL,
+                                      NULL);
+        }
+        clReleaseMemObject(buf);
+    }
+    clReleaseKernel(k);
+    return (clffn_status)err;
+}
