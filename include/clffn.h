@@ -381,11 +381,12 @@ CLFFN_API size_t clffn_context_gemv_max_tokens(const clffn_context *ctx);
  * ------------------------------------------------------------------------------------------- */
 typedef struct clffn_ffn clffn_ffn;
 
-/** Creates an FFN of the given config on ctx and builds its kernels (from the embedded .cl
- *  sources, or from the folder in CLFFN_KERNEL_DIR when set). Dropout starts in inference mode
- *  with seed 0 and offset 0. Errors: config's validate status; weights beyond the device's max
- *  allocation → SIZE_OVERFLOW; kernel build failure → CL_BUILD_PROGRAM_FAILURE (-11) with the log
- *  in clffn_context_build_log(); unreadable kernel file → KERNEL_SOURCE. */
+/** Creates an FFN of the given config on ctx and builds its inference kernels (from the
+ *  embedded .cl sources, or from the folder in CLFFN_KERNEL_DIR when set; the dropout kernels
+ *  come when training starts). Dropout starts in inference mode with seed 0 and offset 0.
+ *  Errors: config's validate status; weights beyond the device's max allocation →
+ *  SIZE_OVERFLOW; kernel build failure → CL_BUILD_PROGRAM_FAILURE (-11) with the log in
+ *  clffn_context_build_log(); unreadable kernel file → KERNEL_SOURCE. */
 CLFFN_API clffn_status clffn_ffn_create(clffn_context *ctx, const clffn_config *config,
                                         clffn_ffn **out);
 
@@ -413,10 +414,15 @@ CLFFN_API clffn_status clffn_ffn_bind_weights(clffn_ffn *ffn, clffn_layout layou
                                               const clffn_device_weights *weights);
 
 /** Dropout mode: training = 1 applies dropout with the config's p, 0 (the default) makes
- *  dropout the identity. Errors: NULL_ARGUMENT. */
+ *  dropout the identity. The first switch to training with p > 0 builds the dropout kernels
+ *  (an FFN used only for inference never builds them); if that fails the mode is unchanged.
+ *  Errors: NULL_ARGUMENT; a kernel build failure (CL_BUILD_PROGRAM_FAILURE, log in
+ *  clffn_context_build_log()), OpenCL's. */
 CLFFN_API clffn_status clffn_ffn_set_training(clffn_ffn *ffn, int training);
 
-/** Changes dropout p. Errors: NULL_ARGUMENT, INVALID_DROPOUT (p outside [0, 1] or NaN). */
+/** Changes dropout p; in training mode, p > 0 builds the dropout kernels if they are not yet
+ *  built (see clffn_ffn_set_training). Errors: NULL_ARGUMENT, INVALID_DROPOUT (p outside [0, 1]
+ *  or NaN), a kernel build's; on error p is unchanged. */
 CLFFN_API clffn_status clffn_ffn_set_dropout(clffn_ffn *ffn, float p);
 
 /** Sets the dropout generator: the mask of hidden element e (e = t·F + j) is a pure function

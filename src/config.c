@@ -82,31 +82,42 @@ clffn_status clffn_activation_parse(const char *name, clffn_activation *out, int
 
 enum { STREAM_W1 = 1, STREAM_B1, STREAM_V, STREAM_BV, STREAM_W2, STREAM_B2 };
 
-/* Uniform in [0, 1) with 24 random bits: exact in float. */
-static float philox_uniform(uint64_t seed, uint32_t stream, uint64_t i) {
+/* Uniforms in [0, 1) with 24 random bits (exact in float): element i is word i & 3 of the
+ * Philox block at counter i >> 2 of the tensor's stream. The fills walk whole blocks, one
+ * Philox call per four elements (per element, it was most of an FFN's start-up on the host). */
+static void philox_block(uint64_t seed, uint32_t stream, uint64_t block, float u[4]) {
     const uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
-    const uint64_t c = i >> 2;
-    const uint32_t ctr[4] = {(uint32_t)c, (uint32_t)(c >> 32), stream, 0};
+    const uint32_t ctr[4] = {(uint32_t)block, (uint32_t)(block >> 32), stream, 0};
     uint32_t r[4];
     clffn_philox4x32_10(ctr, key, r);
-    return (float)(r[i & 3] >> 8) * (1.0f / 16777216.0f);
+    for (int k = 0; k < 4; ++k) { u[k] = (float)(r[k] >> 8) * (1.0f / 16777216.0f); }
 }
 
 static void fill_uniform(float *a, size_t n, float bound, uint64_t seed, uint32_t stream) {
-    for (size_t i = 0; i < n; ++i) {
-        a[i] = bound * (2.0f * philox_uniform(seed, stream, i) - 1.0f);
+    for (size_t b = 0; b * 4 < n; ++b) {
+        float u[4];
+        philox_block(seed, stream, b, u);
+        for (size_t k = 0; k < 4 && b * 4 + k < n; ++k) {
+            a[b * 4 + k] = bound * (2.0f * u[k] - 1.0f);
+        }
     }
 }
 
-/* Standard normal by Box–Muller on pairs of uniforms; u1 is moved into (0, 1] so log is finite. */
+/* Standard normal by Box–Muller on pairs of uniforms (elements 2j, 2j + 1, in one block); u1
+ * is moved into (0, 1] so log is finite. */
 static void fill_randn(float *a, size_t n, float scale, uint64_t seed, uint32_t stream) {
     const double two_pi = 6.283185307179586476925;
-    for (size_t i = 0; i < n; i += 2) {
-        const double u1 = 1.0 - (double)philox_uniform(seed, stream, i);
-        const double u2 = (double)philox_uniform(seed, stream, i + 1);
-        const double r = sqrt(-2.0 * log(u1));
-        a[i] = (float)(scale * r * cos(two_pi * u2));
-        if (i + 1 < n) { a[i + 1] = (float)(scale * r * sin(two_pi * u2)); }
+    for (size_t b = 0; b * 4 < n; ++b) {
+        float u[4];
+        philox_block(seed, stream, b, u);
+        for (size_t k = 0; k < 4 && b * 4 + k < n; k += 2) {
+            const size_t i = b * 4 + k;
+            const double u1 = 1.0 - (double)u[k];
+            const double u2 = (double)u[k + 1];
+            const double r = sqrt(-2.0 * log(u1));
+            a[i] = (float)(scale * r * cos(two_pi * u2));
+            if (i + 1 < n) { a[i + 1] = (float)(scale * r * sin(two_pi * u2)); }
+        }
     }
 }
 

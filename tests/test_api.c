@@ -82,6 +82,23 @@ Test(api, initialisers) {
     cr_assert(mb2 <= bound2 && mb2 > 0.5 * bound2, "b2 max %g, bound %g", mb2, bound2);
     cr_assert(fabs(sum / n) < 0.05 * bound1, "W1 mean %g", sum / n);
     cr_assert(memcmp(wa.w1, wa.v, n * sizeof *a) != 0, "W1 and V drew the same stream");
+    /* the values themselves, element by element from their definition: element i of a tensor
+     * is word i & 3 of Philox block i >> 2 on the tensor's stream (W1 is stream 1, b2 stream 6),
+     * its top 24 bits a uniform in [0, 1) */
+    const size_t probe[] = {0, 1, 2, 3, 4, 7, 4097, n - 1};
+    for (size_t k = 0; k < sizeof probe / sizeof probe[0]; ++k) {
+        for (int t = 0; t < 2; ++t) {
+            const size_t i = t ? probe[k] % D : probe[k];
+            const uint32_t ctr[4] = {(uint32_t)(i >> 2), 0, t ? 6u : 1u, 0}, key[2] = {5, 0};
+            uint32_t r[4];
+            clffn_philox4x32_10(ctr, key, r);
+            const float u = (float)(r[i & 3] >> 8) * (1.0f / 16777216.0f);
+            const float want = (float)(t ? bound2 : bound1) * (2.0f * u - 1.0f);
+            const float got = t ? wa.b2[i] : wa.w1[i];
+            cr_assert(got == want, "%s[%zu] = %.9g, want %.9g", t ? "b2" : "W1", i, (double)got,
+                      (double)want);
+        }
+    }
     /* IN_OUT is the transpose, value for value */
     ASSERT_OK(clffn_init_weights_host(&c, CLFFN_INIT_TORCH_LINEAR, 5, CLFFN_LAYOUT_IN_OUT, &wb));
     for (size_t o = 0; o < F; ++o) {
@@ -348,13 +365,23 @@ Test(api, kernel_dir_override) {
     clffn_ffn *ffn = NULL;
     ASSERT_STATUS(clffn_ffn_create(ctx, &c, &ffn), CLFFN_ERROR_KERNEL_SOURCE);
     copy_kernels(dir);
+    cr_assert(c.dropout > 0.0f);
     ASSERT_OK(clffn_ffn_create(ctx, &c, &ffn));
-    clffn_ffn_destroy(ffn);
-    ffn = NULL;
+    ASSERT_OK(clffn_ffn_init_weights(ffn, CLFFN_INIT_TORCH_LINEAR, 3));
+    float x[2 * 8], y0[2 * 8], y1[2 * 8];
+    fill_uniform(x, 2 * 8, -1.0f, 1.0f, 5);
+    ASSERT_OK(clffn_forward_host(ffn, 2, x, 2 * 8, y0, 2 * 8));
     char path[512];
     snprintf(path, sizeof path, "%s/epilogue.cl", dir);
     write_text(path,
                "__kernel void clffn_epilogue1(__global float *p) { p[0] = undefined_name; }\n");
+    /* the dropout kernels are built when training starts: that build fails now, and the FFN
+     * stays in inference mode (the same output as before, no mask) */
+    ASSERT_STATUS(clffn_ffn_set_training(ffn, 1), CL_BUILD_PROGRAM_FAILURE);
+    ASSERT_OK(clffn_forward_host(ffn, 2, x, 2 * 8, y1, 2 * 8));
+    cr_assert_arr_eq(y0, y1, sizeof y0, "the failed switch to training changed the forward");
+    clffn_ffn_destroy(ffn);
+    ffn = NULL;
     c.activation = CLFFN_ACT_GELU; /* a key not yet cached in this context */
     ASSERT_STATUS(clffn_ffn_create(ctx, &c, &ffn), CL_BUILD_PROGRAM_FAILURE);
     cr_assert_null(ffn);
