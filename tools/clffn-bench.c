@@ -25,12 +25,54 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #ifdef CLFFN_HAVE_CBLAS
 #include <cblas.h>
 #endif
 
 static double process_start;
+
+/* Where the time to the first result goes, in seconds. before_main is the process's own start
+ * (the dynamic loader mapping clffn, CLBlast and the ICD loader) as Linux's /proc says it, at
+ * the kernel clock's tick; -1 where that is not available. */
+typedef struct startup_times {
+    double before_main; /* exec to main */
+    double platforms;   /* the first clGetPlatformIDs: the ICD loader opens the drivers */
+    double context;     /* device choice, OpenCL context and queue, tuning profile */
+    double ffn;         /* clffn_ffn_create: clffn's kernels built (from the driver's cache) */
+    double weights;     /* initial weights made on the host and uploaded */
+    double first;       /* the first forward: CLBlast's kernels built, first launches */
+} startup_times;
+
+/* Seconds from this process's exec to now, from /proc/self/stat's start time (clock ticks since
+ * boot) and CLOCK_BOOTTIME; -1 off Linux. */
+static double seconds_since_exec(void) {
+#if defined(__linux__) && defined(CLOCK_BOOTTIME)
+    FILE *f = fopen("/proc/self/stat", "r");
+    if (!f) { return -1; }
+    char buf[1024];
+    const size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')'); /* the command name may hold spaces and parentheses */
+    unsigned long long start = 0;
+    /* after ") " come fields 3 … ; the start time is field 22 */
+    if (!p || sscanf(p + 2,
+                     "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d "
+                     "%*d %*d %llu",
+                     &start) != 1) {
+        return -1;
+    }
+    const long hz = sysconf(_SC_CLK_TCK);
+    struct timespec ts;
+    if (hz <= 0 || clock_gettime(CLOCK_BOOTTIME, &ts) != 0) { return -1; }
+    const double d = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec - (double)start / (double)hz;
+    return d >= 0 ? d : -1;
+#else
+    return -1;
+#endif
+}
 
 typedef struct args {
     size_t tokens, d_model, d_ff;
@@ -82,12 +124,21 @@ static int fail(const char *what, clffn_status st) {
     return 1;
 }
 
-static int device_setup(device_run *r, const args *a, size_t max_tokens) {
+/* Opens the device and makes the FFN and the buffers for up to max_tokens; st, when not NULL,
+ * gets the time each step took. */
+static int device_setup(device_run *r, const args *a, size_t max_tokens, startup_times *st_out) {
     memset(r, 0, sizeof *r);
+    startup_times tm = {0};
     clffn_config c = clffn_config_default(a->d_model, a->d_ff);
     c.activation = a->act;
     c.gated = a->gated;
+    double t0 = tool_now_s();
+    cl_uint n_platforms = 0;
+    clGetPlatformIDs(0, NULL, &n_platforms); /* timed alone; its result is the context's concern */
+    tm.platforms = tool_now_s() - t0;
+    t0 = tool_now_s();
     clffn_status st = clffn_context_create_for_device(a->device, &r->ctx);
+    tm.context = tool_now_s() - t0;
     if (st != CLFFN_SUCCESS) { return fail("opening the device", st); }
     if (a->set_k_block &&
         (st = clffn_context_set_gemm_k_block(r->ctx, a->k_block)) != CLFFN_SUCCESS) {
@@ -97,11 +148,18 @@ static int device_setup(device_run *r, const args *a, size_t max_tokens) {
         (st = clffn_context_set_gemv_max_tokens(r->ctx, a->gemv_max)) != CLFFN_SUCCESS) {
         return fail("--gemv-max", st);
     }
-    if ((st = clffn_ffn_create(r->ctx, &c, &r->ffn)) != CLFFN_SUCCESS ||
-        (st = clffn_ffn_init_weights(r->ffn, CLFFN_INIT_TORCH_LINEAR, 1)) != CLFFN_SUCCESS ||
+    t0 = tool_now_s();
+    if ((st = clffn_ffn_create(r->ctx, &c, &r->ffn)) != CLFFN_SUCCESS) {
+        return fail("creating the FFN", st);
+    }
+    tm.ffn = tool_now_s() - t0;
+    t0 = tool_now_s();
+    if ((st = clffn_ffn_init_weights(r->ffn, CLFFN_INIT_TORCH_LINEAR, 1)) != CLFFN_SUCCESS ||
         (st = clffn_ffn_set_profiling(r->ffn, 1)) != CLFFN_SUCCESS) {
         return fail("creating the FFN", st);
     }
+    tm.weights = tool_now_s() - t0;
+    if (st_out) { *st_out = tm; }
     cl_int err;
     const size_t bytes = max_tokens * a->d_model * sizeof(float);
     r->x = clCreateBuffer(clffn_context_cl_context(r->ctx), CL_MEM_READ_WRITE, bytes, NULL, &err);
@@ -450,7 +508,7 @@ static int parse_args(int argc, char **argv, args *a) {
 static int sweep(const args *a) {
     enum { MAX_T = 8192 };
     device_run r;
-    if (device_setup(&r, a, MAX_T) != 0) {
+    if (device_setup(&r, a, MAX_T, NULL) != 0) {
         device_teardown(&r);
         return 1;
     }
@@ -501,15 +559,20 @@ static int tool_main(int argc, char **argv) {
     if (a.sweep) { return sweep(&a); }
 
     device_run r;
-    if (device_setup(&r, &a, a.tokens) != 0) {
+    startup_times su;
+    const double before_main = seconds_since_exec() - (tool_now_s() - process_start);
+    if (device_setup(&r, &a, a.tokens, &su) != 0) {
         device_teardown(&r);
         return 1;
     }
+    const double first_start = tool_now_s();
     if (device_forward(&r, a.tokens, NULL) != 0) {
         device_teardown(&r);
         return 1;
     }
-    const double startup = tool_now_s() - process_start;
+    su.first = tool_now_s() - first_start;
+    su.before_main = before_main >= 0 ? before_main : -1;
+    const double startup = tool_now_s() - process_start + (su.before_main > 0 ? su.before_main : 0);
     timing t;
     clffn_stage_times s;
     if (device_time(&r, a.tokens, a.reps, &t, &s) != 0) {
@@ -563,6 +626,13 @@ static int tool_main(int argc, char **argv) {
         cJSON_AddNumberToObject(o, "median_s", t.median_s);
         cJSON_AddNumberToObject(o, "gflops", fl / t.best_s * 1e-9);
         cJSON_AddNumberToObject(o, "startup_s", startup);
+        cJSON *b = cJSON_AddObjectToObject(o, "startup");
+        if (su.before_main >= 0) { cJSON_AddNumberToObject(b, "before_main_s", su.before_main); }
+        cJSON_AddNumberToObject(b, "platforms_s", su.platforms);
+        cJSON_AddNumberToObject(b, "context_s", su.context);
+        cJSON_AddNumberToObject(b, "ffn_create_s", su.ffn);
+        cJSON_AddNumberToObject(b, "weights_s", su.weights);
+        cJSON_AddNumberToObject(b, "first_forward_s", su.first);
         cJSON_AddNumberToObject(o, "backward_best_s", bt.best_s);
         cJSON_AddNumberToObject(o, "backward_median_s", bt.median_s);
         cJSON_AddNumberToObject(o, "backward_over_forward", bt.best_s / t.best_s);
@@ -605,6 +675,11 @@ static int tool_main(int argc, char **argv) {
         printf("backward:      best %.3f ms, median %.3f ms: %.2fx the forward\n", bt.best_s * 1e3,
                bt.median_s * 1e3, bt.best_s / t.best_s);
         printf("startup:       %.3f s from process start to the first result\n", startup);
+        printf("               ");
+        if (su.before_main >= 0) { printf("loading %.3f | ", su.before_main); }
+        printf("platforms %.3f | context %.3f | FFN (kernel build) %.3f | weights %.3f | first "
+               "forward %.3f s\n",
+               su.platforms, su.context, su.ffn, su.weights, su.first);
         if (a.compare_cpu) {
             printf(
                 "CPU BLAS FFN:  best %.3f ms, median %.3f ms: %.1f GFLOP/s; clffn / CPU = %.2fx\n",
