@@ -11,8 +11,9 @@
 // Nothing here depends on the work-group size; elements are indexed as in the forward.
 // =================================================================================================
 
-// vec = 1 when d_ff % 4 == 0: then a work-item's four columns are one float4 of each row and one
-// Philox block, as in the forward's epilogue1 (the scalar path ran 3-5x slower per byte there).
+// vec = 1 when d_ff, rng_ld and rng_col0 are multiples of 4: then a work-item's four columns are
+// one float4 of each row and one Philox block, as in the forward's epilogue1 (the scalar path
+// ran 3-5x slower per byte there).
 __kernel void clffn_epilogue1_backward(__global const float *restrict dh,
                                        __global const float *restrict z, const ulong ldz,
                                        __global float *restrict dz,
@@ -20,16 +21,23 @@ __kernel void clffn_epilogue1_backward(__global const float *restrict dh,
                                        __global const float *restrict bv, const ulong bv_off,
                                        const uint flags, const ulong tokens, const ulong d_ff,
                                        const ulong drop_threshold, const float drop_scale,
-                                       const uint2 key, const ulong rng_offset, const uint vec) {
+                                       const uint2 key, const ulong rng_offset,
+                                       const ulong rng_ld, const ulong rng_col0,
+                                       const uint vec) {
   const ulong j0 = (ulong)get_global_id(0) * CLFFN_COLUMNS_PER_ITEM;
   const ulong t = get_global_id(1);
   if (t >= tokens || j0 >= d_ff) { return; }
+  #if CLFFN_DROPOUT
+    // The element's index in the whole hidden layer [T, rng_ld]: a shard holding the columns
+    // [rng_col0, rng_col0 + d_ff) draws the unsplit layer's mask.
+    const ulong e0 = t * rng_ld + rng_col0 + j0;
+  #endif
   __global const float *zrow = z + t * ldz;
   __global float *dzrow = dz + t * ldz;
   if (vec) {
     float4 d = vload4(0, dh + t * d_ff + j0);
     #if CLFFN_DROPOUT
-      const uint4 r = clffn_philox(clffn_philox_counter(rng_offset, t * d_ff + j0), key);
+      const uint4 r = clffn_philox(clffn_philox_counter(rng_offset, e0), key);
       d = (float4)(CLFFN_DROP(d.x, r.x), CLFFN_DROP(d.y, r.y),
                    CLFFN_DROP(d.z, r.z), CLFFN_DROP(d.w, r.w));
     #endif
@@ -47,8 +55,8 @@ __kernel void clffn_epilogue1_backward(__global const float *restrict dh,
   }
   #if CLFFN_DROPOUT
     uint w[8]; // the forward's words (see clffn_philox_span)
-    clffn_philox_span(rng_offset, t * d_ff + j0, key, w);
-    const uint lane0 = (uint)((t * d_ff + j0) & 3);
+    clffn_philox_span(rng_offset, e0, key, w);
+    const uint lane0 = (uint)(e0 & 3);
   #endif
   for (ulong j = j0; j < j0 + 4 && j < d_ff; ++j) {
     float d = dh[t * d_ff + j];

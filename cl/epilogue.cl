@@ -10,6 +10,9 @@
 //
 // NDRange of both: (ceil(columns / 4), T). A work-item handles four consecutive columns of one
 // row: as float4 when the row length is a multiple of 4 (vec = 1), else one column at a time.
+// Dropout draws by the element's place in the whole hidden layer (rng_ld columns, this FFN's
+// from rng_col0 on), so a tensor-parallel shard drops what the unsplit layer drops; vec also
+// needs that place to start Philox blocks.
 // vload4/vstore4 need only float alignment, so the buffers' offsets do not matter.
 // Nothing here depends on the work-group size; the host passes NULL or a test's override.
 // =================================================================================================
@@ -36,14 +39,20 @@ __kernel void clffn_epilogue1(__global const float *restrict z, const ulong ldz,
                               __global const float *restrict bv, const ulong bv_off,
                               const uint flags, const ulong tokens, const ulong d_ff,
                               const ulong drop_threshold, const float drop_scale,
-                              const uint2 key, const ulong rng_offset, const uint vec) {
+                              const uint2 key, const ulong rng_offset,
+                              const ulong rng_ld, const ulong rng_col0, const uint vec) {
   const ulong j0 = (ulong)get_global_id(0) * CLFFN_COLUMNS_PER_ITEM;
   const ulong t = get_global_id(1);
   if (t >= tokens || j0 >= d_ff) { return; }
+  #if CLFFN_DROPOUT
+    // The element's index in the whole hidden layer [T, rng_ld]: a shard holding the columns
+    // [rng_col0, rng_col0 + d_ff) draws the unsplit layer's mask.
+    const ulong e0 = t * rng_ld + rng_col0 + j0;
+  #endif
   __global const float *zrow = z + t * ldz;
   __global float *hrow = h + t * d_ff;
 
-  if (vec) { // d_ff % 4 == 0: four columns at once, one Philox call
+  if (vec) { // d_ff, rng_ld and rng_col0 % 4 == 0: four columns at once, one Philox block
     float4 a = vload4(0, zrow + j0);
     if (flags & CLFFN_F_BIAS1) { a += vload4(0, b1 + b1_off + j0); }
     float4 v = CLFFN_ACTIVATE4(a);
@@ -53,7 +62,7 @@ __kernel void clffn_epilogue1(__global const float *restrict z, const ulong ldz,
       v *= g;
     #endif
     #if CLFFN_DROPOUT
-      const uint4 r = clffn_philox(clffn_philox_counter(rng_offset, t * d_ff + j0), key);
+      const uint4 r = clffn_philox(clffn_philox_counter(rng_offset, e0), key);
       v = (float4)(CLFFN_DROP(v.x, r.x), CLFFN_DROP(v.y, r.y),
                    CLFFN_DROP(v.z, r.z), CLFFN_DROP(v.w, r.w));
     #endif
@@ -64,8 +73,8 @@ __kernel void clffn_epilogue1(__global const float *restrict z, const ulong ldz,
   #if CLFFN_DROPOUT
     // Rows need not start on a Philox block here: the four elements may span two.
     uint w[8];
-    clffn_philox_span(rng_offset, t * d_ff + j0, key, w);
-    const uint lane0 = (uint)((t * d_ff + j0) & 3);
+    clffn_philox_span(rng_offset, e0, key, w);
+    const uint lane0 = (uint)(e0 & 3);
   #endif
   for (ulong j = j0; j < j0 + 4 && j < d_ff; ++j) {
     float a = zrow[j];

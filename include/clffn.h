@@ -394,8 +394,108 @@ CLFFN_API clffn_status clffn_ffn_create(clffn_context *ctx, const clffn_config *
  *  no-op. Waits for nothing: OpenCL keeps buffers alive for commands still queued. */
 CLFFN_API void clffn_ffn_destroy(clffn_ffn *ffn);
 
-/** The FFN's config (a copy). */
+/** The FFN's config (a copy; for a shard, its slice's: d_ff = f1 − f0, and b2 and the residual
+ *  off except on shard 0). */
 CLFFN_API clffn_config clffn_ffn_get_config(const clffn_ffn *ffn);
+
+/* ---- Tensor parallel: one layer split over several FFNs (devices, processes, machines) ----
+ *
+ * Megatron-LM's split of the hidden layer. Shard i of n holds hidden units [f0, f1): rows f0..f1
+ * of W1 and V with b1 and bv, and columns f0..f1 of W2. Each computes a partial output
+ *   y_i = act(x·W1_iᵀ + b1_i) [⊙ (x·V_iᵀ + bv_i)] · W2_iᵀ   (+ b2 (+ x) on shard 0 only)
+ * and the sum of the partials over the shards is the layer's y; its backward gives its slice's
+ * gradients and a partial dx, summed the same way. The sum is the caller's (an MPI_Allreduce, a
+ * host loop) or clffn_tp_*'s below, for shards in one process. */
+
+/** The hidden slice [f0, f1) of shard `index` of `count` of a layer d_ff wide: as equal as
+ *  possible, the first shards one unit longer, a unit being 4 columns where d_ff is a multiple of
+ *  4 (each shard then keeps the kernels' float4 path) and 1 otherwise. Errors: NULL_ARGUMENT;
+ *  INVALID_ARGUMENT (count < 1, index outside [0, count), more shards than units). */
+CLFFN_API clffn_status clffn_shard_range(size_t d_ff, int index, int count, size_t *f0, size_t *f1);
+
+/** Creates shard `index` of `count` of the FFN `config` describes, on ctx: an FFN of width
+ *  f1 − f0 (clffn_shard_range) whose weights are uploaded or bound as the slice (arrays of the
+ *  slice's shapes; clffn_shard_weights() cuts them from full ones), and whose dropout draws by
+ *  the layer's hidden index, so that with the same seed and offset every shard drops exactly
+ *  what the unsplit FFN drops. Forward and backward are the FFN's own (clffn_forward, …) and
+ *  return partials as described above. count = 1 gives an FFN equal to clffn_ffn_create()'s.
+ *  Errors: clffn_ffn_create()'s and clffn_shard_range()'s. */
+CLFFN_API clffn_status clffn_ffn_create_shard(clffn_context *ctx, const clffn_config *config,
+                                              int index, int count, clffn_ffn **out);
+
+/** The slice an FFN holds: [f0, f1) of a layer d_ff_total wide (0, d_ff, d_ff unless it is a
+ *  shard). Any output may be NULL. Errors: NULL_ARGUMENT (ffn). */
+CLFFN_API clffn_status clffn_ffn_shard_info(const clffn_ffn *ffn, size_t *f0, size_t *f1,
+                                            size_t *d_ff_total);
+
+/** Copies the slice [f0, f1) of a layer's full host weights (config's shapes, in `layout`) into
+ *  `out`, arrays of the slice's shapes in the same layout: W1/V [S, D] or [D, S], W2 [D, S] or
+ *  [S, D], b1/bv [S] (S = f1 − f0); b2 [D] is copied when both sides have it. Errors:
+ *  NULL_ARGUMENT (a needed array), the config's validate status, INVALID_LAYOUT,
+ *  INVALID_ARGUMENT (not 0 ≤ f0 < f1 ≤ d_ff). */
+CLFFN_API clffn_status clffn_shard_weights(const clffn_config *config, clffn_layout layout,
+                                           size_t f0, size_t f1, const clffn_host_weights *full,
+                                           const clffn_weight_arrays *out);
+
+/** The reverse of clffn_shard_weights(): writes (accumulate = 0) or adds (1) a slice's arrays
+ *  into the full ones, e.g. to gather the shards' gradients into the layer's. Errors as
+ *  clffn_shard_weights(). */
+CLFFN_API clffn_status clffn_shard_place(const clffn_config *config, clffn_layout layout, size_t f0,
+                                         size_t f1, const clffn_weight_arrays *slice,
+                                         const clffn_weight_arrays *full, int accumulate);
+
+/** A tensor-parallel layer in one process: shard i of `count` on contexts[i] (different devices,
+ *  or one device several times), run concurrently, one thread and one queue each, the partial
+ *  outputs summed on the host (in double, shard 0 first: the contexts may share no buffer, and
+ *  the host-level calls return host arrays anyway). The layer behaves as one clffn_ffn of
+ *  `config`: same forward and backward results (to fp32 rounding of the sum), the same dropout
+ *  mask for the same seed and offset, the same errors. Contexts are borrowed: they must outlive
+ *  the group. */
+typedef struct clffn_tp clffn_tp;
+
+/** Creates the group: one shard per context (clffn_ffn_create_shard). Errors: NULL_ARGUMENT
+ *  (contexts, a context, config, out); INVALID_ARGUMENT (count < 1 or more shards than
+ *  clffn_shard_range allows); clffn_ffn_create()'s. Nothing is left behind on error. */
+CLFFN_API clffn_status clffn_tp_create(clffn_context *const *contexts, int count,
+                                       const clffn_config *config, clffn_tp **out);
+
+/** Releases the group and its shards (not the contexts). NULL is a no-op. */
+CLFFN_API void clffn_tp_destroy(clffn_tp *tp);
+
+/** The number of shards (0 for NULL). */
+CLFFN_API int clffn_tp_count(const clffn_tp *tp);
+
+/** Shard `index`, to inspect (clffn_ffn_shard_info, clffn_ffn_read_hidden, …); owned by the
+ *  group. NULL for a bad index. */
+CLFFN_API clffn_ffn *clffn_tp_shard(clffn_tp *tp, int index);
+
+/** Uploads the layer's full host weights, each shard its slice (blocking). Errors as
+ *  clffn_ffn_upload_weights(); after an error the group has no weights (NO_WEIGHTS) until an
+ *  upload succeeds. */
+CLFFN_API clffn_status clffn_tp_upload_weights(clffn_tp *tp, clffn_layout layout,
+                                               const clffn_host_weights *full);
+
+/** Training mode on every shard (clffn_ffn_set_training); on error none changed. */
+CLFFN_API clffn_status clffn_tp_set_training(clffn_tp *tp, int training);
+
+/** The dropout seed and offset of every shard (clffn_ffn_set_rng). Errors: NULL_ARGUMENT. */
+CLFFN_API clffn_status clffn_tp_set_rng(clffn_tp *tp, uint64_t seed, uint64_t offset);
+
+/** The layer's forward, blocking: y [T, D] = FFN(x [T, D]), the sum of the shards' partials.
+ *  y is written only when every shard succeeded; a failure leaves every shard's dropout offset
+ *  where it was. Errors as clffn_forward_host() (the first failing shard's). */
+CLFFN_API clffn_status clffn_tp_forward_host(clffn_tp *tp, size_t tokens, const float *x,
+                                             size_t x_len, float *y, size_t y_len);
+
+/** The layer's backward of the last clffn_tp_forward_host(), blocking: dx [T, D] (may be NULL)
+ *  summed over the shards, and the full gradients gathered from the slices into `grads` (the
+ *  layer's shapes, in the uploaded layout), overwritten or, with accumulate = 1, added to.
+ *  Nothing of the caller's is written unless every shard succeeded. Errors as
+ *  clffn_backward_host(). */
+CLFFN_API clffn_status clffn_tp_backward_host(clffn_tp *tp, size_t tokens, const float *x,
+                                              size_t x_len, const float *dy, size_t dy_len,
+                                              float *dx, size_t dx_len,
+                                              const clffn_weight_arrays *grads, int accumulate);
 
 /** Uploads host weights (blocking) into device buffers the FFN owns, in the given layout;
  *  no host-side transposition is made. Replaces any earlier weights. Errors: NULL ffn/weights or

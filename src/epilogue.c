@@ -27,8 +27,10 @@ static void epilogue1_tail(clffn_args *a, const clffn_ffn *ffn, size_t tokens,
     const cl_ulong T = tokens, F = ffn->cfg.d_ff, off = drop->offset;
     const cl_ulong thresh = drop->on ? clffn__drop_threshold(drop->p) : 0;
     const cl_float scale = drop->on ? clffn__drop_scale(drop->p) : 1.0f;
+    const cl_ulong ld = ffn->hidden_total, col0 = ffn->hidden_col0;
     const cl_uint2 key = {{(cl_uint)ffn->seed, (cl_uint)(ffn->seed >> 32)}};
-    const cl_uint vec = (ffn->cfg.d_ff % CLFFN_COLUMNS_PER_ITEM) == 0;
+    const cl_uint vec = F % CLFFN_COLUMNS_PER_ITEM == 0 && ld % CLFFN_COLUMNS_PER_ITEM == 0 &&
+                        col0 % CLFFN_COLUMNS_PER_ITEM == 0;
     bias_args(a, ffn);
     CLFFN_ARG(*a, T);
     CLFFN_ARG(*a, F);
@@ -36,6 +38,8 @@ static void epilogue1_tail(clffn_args *a, const clffn_ffn *ffn, size_t tokens,
     CLFFN_ARG(*a, scale);
     CLFFN_ARG(*a, key);
     CLFFN_ARG(*a, off);
+    CLFFN_ARG(*a, ld);
+    CLFFN_ARG(*a, col0);
     CLFFN_ARG(*a, vec);
 }
 

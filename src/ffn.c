@@ -84,6 +84,8 @@ clffn_status clffn_ffn_create(clffn_context *ctx, const clffn_config *config, cl
     if (!ffn) { return CLFFN_ERROR_OUT_OF_HOST_MEMORY; }
     ffn->ctx = ctx;
     ffn->cfg = *config;
+    ffn->hidden_col0 = 0;
+    ffn->hidden_total = config->d_ff;
     const clffn_program_key key = {(int)config->activation, config->gated, 0};
     st = make_kernel(ctx, &key, "clffn_epilogue1", &ffn->epilogue1);
     if (st == CLFFN_SUCCESS) { st = make_kernel(ctx, &key, "clffn_epilogue2", &ffn->epilogue2); }
@@ -101,6 +103,39 @@ clffn_status clffn_ffn_create(clffn_context *ctx, const clffn_config *config, cl
         return st;
     }
     *out = ffn;
+    return CLFFN_SUCCESS;
+}
+
+clffn_status clffn_ffn_create_shard(clffn_context *ctx, const clffn_config *config, int index,
+                                    int count, clffn_ffn **out) {
+    if (!ctx || !config || !out) { return CLFFN_ERROR_NULL_ARGUMENT; }
+    clffn_status st = clffn_config_validate(config);
+    if (st != CLFFN_SUCCESS) { return st; }
+    size_t f0, f1;
+    if ((st = clffn_shard_range(config->d_ff, index, count, &f0, &f1)) != CLFFN_SUCCESS) {
+        return st;
+    }
+    /* the slice is an FFN of its own width whose b2 and residual only shard 0 adds */
+    clffn_config part = *config;
+    part.d_ff = f1 - f0;
+    if (index != 0) {
+        part.bias2 = 0;
+        part.residual = 0;
+    }
+    clffn_ffn *ffn = NULL;
+    if ((st = clffn_ffn_create(ctx, &part, &ffn)) != CLFFN_SUCCESS) { return st; }
+    ffn->hidden_col0 = f0;
+    ffn->hidden_total = config->d_ff;
+    *out = ffn;
+    return CLFFN_SUCCESS;
+}
+
+clffn_status clffn_ffn_shard_info(const clffn_ffn *ffn, size_t *f0, size_t *f1,
+                                  size_t *d_ff_total) {
+    if (!ffn) { return CLFFN_ERROR_NULL_ARGUMENT; }
+    if (f0) { *f0 = ffn->hidden_col0; }
+    if (f1) { *f1 = ffn->hidden_col0 + ffn->cfg.d_ff; }
+    if (d_ff_total) { *d_ff_total = ffn->hidden_total; }
     return CLFFN_SUCCESS;
 }
 

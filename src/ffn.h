@@ -45,6 +45,10 @@ struct clffn_ffn {
     clffn_linear w1, v, w2; /* w1: in D, out N1 when stacked, else F; w2: in F, out D */
     clffn_buffer b1, bv, b2;
 
+    /* a tensor-parallel shard holds the hidden columns [hidden_col0, hidden_col0 + d_ff) of a
+     * layer hidden_total wide (0 and d_ff when unsplit): dropout indexes by the layer */
+    size_t hidden_col0, hidden_total;
+
     /* dropout state */
     int training;
     uint64_t seed;

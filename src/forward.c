@@ -126,7 +126,7 @@ clffn_status clffn_forward(clffn_ffn *ffn, size_t tokens, cl_mem x, size_t x_off
     ffn->last_drop = drop;
     keep_profile(ffn, start, end, event);
     if (drop.on) { /* the next forward draws a fresh mask: skip the Philox blocks this one used */
-        ffn->rng_offset += ((uint64_t)tokens * c->d_ff + 3) / 4;
+        ffn->rng_offset += ((uint64_t)tokens * ffn->hidden_total + 3) / 4; /* the whole layer's */
     }
     return CLFFN_SUCCESS;
 }
