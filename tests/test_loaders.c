@@ -163,6 +163,21 @@ Test(safetensors, write_then_read_through_a_file) {
     cr_assert_eq(clffn_st_read_f32(&f, clffn_st_find(&f, "layer.bias"), out, err), 0);
     cr_assert(memcmp(out, b, sizeof b) == 0);
     cr_assert_eq((8 + (f.data - (const uint8_t *)f.map - 8)) % 8, 0, "data not 8-byte aligned");
+    /* blocks, as a tensor-parallel shard reads its slice: rows, a column band, a vector's part */
+    float blk[6] = {0};
+    cr_assert_eq(clffn_st_read_f32_block(&f, t, 0, 2, 1, 2, blk, err), 0, "%s", err);
+    cr_assert(blk[0] == 2 && blk[1] == 3 && blk[2] == 5 && blk[3] == 6);
+    cr_assert_eq(clffn_st_read_f32_block(&f, t, 1, 1, 0, 3, blk, err), 0, "%s", err);
+    cr_assert(blk[0] == 4 && blk[1] == 5 && blk[2] == 6);
+    cr_assert_eq(clffn_st_read_f32_block(&f, clffn_st_find(&f, "layer.bias"), 0, 1, 1, 2, blk, err),
+                 0, "%s", err);
+    cr_assert(blk[0] == -2 && blk[1] == -3);
+    memset(blk, 0, sizeof blk);
+    cr_assert_eq(clffn_st_read_f32_block(&f, t, 1, 2, 0, 3, blk, err), -1);
+    cr_assert(strstr(err, "outside") != NULL, "%s", err);
+    cr_assert_eq(clffn_st_read_f32_block(&f, t, 0, 1, 2, 2, blk, err), -1);
+    cr_assert_eq(clffn_st_read_f32_block(&f, t, 0, 1, UINT64_MAX, 2, blk, err), -1);
+    for (int i = 0; i < 6; ++i) { cr_assert(blk[i] == 0.0f); }
     clffn_st_close(&f);
     unlink(path);
     cr_assert_eq(clffn_st_open("/nonexistent/clffn.safetensors", &f, err), -1);

@@ -7,6 +7,8 @@
  *   clffn-run --weights W.safetensors --input X.npy --output Y.npy [options]
  *                                   the FFN held in a checkpoint, on an input of any rank
  *                                   [..., d_model]; the output keeps the leading shape
+ *   mpirun -np N clffn-run --tensor-parallel --weights … --input … --output …
+ *                                   the same, the layer split over N ranks (clffn-run-tp.c)
  *
  * Exit status: 0 success, 1 device or runtime failure (or --verify beyond tolerance), 2 usage
  * error or bad input file. Every failure prints one line naming the file and what is wrong. */
@@ -16,6 +18,7 @@
 #include "common.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,8 +30,27 @@ static const uint64_t WEIGHT_SEED = 42;
 
 enum { EXIT_RUNTIME = 1, EXIT_USAGE = 2 };
 
+/* Every failure is one line. A single process prints it at once; a tensor-parallel rank keeps
+ * it (captured) until the ranks agree on who failed first, and rank 0 prints that one. */
+static int captured;
+static char captured_msg[512];
+
+static void report(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void report(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    if (captured) {
+        if (!captured_msg[0]) { vsnprintf(captured_msg, sizeof captured_msg, fmt, ap); }
+    } else {
+        fputs("clffn-run: ", stderr);
+        vfprintf(stderr, fmt, ap);
+        fputc('\n', stderr);
+    }
+    va_end(ap);
+}
+
 static int fail(const char *what, clffn_status st) {
-    fprintf(stderr, "clffn-run: %s: %s\n", what, clffn_status_string(st));
+    report("%s: %s", what, clffn_status_string(st));
     return EXIT_RUNTIME;
 }
 
@@ -55,6 +77,9 @@ static void usage(FILE *f) {
         "                     backward pass for dL/dy = DY (the output's shape): writes the "
         "gradient\n"
         "                     of every weight tensor under its own name, and 'input' for dL/dx\n"
+        "  --tensor-parallel  under mpirun: split the layer's hidden units over the ranks, each\n"
+        "                     reading only its slice; rank 0 writes the output (and gradients)\n"
+        "  --verbose          with --tensor-parallel: each rank's device, slice and memory\n"
         "Weights may be F32, F16, BF16 or F64; inputs '<f4', '<f8' or '<f2'.\n");
 }
 
@@ -137,6 +162,7 @@ typedef struct options {
     clffn_activation act;
     float dropout;
     int train, residual, verify;
+    int tensor_parallel, verbose;
     uint64_t seed;
 } options;
 
@@ -234,6 +260,10 @@ static int parse_args(int argc, char **argv, options *o) {
             o->residual = 1;
         } else if (!strcmp(a, "--verify")) {
             o->verify = 1;
+        } else if (!strcmp(a, "--tensor-parallel")) {
+            o->tensor_parallel = 1;
+        } else if (!strcmp(a, "--verbose")) {
+            o->verbose = 1;
         } else if (!strcmp(a, "--grad-output")) {
             NEEDS_VALUE;
             o->grad_output = val;
@@ -248,7 +278,8 @@ static int parse_args(int argc, char **argv, options *o) {
     }
     const int ckpt_only = o->have_act || o->gated_flag || o->dropout > 0.0f || o->train ||
                           o->seed || o->residual || o->verify || o->layer || o->grad_output ||
-                          o->grads_out || o->preset != &presets[0];
+                          o->grads_out || o->preset != &presets[0] || o->tensor_parallel ||
+                          o->verbose;
     if (!o->weights && ckpt_only) {
         fprintf(
             stderr,
@@ -262,6 +293,11 @@ static int parse_args(int argc, char **argv, options *o) {
     const int any = o->weights || o->input || o->output;
     if (any && !(o->weights && o->input && o->output)) {
         fprintf(stderr, "clffn-run: --weights, --input and --output go together\n");
+        return -1;
+    }
+    if (o->tensor_parallel && o->verify) {
+        fprintf(stderr, "clffn-run: --verify needs the whole layer; run it without "
+                        "--tensor-parallel\n");
         return -1;
     }
     return 0;
@@ -278,200 +314,238 @@ static void loaded_free(loaded *l) {
     free(l->w1), free(l->b1), free(l->v), free(l->bv), free(l->w2), free(l->b2);
 }
 
-/* Reads one tensor as float32 after checking its shape is [rows, cols] (cols = 0: rank 1). */
-static int take(const clffn_st_file *f, const char *file, const clffn_st_tensor *t, uint64_t rows,
-                uint64_t cols, float **out) {
-    char err[CLFFN_IO_ERR];
+/* Whether a tensor has shape [rows, cols] (cols = 0: [rows]); reports it if not. */
+static int check_shape(const char *file, const clffn_st_tensor *t, uint64_t rows, uint64_t cols) {
     const int ok = cols ? (t->rank == 2 && t->shape[0] == rows && t->shape[1] == cols)
                         : (t->rank == 1 && t->shape[0] == rows);
-    if (!ok) {
-        char have[128] = "", want[64];
-        size_t n = 0;
-        for (size_t k = 0; k < t->rank && n < sizeof have - 24; ++k) {
-            n += (size_t)snprintf(have + n, sizeof have - n, "%s%llu", k ? ", " : "",
-                                  (unsigned long long)t->shape[k]);
-        }
-        if (cols) {
-            snprintf(want, sizeof want, "[%llu, %llu]", (unsigned long long)rows,
-                     (unsigned long long)cols);
-        } else {
-            snprintf(want, sizeof want, "[%llu]", (unsigned long long)rows);
-        }
-        fprintf(stderr, "clffn-run: %s: tensor '%s' has shape [%s], expected %s\n", file, t->name,
-                have, want);
-        return -1;
+    if (ok) { return 0; }
+    char have[128] = "", want[64];
+    size_t n = 0;
+    for (size_t k = 0; k < t->rank && n < sizeof have - 24; ++k) {
+        n += (size_t)snprintf(have + n, sizeof have - n, "%s%llu", k ? ", " : "",
+                              (unsigned long long)t->shape[k]);
     }
+    if (cols) {
+        snprintf(want, sizeof want, "[%llu, %llu]", (unsigned long long)rows,
+                 (unsigned long long)cols);
+    } else {
+        snprintf(want, sizeof want, "[%llu]", (unsigned long long)rows);
+    }
+    report("%s: tensor '%s' has shape [%s], expected %s", file, t->name, have, want);
+    return -1;
+}
+
+/* Reads one tensor, whose shape was checked, as float32. */
+static int take(const clffn_st_file *f, const char *file, const clffn_st_tensor *t, float **out) {
+    char err[CLFFN_IO_ERR];
     *out = malloc((size_t)(t->numel ? t->numel : 1) * sizeof **out);
     if (!*out) {
-        fprintf(stderr, "clffn-run: %s: out of memory for tensor '%s'\n", file, t->name);
+        report("%s: out of memory for tensor '%s'", file, t->name);
         return -1;
     }
     if (clffn_st_read_f32(f, t, *out, err) != 0) {
-        fprintf(stderr, "clffn-run: %s: %s\n", file, err);
+        report("%s: %s", file, err);
         return -1;
     }
     return 0;
 }
 
-/* The backward pass for --grad-output: dy must have the output's shape; the gradients are
- * written under the checkpoint's own names (the prefix found included) and 'input'. Returns 0, or
- * -1 with *rc set (2 for a bad file, 1 for a runtime failure). */
-static int run_backward(const options *o, const clffn_st_file *st, clffn_ffn *ffn, const loaded *L,
-                        const clffn_st_tensor *const t[6], const clffn_npy *x, size_t T, int *rc) {
-    (void)st, (void)L;
-    char err[CLFFN_IO_ERR];
-    clffn_npy dy = {0};
-    if (clffn_npy_load(o->grad_output, &dy, err) != 0) {
-        fprintf(stderr, "clffn-run: %s: %s\n", o->grad_output, err);
-        *rc = EXIT_USAGE;
+/* The checkpoint's tensors of one FFN layer, as the preset names them, shapes checked. */
+typedef struct layer {
+    const clffn_st_tensor *w1, *b1, *v, *bv, *w2, *b2;
+    uint64_t F, D;
+    int gated;
+} layer;
+
+static int resolve_layer(const options *o, const clffn_st_file *st, layer *L) {
+    const preset *p = o->preset;
+    char tried[300];
+    memset(L, 0, sizeof *L);
+    if (!(L->w1 = find(st, p, p->w1, o->layer, tried, sizeof tried)) ||
+        !(L->w2 = find(st, p, p->w2, o->layer, tried, sizeof tried))) {
+        report("%s: no tensor '%s' (preset %s, layer %d)", o->weights, tried, p->name, o->layer);
         return -1;
     }
-    int same = dy.rank == x->rank;
-    for (size_t k = 0; same && k < x->rank; ++k) { same = dy.shape[k] == x->shape[k]; }
-    if (!same) {
-        fprintf(stderr, "clffn-run: %s: shape differs from the output's (the input's shape)\n",
-                o->grad_output);
-        clffn_npy_free(&dy);
-        *rc = EXIT_USAGE;
-        return -1;
-    }
-    /* one array per present tensor, in the tensor's own shape */
-    float *arr[6] = {NULL};
-    for (int i = 0; i < 6; ++i) {
-        if (t[i] && !(arr[i] = calloc((size_t)(t[i]->numel ? t[i]->numel : 1), sizeof(float)))) {
-            fprintf(stderr, "clffn-run: out of memory for gradients\n");
-            for (int k = 0; k < i; ++k) { free(arr[k]); }
-            clffn_npy_free(&dy);
-            *rc = EXIT_RUNTIME;
-            return -1;
-        }
-    }
-    float *dx = malloc((size_t)(x->numel ? x->numel : 1) * sizeof *dx);
-    const clffn_weight_arrays ga = {arr[0], arr[1], arr[2], arr[3], arr[4], arr[5]};
-    clffn_status s = dx ? clffn_backward_host(ffn, T, x->data, (size_t)x->numel, dy.data,
-                                              (size_t)dy.numel, dx, (size_t)x->numel, &ga, 0)
-                        : CLFFN_ERROR_OUT_OF_HOST_MEMORY;
-    int ret = 0;
-    if (s != CLFFN_SUCCESS) {
-        fail("backward pass", s);
-        *rc = EXIT_RUNTIME;
-        ret = -1;
-    } else {
-        clffn_st_out outs[7];
-        size_t n = 0;
-        for (int i = 0; i < 6; ++i) {
-            if (t[i]) { outs[n++] = (clffn_st_out){t[i]->name, t[i]->rank, t[i]->shape, arr[i]}; }
-        }
-        outs[n++] = (clffn_st_out){"input", x->rank, x->shape, dx};
-        if (clffn_st_write(o->grads_out, outs, n, err) != 0) {
-            fprintf(stderr, "clffn-run: %s: %s\n", o->grads_out, err);
-            *rc = EXIT_RUNTIME;
-            ret = -1;
+    L->v = p->v ? find(st, p, p->v, o->layer, tried, sizeof tried) : NULL;
+    L->gated =
+        o->gated_flag || (o->have_act && o->act_gated) || p->gated == 1 || (p->gated == -1 && L->v);
+    if (L->gated && !L->v) {
+        if (p->v) {
+            report("%s: gated FFN, but no tensor '%s'", o->weights, tried);
         } else {
-            printf("gradients: %zu tensors and 'input' written to %s\n", n - 1, o->grads_out);
+            report("%s: preset %s has no gate tensor; drop --gated", o->weights, p->name);
+        }
+        return -1;
+    }
+    if (!L->gated) { L->v = NULL; }
+    L->b1 = p->b1 ? find(st, p, p->b1, o->layer, tried, sizeof tried) : NULL;
+    L->bv = L->gated && p->bv ? find(st, p, p->bv, o->layer, tried, sizeof tried) : NULL;
+    L->b2 = p->b2 ? find(st, p, p->b2, o->layer, tried, sizeof tried) : NULL;
+    if (L->w1->rank != 2 || L->w1->shape[0] == 0 || L->w1->shape[1] == 0) {
+        report("%s: tensor '%s' is not a non-empty matrix", o->weights, L->w1->name);
+        return -1;
+    }
+    const int oi = p->layout == CLFFN_LAYOUT_OUT_IN;
+    const uint64_t F = oi ? L->w1->shape[0] : L->w1->shape[1];
+    const uint64_t D = oi ? L->w1->shape[1] : L->w1->shape[0];
+    L->F = F, L->D = D;
+    if (check_shape(o->weights, L->w2, oi ? D : F, oi ? F : D) != 0 ||
+        (L->v && check_shape(o->weights, L->v, oi ? F : D, oi ? D : F) != 0) ||
+        (L->b1 && check_shape(o->weights, L->b1, F, 0) != 0) ||
+        (L->bv && check_shape(o->weights, L->bv, F, 0) != 0) ||
+        (L->b2 && check_shape(o->weights, L->b2, D, 0) != 0)) {
+        return -1;
+    }
+    return 0;
+}
+
+static clffn_config layer_config(const options *o, const layer *L) {
+    clffn_config c = clffn_config_default((size_t)L->D, (size_t)L->F);
+    c.activation = o->have_act ? o->act : o->preset->act;
+    c.gated = L->gated;
+    c.bias1 = L->b1 != NULL;
+    c.bias_gate = L->bv != NULL;
+    c.bias2 = L->b2 != NULL;
+    c.dropout = o->dropout;
+    c.residual = o->residual;
+    return c;
+}
+
+/* Loads the input (and dy for a backward): x's last dimension must be d_model, dy's shape x's.
+ * Returns 0 or -1 (reported). */
+static int load_inputs(const options *o, const layer *L, clffn_npy *x, clffn_npy *dy) {
+    char err[CLFFN_IO_ERR];
+    if (clffn_npy_load(o->input, x, err) != 0) {
+        report("%s: %s", o->input, err);
+        return -1;
+    }
+    if (x->rank == 0 || x->shape[x->rank - 1] != L->D) {
+        report("%s: last dimension must be d_model = %llu (from %s), not %llu", o->input,
+               (unsigned long long)L->D, L->w1->name,
+               x->rank ? (unsigned long long)x->shape[x->rank - 1] : 0ull);
+        return -1;
+    }
+    if (!o->grad_output) { return 0; }
+    if (clffn_npy_load(o->grad_output, dy, err) != 0) {
+        report("%s: %s", o->grad_output, err);
+        return -1;
+    }
+    int same = dy->rank == x->rank;
+    for (size_t k = 0; same && k < x->rank; ++k) { same = dy->shape[k] == x->shape[k]; }
+    if (!same) {
+        report("%s: shape differs from the output's (the input's shape)", o->grad_output);
+        return -1;
+    }
+    return 0;
+}
+
+/* Writes the gradients under the checkpoint's own names (the prefix found included) and dx as
+ * 'input'; arr[i] holds tensor t[i]'s gradient in its shape (NULL where t[i] is absent). */
+static int write_grads(const options *o, const clffn_st_tensor *const t[6], float *const arr[6],
+                       const clffn_npy *x, const float *dx) {
+    char err[CLFFN_IO_ERR];
+    clffn_st_out outs[7];
+    size_t n = 0;
+    for (int i = 0; i < 6; ++i) {
+        if (t[i]) { outs[n++] = (clffn_st_out){t[i]->name, t[i]->rank, t[i]->shape, arr[i]}; }
+    }
+    outs[n++] = (clffn_st_out){"input", x->rank, x->shape, dx};
+    if (clffn_st_write(o->grads_out, outs, n, err) != 0) {
+        report("%s: %s", o->grads_out, err);
+        return -1;
+    }
+    printf("gradients: %zu tensors and 'input' written to %s\n", n - 1, o->grads_out);
+    return 0;
+}
+
+/* The backward pass for --grad-output: dy (checked to have the output's shape) in, the
+ * gradient of every weight tensor and of the input out. Returns 0 or -1 (reported). */
+static int run_backward(const options *o, clffn_ffn *ffn, const layer *L, const clffn_npy *x,
+                        const clffn_npy *dy, size_t T) {
+    const clffn_st_tensor *const t[6] = {L->w1, L->b1, L->v, L->bv, L->w2, L->b2};
+    float *arr[6] = {NULL};
+    float *dx = malloc((size_t)(x->numel ? x->numel : 1) * sizeof *dx);
+    int ok = dx != NULL;
+    for (int i = 0; ok && i < 6; ++i) {
+        ok = !t[i] || (arr[i] = calloc((size_t)(t[i]->numel ? t[i]->numel : 1), sizeof(float)));
+    }
+    int ret = -1;
+    if (!ok) {
+        report("out of memory for gradients");
+    } else {
+        const clffn_weight_arrays ga = {arr[0], arr[1], arr[2], arr[3], arr[4], arr[5]};
+        const clffn_status s = clffn_backward_host(ffn, T, x->data, (size_t)x->numel, dy->data,
+                                                   (size_t)dy->numel, dx, (size_t)x->numel, &ga, 0);
+        if (s != CLFFN_SUCCESS) {
+            fail("backward pass", s);
+        } else {
+            ret = write_grads(o, t, arr, x, dx);
         }
     }
     for (int i = 0; i < 6; ++i) { free(arr[i]); }
     free(dx);
-    clffn_npy_free(&dy);
     return ret;
+}
+
+/* Opens the device the options name (or the default one); reports a missing platform with what
+ * to install. */
+static int open_device(const char *spec, clffn_context **ctx) {
+    const clffn_status s = clffn_context_create_for_device(spec, ctx);
+    if (s == CLFFN_PLATFORM_NOT_FOUND) {
+        report("no OpenCL platform found; install one, e.g. `apt-get install pocl-opencl-icd` for "
+               "the CPU");
+        return -1;
+    }
+    if (s != CLFFN_SUCCESS) {
+        fail(spec ? spec : "opening the default device", s);
+        return -1;
+    }
+    return 0;
+}
+
+static void print_run(clffn_context *ctx, const layer *L, const clffn_config *c, size_t T,
+                      double dt, const char *split) {
+    char name[256] = "?";
+    clffn_context_device_name(ctx, name, sizeof name);
+    const double flops = 2.0 * (double)T * (double)L->D * (double)L->F * (L->gated ? 3.0 : 2.0);
+    printf("device: %s\nFFN: d_model %llu, d_ff %llu, %s%s%s, %zu tokens%s\n", name,
+           (unsigned long long)L->D, (unsigned long long)L->F, clffn_activation_name(c->activation),
+           L->gated ? ", gated" : "", c->residual ? ", residual" : "", T, split);
+    printf("time: %.3f ms (%.1f GFLOP/s, first call includes kernel builds)\n", dt * 1e3,
+           dt > 0 ? flops / dt * 1e-9 : 0.0);
 }
 
 static int run_checkpoint(const options *o) {
     const preset *p = o->preset;
-    char err[CLFFN_IO_ERR], tried[300];
+    char err[CLFFN_IO_ERR];
     clffn_st_file st;
     if (clffn_st_open(o->weights, &st, err) != 0) {
-        fprintf(stderr, "clffn-run: %s: %s\n", o->weights, err);
+        report("%s: %s", o->weights, err);
         return EXIT_USAGE;
     }
     int rc = EXIT_USAGE;
+    layer Ly;
     loaded L = {0};
-    clffn_npy x = {0};
+    clffn_npy x = {0}, dy = {0};
     clffn_context *ctx = NULL;
     clffn_ffn *ffn = NULL;
     float *y = NULL;
     double *ref = NULL;
-
-    const clffn_st_tensor *tw1 = find(&st, p, p->w1, o->layer, tried, sizeof tried);
-    if (!tw1) {
-        fprintf(stderr, "clffn-run: %s: no tensor '%s' (preset %s, layer %d)\n", o->weights, tried,
-                p->name, o->layer);
+    if (resolve_layer(o, &st, &Ly) != 0 || take(&st, o->weights, Ly.w1, &L.w1) != 0 ||
+        take(&st, o->weights, Ly.w2, &L.w2) != 0 ||
+        (Ly.v && take(&st, o->weights, Ly.v, &L.v) != 0) ||
+        (Ly.b1 && take(&st, o->weights, Ly.b1, &L.b1) != 0) ||
+        (Ly.bv && take(&st, o->weights, Ly.bv, &L.bv) != 0) ||
+        (Ly.b2 && take(&st, o->weights, Ly.b2, &L.b2) != 0) || load_inputs(o, &Ly, &x, &dy) != 0) {
         goto done;
     }
-    const clffn_st_tensor *tw2 = find(&st, p, p->w2, o->layer, tried, sizeof tried);
-    if (!tw2) {
-        fprintf(stderr, "clffn-run: %s: no tensor '%s' (preset %s, layer %d)\n", o->weights, tried,
-                p->name, o->layer);
-        goto done;
-    }
-    const clffn_st_tensor *tv = p->v ? find(&st, p, p->v, o->layer, tried, sizeof tried) : NULL;
-    const int gated =
-        o->gated_flag || (o->have_act && o->act_gated) || p->gated == 1 || (p->gated == -1 && tv);
-    if (gated && !tv) {
-        if (p->v) {
-            fprintf(stderr, "clffn-run: %s: gated FFN, but no tensor '%s'\n", o->weights, tried);
-        } else {
-            fprintf(stderr, "clffn-run: %s: preset %s has no gate tensor; drop --gated\n",
-                    o->weights, p->name);
-        }
-        goto done;
-    }
-    const clffn_st_tensor *tb1 = p->b1 ? find(&st, p, p->b1, o->layer, tried, sizeof tried) : NULL;
-    const clffn_st_tensor *tbv =
-        gated && p->bv ? find(&st, p, p->bv, o->layer, tried, sizeof tried) : NULL;
-    const clffn_st_tensor *tb2 = p->b2 ? find(&st, p, p->b2, o->layer, tried, sizeof tried) : NULL;
-
-    if (tw1->rank != 2 || tw1->shape[0] == 0 || tw1->shape[1] == 0) {
-        fprintf(stderr, "clffn-run: %s: tensor '%s' is not a non-empty matrix\n", o->weights,
-                tw1->name);
-        goto done;
-    }
-    const int oi = p->layout == CLFFN_LAYOUT_OUT_IN;
-    const uint64_t F = oi ? tw1->shape[0] : tw1->shape[1], D = oi ? tw1->shape[1] : tw1->shape[0];
-    if (take(&st, o->weights, tw1, oi ? F : D, oi ? D : F, &L.w1) != 0 ||
-        take(&st, o->weights, tw2, oi ? D : F, oi ? F : D, &L.w2) != 0 ||
-        (gated && take(&st, o->weights, tv, oi ? F : D, oi ? D : F, &L.v) != 0) ||
-        (tb1 && take(&st, o->weights, tb1, F, 0, &L.b1) != 0) ||
-        (tbv && take(&st, o->weights, tbv, F, 0, &L.bv) != 0) ||
-        (tb2 && take(&st, o->weights, tb2, D, 0, &L.b2) != 0)) {
-        goto done;
-    }
-
-    if (clffn_npy_load(o->input, &x, err) != 0) {
-        fprintf(stderr, "clffn-run: %s: %s\n", o->input, err);
-        goto done;
-    }
-    if (x.rank == 0 || x.shape[x.rank - 1] != D) {
-        fprintf(stderr,
-                "clffn-run: %s: last dimension must be d_model = %llu (from %s), not %llu\n",
-                o->input, (unsigned long long)D, tw1->name,
-                x.rank ? (unsigned long long)x.shape[x.rank - 1] : 0ull);
-        goto done;
-    }
-    const size_t T = (size_t)(x.numel / D);
-
-    clffn_config c = clffn_config_default((size_t)D, (size_t)F);
-    c.activation = o->have_act ? o->act : p->act;
-    c.gated = gated;
-    c.bias1 = tb1 != NULL;
-    c.bias_gate = tbv != NULL;
-    c.bias2 = tb2 != NULL;
-    c.dropout = o->dropout;
-    c.residual = o->residual;
+    const size_t T = (size_t)(x.numel / Ly.D);
+    const clffn_config c = layer_config(o, &Ly);
     const clffn_host_weights hw = {L.w1, L.b1, L.v, L.bv, L.w2, L.b2};
 
     rc = EXIT_RUNTIME;
-    clffn_status s = clffn_context_create_for_device(o->device, &ctx);
-    if (s == CLFFN_PLATFORM_NOT_FOUND) {
-        fprintf(stderr, "clffn-run: no OpenCL platform found; install one, e.g. "
-                        "`apt-get install pocl-opencl-icd` for the CPU\n");
-        goto done;
-    }
-    if (s != CLFFN_SUCCESS) {
-        fail(o->device ? o->device : "opening the default device", s);
-        goto done;
-    }
+    if (open_device(o->device, &ctx) != 0) { goto done; }
+    clffn_status s;
     if ((s = clffn_ffn_create(ctx, &c, &ffn)) != CLFFN_SUCCESS ||
         (s = clffn_ffn_upload_weights(ffn, p->layout, &hw)) != CLFFN_SUCCESS ||
         (s = clffn_ffn_set_training(ffn, o->train)) != CLFFN_SUCCESS ||
@@ -481,7 +555,7 @@ static int run_checkpoint(const options *o) {
     }
     y = malloc((x.numel ? x.numel : 1) * sizeof *y);
     if (!y) {
-        fprintf(stderr, "clffn-run: out of memory\n");
+        report("out of memory");
         goto done;
     }
     const double t0 = tool_now_s();
@@ -490,19 +564,11 @@ static int run_checkpoint(const options *o) {
         fail("forward pass", s);
         goto done;
     }
-    const double dt = tool_now_s() - t0;
-    char name[256] = "?";
-    clffn_context_device_name(ctx, name, sizeof name);
-    const double flops = 2.0 * (double)T * (double)D * (double)F * (gated ? 3.0 : 2.0);
-    printf("device: %s\nFFN: d_model %llu, d_ff %llu, %s%s%s, %zu tokens\n", name,
-           (unsigned long long)D, (unsigned long long)F, clffn_activation_name(c.activation),
-           gated ? ", gated" : "", o->residual ? ", residual" : "", T);
-    printf("time: %.3f ms (%.1f GFLOP/s, first call includes kernel builds)\n", dt * 1e3,
-           dt > 0 ? flops / dt * 1e-9 : 0.0);
+    print_run(ctx, &Ly, &c, T, tool_now_s() - t0, "");
     if (o->verify) {
         ref = malloc((x.numel ? x.numel : 1) * sizeof *ref);
         if (!ref) {
-            fprintf(stderr, "clffn-run: out of memory\n");
+            report("out of memory");
             goto done;
         }
         if ((s = clffn_reference_forward(&c, p->layout, &hw, T, x.data, o->train, o->seed, 0, ref,
@@ -515,13 +581,10 @@ static int run_checkpoint(const options *o) {
                cmp.tol, cmp.pass ? "PASS" : "FAIL");
         if (!cmp.pass) { goto done; }
     }
-    if (o->grad_output &&
-        run_backward(o, &st, ffn, &L, (const clffn_st_tensor *[]){tw1, tb1, tv, tbv, tw2, tb2}, &x,
-                     T, &rc) != 0) {
-        goto done;
-    }
+    if (o->grad_output && run_backward(o, ffn, &Ly, &x, &dy, T) != 0) { goto done; }
     if (clffn_npy_save(o->output, y, x.rank, x.shape, err) != 0) {
-        fprintf(stderr, "clffn-run: %s: %s\n", o->output, err);
+        report("%s: %s", o->output, err);
+        if (o->grads_out) { remove(o->grads_out); } /* the run failed: no file of it stays */
         goto done;
     }
     rc = 0;
@@ -532,10 +595,15 @@ done:
     free(y);
     free(ref);
     clffn_npy_free(&x);
+    clffn_npy_free(&dy);
     loaded_free(&L);
     clffn_st_close(&st);
     return rc;
 }
+
+#ifdef CLFFN_HAVE_MPI
+#include "clffn-run-tp.c"
+#endif
 
 /* ------------------------------------------------------------------------------------------ */
 /* The demo */
@@ -665,6 +733,21 @@ static int tool_main(int argc, char **argv) {
         return EXIT_USAGE;
     }
     if (!o.weights) { return demo(o.device); }
+    if (o.tensor_parallel) {
+#ifdef CLFFN_HAVE_MPI
+        if (MPI_Init(&argc, &argv) != MPI_SUCCESS) {
+            fprintf(stderr, "clffn-run: MPI_Init failed\n");
+            return EXIT_RUNTIME;
+        }
+        const int rc = run_tensor_parallel(&o);
+        MPI_Finalize();
+        return rc;
+#else
+        fprintf(stderr, "clffn-run: --tensor-parallel needs MPI, and this clffn-run was built "
+                        "without it (install libopenmpi-dev and rebuild)\n");
+        return EXIT_USAGE;
+#endif
+    }
     return run_checkpoint(&o);
 }
 

@@ -95,6 +95,13 @@ const clffn_st_tensor *clffn_st_find(const clffn_st_file *f, const char *name);
 /* Copies a tensor into dst as float32, converting F64/F16/BF16; other dtypes are refused. */
 int clffn_st_read_f32(const clffn_st_file *f, const clffn_st_tensor *t, float *dst, char *err);
 
+/* Copies the block rows [row0, row0 + rows) × columns [col0, col0 + cols) of a matrix tensor
+ * (rank 2; a rank-1 tensor is one row) into dst, row by row, as float32: one shard's slice of a
+ * layer, read from the mapping so that only the pages under the block are touched. A block
+ * outside the tensor or a dtype that is not convertible is refused. */
+int clffn_st_read_f32_block(const clffn_st_file *f, const clffn_st_tensor *t, uint64_t row0,
+                            uint64_t rows, uint64_t col0, uint64_t cols, float *dst, char *err);
+
 void clffn_st_close(clffn_st_file *f);
 
 /* A float32 tensor to write. */

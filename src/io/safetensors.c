@@ -314,6 +314,31 @@ int clffn_st_read_f32(const clffn_st_file *f, const clffn_st_tensor *t, float *d
     return 0;
 }
 
+int clffn_st_read_f32_block(const clffn_st_file *f, const clffn_st_tensor *t, uint64_t row0,
+                            uint64_t rows, uint64_t col0, uint64_t cols, float *dst, char *err) {
+    if (!clffn_dtype_is_convertible(t->dtype)) {
+        return fail(err, "tensor '%s' is %s; only F32, F16, BF16 and F64 can be used", t->name,
+                    clffn_dtype_name(t->dtype));
+    }
+    if (t->rank != 1 && t->rank != 2) {
+        return fail(err, "tensor '%s' has rank %zu; a block needs a vector or a matrix", t->name,
+                    (size_t)t->rank);
+    }
+    const uint64_t R = t->rank == 2 ? t->shape[0] : 1, C = t->shape[t->rank - 1];
+    if (row0 > R || rows > R - row0 || col0 > C || cols > C - col0) {
+        return fail(
+            err, "tensor '%s': block of %llu x %llu at (%llu, %llu) is outside its %llu x %llu",
+            t->name, (unsigned long long)rows, (unsigned long long)cols, (unsigned long long)row0,
+            (unsigned long long)col0, (unsigned long long)R, (unsigned long long)C);
+    }
+    const size_t es = clffn_dtype_size(t->dtype);
+    for (uint64_t r = 0; r < rows; ++r) { /* in bounds: the tensor's extent was checked on open */
+        const uint8_t *src = f->data + t->begin + ((row0 + r) * C + col0) * es;
+        clffn_convert_to_f32(t->dtype, src, (size_t)cols, dst + r * cols);
+    }
+    return 0;
+}
+
 void clffn_st_close(clffn_st_file *f) {
     if (!f) { return; }
     free_tensors(f->tensors, f->count);

@@ -1,0 +1,236 @@
+/* clffn-run --tensor-parallel under mpirun (2 and 3 ranks on the test device, oversubscribed):
+ * the split run's output and gradient file equal the single process's, on a llama-preset
+ * (gated SiLU, no biases, [out, in]) and a gpt2-preset checkpoint (gelu_tanh, biases, [in, out],
+ * here with training-mode dropout and the residual, so the masks must agree too); and one rank
+ * given a damaged checkpoint makes every rank fail with one message and no output file.
+ *
+ * The single process is the reference here: it is itself checked against the double reference
+ * (clffn-run --verify) in the same test. Built when CMake finds MPI. */
+#include "clffn_io.h"
+#include "common.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static char dir[64];
+static char out[16384];
+
+static int run(const char *cmd) {
+    char full[8192];
+    snprintf(full, sizeof full, "cd %s && %s 2>&1", dir, cmd);
+    FILE *p = popen(full, "r");
+    cr_assert_not_null(p);
+    const size_t n = fread(out, 1, sizeof out - 1, p);
+    out[n] = '\0';
+    const int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void setup(void) {
+    snprintf(dir, sizeof dir, "/tmp/clffn-mpi-XXXXXX");
+    cr_assert_not_null(mkdtemp(dir));
+    /* CI runs as root; Open MPI refuses that unless told */
+    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+    setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 1);
+}
+
+static void teardown(void) {
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    cr_assert_eq(system(cmd), 0);
+}
+
+static void fill(float *a, size_t n, float scale, uint64_t seed) {
+    fill_uniform(a, n, -scale, scale, seed);
+}
+
+typedef struct named {
+    const char *name;
+    size_t rank;
+    uint64_t shape[2];
+} named;
+
+/* Writes a checkpoint of the given tensors (random values) and x.npy / dy.npy [3, 5, D]. */
+static void write_case(const named *ts, size_t n, uint64_t D) {
+    clffn_st_out o[8];
+    float *data[8];
+    for (size_t i = 0; i < n; ++i) {
+        const size_t numel = (size_t)(ts[i].shape[0] * (ts[i].rank == 2 ? ts[i].shape[1] : 1));
+        data[i] = malloc(numel * sizeof(float));
+        cr_assert(data[i]);
+        fill(data[i], numel, 0.3f, 100 + i);
+        o[i] = (clffn_st_out){ts[i].name, ts[i].rank, ts[i].shape, data[i]};
+    }
+    char path[128], err[CLFFN_IO_ERR];
+    snprintf(path, sizeof path, "%s/w.safetensors", dir);
+    cr_assert_eq(clffn_st_write(path, o, n, err), 0, "%s", err);
+    for (size_t i = 0; i < n; ++i) { free(data[i]); }
+    const uint64_t shape[3] = {3, 5, D};
+    float x[3 * 5 * 64];
+    cr_assert(D <= 64);
+    fill(x, 15 * D, 1.0f, 7);
+    snprintf(path, sizeof path, "%s/x.npy", dir);
+    cr_assert_eq(clffn_npy_save(path, x, 3, shape, err), 0, "%s", err);
+    fill(x, 15 * D, 1.0f, 8);
+    snprintf(path, sizeof path, "%s/dy.npy", dir);
+    cr_assert_eq(clffn_npy_save(path, x, 3, shape, err), 0, "%s", err);
+}
+
+static void load_npy(const char *name, clffn_npy *a) {
+    char path[128], err[CLFFN_IO_ERR];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    cr_assert_eq(clffn_npy_load(path, a, err), 0, "%s: %s", name, err);
+}
+
+/* |a − b| ≤ 1e-5·max|a| + 1e-6 everywhere: the split sums partials in another order. */
+static void assert_same(const float *a, const float *b, size_t n, const char *what) {
+    double m = 0.0, worst = 0.0;
+    for (size_t i = 0; i < n; ++i) { m = fmax(m, fabs((double)a[i])); }
+    for (size_t i = 0; i < n; ++i) { worst = fmax(worst, fabs((double)a[i] - (double)b[i])); }
+    cr_assert(m > 0.0, "%s: all zero", what);
+    cr_assert(worst <= 1e-5 * m + 1e-6, "%s: differs by %g (max %g)", what, worst, m);
+}
+
+static void compare_outputs(const char *one, const char *split) {
+    clffn_npy a = {0}, b = {0};
+    load_npy(one, &a);
+    load_npy(split, &b);
+    cr_assert_eq(a.numel, b.numel);
+    assert_same(a.data, b.data, (size_t)a.numel, split);
+    clffn_npy_free(&a);
+    clffn_npy_free(&b);
+}
+
+static void compare_grads(const char *one, const char *split, size_t expect_tensors) {
+    char pa[128], pb[128], err[CLFFN_IO_ERR];
+    snprintf(pa, sizeof pa, "%s/%s", dir, one);
+    snprintf(pb, sizeof pb, "%s/%s", dir, split);
+    clffn_st_file a, b;
+    cr_assert_eq(clffn_st_open(pa, &a, err), 0, "%s", err);
+    cr_assert_eq(clffn_st_open(pb, &b, err), 0, "%s", err);
+    cr_assert_eq(a.count, expect_tensors);
+    cr_assert_eq(b.count, a.count, "%s has %zu tensors, %s %zu", split, b.count, one, a.count);
+    for (size_t i = 0; i < a.count; ++i) {
+        const clffn_st_tensor *ta = &a.tensors[i], *tb = clffn_st_find(&b, ta->name);
+        cr_assert_not_null(tb, "%s lacks '%s'", split, ta->name);
+        cr_assert(tb->rank == ta->rank && tb->numel == ta->numel, "'%s' shape", ta->name);
+        float *va = malloc((size_t)ta->numel * sizeof(float));
+        float *vb = malloc((size_t)ta->numel * sizeof(float));
+        cr_assert(va && vb);
+        cr_assert_eq(clffn_st_read_f32(&a, ta, va, err), 0);
+        cr_assert_eq(clffn_st_read_f32(&b, tb, vb, err), 0);
+        char what[256];
+        snprintf(what, sizeof what, "%s: '%s'", split, ta->name);
+        assert_same(va, vb, (size_t)ta->numel, what);
+        free(va);
+        free(vb);
+    }
+    clffn_st_close(&a);
+    clffn_st_close(&b);
+}
+
+/* The single process (checked against the double reference), then 2 and 3 ranks. */
+static void split_equals_single(const char *args, size_t expect_tensors) {
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "%s --weights w.safetensors --input x.npy --output y1.npy %s --verify", CLFFN_RUN_PATH,
+             args);
+    cr_assert_eq(run(cmd), 0, "%s", out);
+    cr_assert(strstr(out, "PASS") != NULL, "%s", out);
+    snprintf(cmd, sizeof cmd,
+             "%s --weights w.safetensors --input x.npy --output y1.npy %s --grad-output dy.npy "
+             "--grads-out g1.safetensors",
+             CLFFN_RUN_PATH, args);
+    cr_assert_eq(run(cmd), 0, "%s", out);
+    for (int np = 2; np <= 3; ++np) {
+        snprintf(cmd, sizeof cmd,
+                 "%s -np %d %s --tensor-parallel --verbose --weights w.safetensors --input x.npy "
+                 "--output y%d.npy %s --grad-output dy.npy --grads-out g%d.safetensors",
+                 CLFFN_MPIEXEC, np, CLFFN_RUN_PATH, np, args, np);
+        cr_assert_eq(run(cmd), 0, "%s", out);
+        char want[64];
+        snprintf(want, sizeof want, "split over %d ranks", np);
+        cr_assert(strstr(out, want) != NULL, "%s", out);
+        for (int r = 0; r < np; ++r) { /* every rank read only its slice */
+            snprintf(want, sizeof want, "rank %d/%d", r, np);
+            const char *line = strstr(out, want);
+            cr_assert_not_null(line, "%s", out);
+            int pct = 0;
+            const char *at = strstr(line, "MiB (");
+            cr_assert(at && sscanf(at, "MiB (%d%%)", &pct) == 1, "%s", line);
+            cr_assert(pct > 100 / np - 10 && pct < 100 / np + 10, "rank %d read %d%%", r, pct);
+        }
+        char y[16], g[32];
+        snprintf(y, sizeof y, "y%d.npy", np);
+        snprintf(g, sizeof g, "g%d.safetensors", np);
+        compare_outputs("y1.npy", y);
+        compare_grads("g1.safetensors", g, expect_tensors);
+    }
+}
+
+/* A llama-preset layer 0: gate, up and down projections, no biases, d_ff a multiple of 4. */
+static void write_llama_case(void) {
+    const uint64_t D = 48, F = 136;
+    const named ts[3] = {
+        {"model.layers.0.mlp.gate_proj.weight", 2, {F, D}},
+        {"model.layers.0.mlp.up_proj.weight", 2, {F, D}},
+        {"model.layers.0.mlp.down_proj.weight", 2, {D, F}},
+    };
+    write_case(ts, 3, D);
+}
+
+Test(mpi, llama_preset_two_and_three_ranks, .init = setup, .fini = teardown, .timeout = 300) {
+    write_llama_case();
+    split_equals_single("--preset llama", 4);
+}
+
+Test(mpi, gpt2_preset_dropout_residual, .init = setup, .fini = teardown, .timeout = 300) {
+    const uint64_t D = 40, F = 150; /* not a multiple of 4: slices start mid Philox block */
+    const named ts[4] = {
+        {"h.0.mlp.c_fc.weight", 2, {D, F}},
+        {"h.0.mlp.c_fc.bias", 1, {F, 0}},
+        {"h.0.mlp.c_proj.weight", 2, {F, D}},
+        {"h.0.mlp.c_proj.bias", 1, {D, 0}},
+    };
+    write_case(ts, 4, D);
+    split_equals_single("--preset gpt2 --train --dropout 0.25 --seed 9 --residual", 5);
+}
+
+/* Rank 1 gets a truncated copy of the checkpoint (MPMD: each rank its own arguments). */
+Test(mpi, a_damaged_slice_fails_every_rank, .init = setup, .fini = teardown, .timeout = 300) {
+    write_llama_case();
+    cr_assert_eq(run("head -c 3000 w.safetensors > bad.safetensors"), 0);
+    char cmd[4096];
+    const char *common = "--tensor-parallel --preset llama --input x.npy --output y.npy "
+                         "--grad-output dy.npy --grads-out g.safetensors";
+    snprintf(cmd, sizeof cmd,
+             "%s -np 1 %s --weights w.safetensors %s : -np 1 %s --weights "
+             "bad.safetensors %s",
+             CLFFN_MPIEXEC, CLFFN_RUN_PATH, common, CLFFN_RUN_PATH, common);
+    const int rc = run(cmd);
+    cr_assert_eq(rc, 2, "exit %d: %s", rc, out);
+    cr_assert(strstr(out, "clffn-run: rank 1: bad.safetensors:") != NULL, "%s", out);
+    /* one line of ours, from rank 0 only */
+    size_t lines = 0;
+    for (const char *p = out; (p = strstr(p, "clffn-run:")) != NULL; ++p) { ++lines; }
+    cr_assert_eq(lines, 1, "%s", out);
+    char path[128];
+    struct stat sb;
+    snprintf(path, sizeof path, "%s/y.npy", dir);
+    cr_assert(stat(path, &sb) != 0, "an output file was left");
+    snprintf(path, sizeof path, "%s/g.safetensors", dir);
+    cr_assert(stat(path, &sb) != 0, "a gradient file was left");
+    /* a layer the checkpoint lacks: every rank refuses, rank 0 says why */
+    snprintf(cmd, sizeof cmd,
+             "%s -np 3 %s --tensor-parallel --preset llama --weights "
+             "w.safetensors --input x.npy --output y.npy --layer 1",
+             CLFFN_MPIEXEC, CLFFN_RUN_PATH);
+    cr_assert_eq(run(cmd), 2, "%s", out);
+    cr_assert(strstr(out, "rank 0: w.safetensors: no tensor") != NULL, "%s", out);
+}
