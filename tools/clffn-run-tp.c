@@ -213,7 +213,10 @@ static int run_tensor_parallel(const options *o) {
     int opened = clffn_st_open(o->weights, &st, err) == 0;
     if (!opened) { report("%s: %s", o->weights, err); }
     int rc = tp_step(&R, opened);
-    if (rc) { return rc; }
+    if (rc) {
+        if (opened) { clffn_st_close(&st); } /* another rank failed to open its file */
+        return rc;
+    }
 
     layer Ly;
     loaded L = {0};
