@@ -17,4 +17,12 @@ libs=$(PKG_CONFIG_PATH="$pcdir" pkg-config --libs clffn)
 # shellcheck disable=SC2086
 cc -std=c11 ${CFLAGS:-} $cflags "$src/tests/install/consumer/main.c" $libs ${LDFLAGS:-} -o "$tmp/pc-consumer"
 LD_LIBRARY_PATH="$(dirname "$(find "$tmp/prefix" -name 'libclffn.so*' | head -1)")" "$tmp/pc-consumer"
+# the Python package, when installed (third argument: the interpreter), loads the library it was
+# installed with: no CLFFN_LIBRARY, no library path
+if [ -n "${3:-}" ]; then
+  pkg=$(dirname "$(find "$tmp/prefix" -path '*/clffn/__init__.py' | head -1)")
+  env -u CLFFN_LIBRARY PYTHONPATH="$(dirname "$pkg")" "$3" -c \
+    "import clffn, numpy; d = clffn.devices(); assert d; print('python:', d[0]['name']); assert clffn.FFN(4, 8)(numpy.ones((2, 4), 'float32')).shape == (2, 4)"
+  echo "install: the Python package found its library"
+fi
 echo "install: find_package and pkg-config consumers ran"

@@ -1,0 +1,17 @@
+"""clffn from Python: the Transformer's position-wise feed-forward network on any OpenCL device.
+
+A thin layer over the C library (libclffn, through ctypes): the C library computes, this package
+checks what it is given and converts arrays.
+
+    import numpy as np, clffn
+    print(clffn.devices())
+    ffn = clffn.FFN(512, 2048, activation="gelu")        # nn.Linear-style random weights
+    y = ffn(np.random.rand(64, 10, 512).astype(np.float32))
+
+PyTorch: clffn.torch.FeedForward (an nn.Module whose forward and backward run on clffn).
+"""
+from ._ffn import (ACTIVATIONS, PRESETS, ArgumentError, Error, FFN, devices, load, version)
+
+__all__ = ["FFN", "Error", "ArgumentError", "devices", "load", "version", "ACTIVATIONS",
+           "PRESETS"]
+__version__ = version()

@@ -1,0 +1,113 @@
+"""Finding libclffn and declaring the C functions the package calls (ctypes).
+
+The library is looked for, in order: the one this package was installed with (the path CMake's
+install writes into _install.py), the path in the CLFFN_LIBRARY environment variable, and the
+system's search (ctypes.util.find_library). Failing all three, ImportError lists what was tried.
+"""
+import ctypes
+import ctypes.util
+import os
+
+_tried = []
+
+
+def _candidates():
+    try:
+        from . import _install  # written by `cmake --install` with -DCLFFN_PYTHON=ON
+        yield "the library clffn was installed with", _install.LIBRARY
+    except ImportError:
+        pass
+    env = os.environ.get("CLFFN_LIBRARY")
+    if env:
+        yield "CLFFN_LIBRARY", env
+    found = ctypes.util.find_library("clffn")
+    if found:
+        yield "the system's library path", found
+
+
+def _load():
+    for what, path in _candidates():
+        try:
+            return ctypes.CDLL(path)
+        except OSError as e:
+            _tried.append(f"{what}: {path} ({e})")
+    if not _tried:
+        _tried.append("no installed library, CLFFN_LIBRARY unset, none on the system's path")
+    raise ImportError(
+        "clffn: cannot load libclffn. Tried: " + "; ".join(_tried) +
+        ". Install clffn (cmake --install build) or set CLFFN_LIBRARY to libclffn.so.")
+
+
+lib = _load()
+
+c_size = ctypes.c_size_t
+c_float_p = ctypes.POINTER(ctypes.c_float)
+c_double_p = ctypes.POINTER(ctypes.c_double)
+
+
+class Config(ctypes.Structure):
+    """clffn_config, field for field."""
+    _fields_ = [("d_model", c_size), ("d_ff", c_size), ("activation", ctypes.c_int),
+                ("gated", ctypes.c_int), ("bias1", ctypes.c_int), ("bias2", ctypes.c_int),
+                ("bias_gate", ctypes.c_int), ("dropout", ctypes.c_float),
+                ("residual", ctypes.c_int)]
+
+
+class Weights(ctypes.Structure):
+    """clffn_host_weights and clffn_weight_arrays (the same six pointers)."""
+    _fields_ = [(n, c_float_p) for n in ("w1", "b1", "v", "bv", "w2", "b2")]
+
+
+class DeviceInfo(ctypes.Structure):
+    """clffn_device_info, field for field."""
+    _fields_ = [("platform_index", ctypes.c_uint), ("device_index", ctypes.c_uint),
+                ("platform", ctypes.c_void_p), ("device", ctypes.c_void_p),
+                ("platform_name", ctypes.c_char * 128), ("name", ctypes.c_char * 128),
+                ("vendor", ctypes.c_char * 128), ("driver_version", ctypes.c_char * 128),
+                ("device_version", ctypes.c_char * 128),
+                ("opencl_c_version", ctypes.c_char * 128), ("type", ctypes.c_uint64),
+                ("compute_units", ctypes.c_uint), ("clock_mhz", ctypes.c_uint),
+                ("global_mem_bytes", ctypes.c_uint64), ("local_mem_bytes", ctypes.c_uint64),
+                ("max_alloc_bytes", ctypes.c_uint64), ("max_work_group_size", c_size),
+                ("fp16", ctypes.c_int), ("fp64", ctypes.c_int), ("supported", ctypes.c_int)]
+
+
+def _fn(name, restype, *argtypes):
+    f = getattr(lib, name)
+    f.restype = restype
+    f.argtypes = list(argtypes)
+    return f
+
+
+vp = ctypes.c_void_p
+i32 = ctypes.c_int
+u64 = ctypes.c_uint64
+
+status_string = _fn("clffn_status_string", ctypes.c_char_p, i32)
+version_string = _fn("clffn_version_string", ctypes.c_char_p)
+config_default = _fn("clffn_config_default", Config, c_size, c_size)
+config_validate = _fn("clffn_config_validate", i32, ctypes.POINTER(Config))
+devices_list = _fn("clffn_devices_list", i32, ctypes.POINTER(DeviceInfo), c_size,
+                   ctypes.POINTER(c_size))
+device_type_name = _fn("clffn_device_type_name", ctypes.c_char_p, ctypes.c_uint64)
+context_create_for_device = _fn("clffn_context_create_for_device", i32, ctypes.c_char_p,
+                                ctypes.POINTER(vp))
+context_destroy = _fn("clffn_context_destroy", None, vp)
+context_device_name = _fn("clffn_context_device_name", i32, vp, ctypes.c_char_p, c_size)
+context_build_log = _fn("clffn_context_build_log", ctypes.c_char_p, vp)
+context_tuning = _fn("clffn_context_tuning", ctypes.c_char_p, vp)
+ffn_create = _fn("clffn_ffn_create", i32, vp, ctypes.POINTER(Config), ctypes.POINTER(vp))
+ffn_destroy = _fn("clffn_ffn_destroy", None, vp)
+ffn_upload_weights = _fn("clffn_ffn_upload_weights", i32, vp, i32, ctypes.POINTER(Weights))
+ffn_set_training = _fn("clffn_ffn_set_training", i32, vp, i32)
+ffn_set_dropout = _fn("clffn_ffn_set_dropout", i32, vp, ctypes.c_float)
+ffn_set_rng = _fn("clffn_ffn_set_rng", i32, vp, u64, u64)
+ffn_get_rng = _fn("clffn_ffn_get_rng", i32, vp, ctypes.POINTER(u64), ctypes.POINTER(u64))
+forward_host = _fn("clffn_forward_host", i32, vp, c_size, c_float_p, c_size, c_float_p, c_size)
+backward_host = _fn("clffn_backward_host", i32, vp, c_size, c_float_p, c_size, c_float_p, c_size,
+                    c_float_p, c_size, ctypes.POINTER(Weights), i32)
+read_hidden = _fn("clffn_ffn_read_hidden", i32, vp, i32, c_float_p, c_size,
+                  ctypes.POINTER(c_size))
+# hooks: the library's own dropout mask and double reference, for checks against the C side
+dropout_keep = _fn("clffn_dropout_keep", i32, ctypes.c_float, u64, u64, u64)
+tuning_has_profile = _fn("clffn_tuning_has_profile", i32, vp)

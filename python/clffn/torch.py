@@ -1,0 +1,153 @@
+"""PyTorch modules whose forward and backward run on clffn (needs python3-torch).
+
+    import torch, clffn.torch
+    ff = clffn.torch.FeedForward(512, 2048, dropout=0.1)        # PositionwiseFeedForward's
+    y = ff(x); y.sum().backward()                                # w_1/w_2 .grad filled
+    ff2 = clffn.torch.from_module(existing_module)               # copies its weights
+
+The parameters are ordinary torch Parameters (float32, on the CPU), named as in the reference
+modules: w_1, w_2 for a plain FFN (the Annotated Transformer's PositionwiseFeedForward), layer1,
+layer2 and linear_v for a gated one (labml's FeedForward), so their state_dicts load as they are.
+Every forward uploads the current parameters, so an optimizer's step is seen by the next call.
+"""
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ._ffn import FFN, ArgumentError, INVALID_ARGUMENT
+
+_FUNCS = {F.relu: "relu", F.gelu: "gelu", F.silu: "silu", torch.sigmoid: "sigmoid",
+          torch.relu: "relu", F.sigmoid: "sigmoid"}
+
+
+def _np(t):
+    return None if t is None else t.detach().to(torch.float32).cpu().numpy()
+
+
+class _Fn(torch.autograd.Function):
+    """y = FFN(x) on clffn; its backward is clffn's backward of the same forward (the dropout
+    mask recomputed from the seed and offset that forward used)."""
+
+    @staticmethod
+    def forward(ctx, module, x, *params):
+        ffn = module._ffn
+        module._upload()
+        seed, offset = ffn.rng_state()
+        y = ffn(_np(x))
+        module._calls += 1
+        ctx.module, ctx.call, ctx.rng = module, module._calls, (seed, offset)
+        ctx.x = x.detach()
+        return torch.from_numpy(y).to(x.device)
+
+    @staticmethod
+    def backward(ctx, dy):
+        module = ctx.module
+        ffn = module._ffn
+        if module._calls != ctx.call:  # another forward came since: run this one again
+            after = ffn.rng_state()
+            module._upload()
+            ffn.seed(*ctx.rng)
+            ffn(_np(ctx.x))
+            ffn.seed(*after)
+        dx, g = ffn.backward(_np(dy.contiguous()))
+        names, layout = ffn._names()
+        grads = []
+        for key, p in module._param_map():
+            if p is None:
+                continue
+            grads.append(torch.from_numpy(np.ascontiguousarray(g[names[key]])).to(p.device))
+        return (None, torch.from_numpy(dx).to(dy.device), *grads)
+
+
+class FeedForward(nn.Module):
+    """FeedForward(d_model, d_ff, dropout=0.1, activation="relu", is_gated=False, bias1=True,
+    bias2=True, bias_gate=True, device=None): the reference modules' FFN, computed by clffn.
+    activation is a name (relu, gelu, gelu_tanh, silu, sigmoid, identity, or a GLU name, which
+    sets is_gated) or one of torch's functions (F.relu, F.gelu, F.silu, torch.sigmoid).
+    `device` is the OpenCL device (see clffn.devices()); tensors stay on the CPU."""
+
+    def __init__(self, d_model, d_ff, dropout=0.1, activation="relu", is_gated=False, bias1=True,
+                 bias2=True, bias_gate=True, device=None):
+        super().__init__()
+        if callable(activation):
+            if activation not in _FUNCS:
+                raise ArgumentError(INVALID_ARGUMENT, f"activation {activation!r} has no clffn "
+                                    f"counterpart (relu, gelu, silu, sigmoid)")
+            activation = _FUNCS[activation]
+        self._ffn = FFN(d_model, d_ff, activation=activation, gated=is_gated, bias1=bias1,
+                        bias2=bias2, bias_gate=bias_gate, dropout=dropout, device=device)
+        self.is_gated = self._ffn.gated
+        self.dropout_p = float(dropout)
+        first, second = ("layer1", "layer2") if self.is_gated else ("w_1", "w_2")
+        self._first, self._second = first, second
+        setattr(self, first, nn.Linear(d_model, d_ff, bias=bias1))
+        setattr(self, second, nn.Linear(d_ff, d_model, bias=bias2))
+        if self.is_gated:
+            self.linear_v = nn.Linear(d_model, d_ff, bias=bias_gate)
+        self._calls = 0
+
+    def _param_map(self):
+        l1, l2 = getattr(self, self._first), getattr(self, self._second)
+        lv = getattr(self, "linear_v", None)
+        return [("w1", l1.weight), ("b1", l1.bias), ("v", lv.weight if lv else None),
+                ("bv", lv.bias if lv else None), ("w2", l2.weight), ("b2", l2.bias)]
+
+    def _upload(self):
+        p = dict(self._param_map())
+        self._ffn.set_weights(_np(p["w1"]), _np(p["b1"]), _np(p["w2"]), _np(p["b2"]),
+                              v=_np(p["v"]), bv=_np(p["bv"]), layout="out_in")
+
+    def train(self, mode=True):
+        super().train(mode)
+        self._ffn.train(mode)
+        return self
+
+    def seed(self, seed, offset=0):
+        """Dropout's seed and offset (clffn.FFN.seed)."""
+        self._ffn.seed(seed, offset)
+
+    def forward(self, x):
+        if x.dtype != torch.float32:
+            x = x.to(torch.float32)  # documented: clffn computes in float32
+        params = [p for _, p in self._param_map() if p is not None]
+        return _Fn.apply(self, x.contiguous(), *params)
+
+    def extra_repr(self):
+        return repr(self._ffn)
+
+
+_MODULES = {nn.ReLU: "relu", nn.SiLU: "silu", nn.Sigmoid: "sigmoid", nn.Identity: "identity"}
+
+
+def from_module(m, device=None):
+    """A FeedForward with the weights of `m` (copied): a PositionwiseFeedForward (w_1, w_2,
+    dropout, optionally activation) or a labml FeedForward (layer1, layer2, linear_v when
+    is_gated, activation, dropout)."""
+    l1 = getattr(m, "w_1", None) or getattr(m, "layer1", None)
+    l2 = getattr(m, "w_2", None) or getattr(m, "layer2", None)
+    if not isinstance(l1, nn.Linear) or not isinstance(l2, nn.Linear):
+        raise ArgumentError(INVALID_ARGUMENT, "the module has no w_1/w_2 or layer1/layer2 "
+                            "nn.Linear pair")
+    lv = getattr(m, "linear_v", None) if getattr(m, "is_gated", False) else None
+    act = getattr(m, "activation", F.relu)
+    if isinstance(act, nn.GELU):
+        act = "gelu_tanh" if getattr(act, "approximate", "none") == "tanh" else "gelu"
+    elif type(act) in _MODULES:
+        act = _MODULES[type(act)]
+    drop = getattr(m, "dropout", None)
+    p = drop.p if isinstance(drop, nn.Dropout) else float(drop or 0.0)
+    ff = FeedForward(l1.in_features, l1.out_features, dropout=p, activation=act,
+                     is_gated=lv is not None, bias1=l1.bias is not None,
+                     bias2=l2.bias is not None,
+                     bias_gate=lv is not None and lv.bias is not None, device=device)
+    with torch.no_grad():
+        mine = dict(ff._param_map())
+        src = {"w1": l1.weight, "b1": l1.bias, "w2": l2.weight, "b2": l2.bias,
+               "v": lv.weight if lv is not None else None,
+               "bv": lv.bias if lv is not None else None}
+        for k, t in src.items():
+            if t is not None:
+                mine[k].copy_(t)
+    ff.train(m.training)
+    return ff
