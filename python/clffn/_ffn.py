@@ -1,6 +1,5 @@
 """clffn.FFN and clffn.devices(): the C library's FFN behind a numpy interface."""
 import ctypes
-import json
 import os
 import weakref
 
@@ -165,48 +164,41 @@ PRESETS = {
                   layout="out_in", activation="silu", gated=True),
 }
 
-_DTYPES = {"F32": np.float32, "F64": np.float64, "F16": np.float16}
+def _read_safetensors(path, wanted):
+    """The tensors of a safetensors file whose names are in `wanted`, as float32 arrays, read by
+    libclffn_io (clffn-run's loader: the file mapped, its header checked, F32/F64/F16/BF16
+    converted). Names present in the file but not wanted are listed with None."""
+    io = _lib.io()
+    f = _lib.StFile()
+    err = ctypes.create_string_buffer(_lib.IO_ERR)
+    if io.clffn_st_open(os.fsencode(path), ctypes.byref(f), err) != 0:
+        raise ArgumentError(INVALID_ARGUMENT, f"{path}: {err.value.decode(errors='replace')}")
+    try:
+        out = {}
+        for i in range(f.count):
+            t = f.tensors[i]
+            name = t.name.decode(errors="replace")
+            if name not in wanted:
+                out[name] = None
+                continue
+            if not io.clffn_dtype_is_convertible(t.dtype):
+                raise ArgumentError(INVALID_ARGUMENT, f"{path}: tensor '{name}' is "
+                                    f"{io.clffn_dtype_name(t.dtype).decode()}; only F32, F16, "
+                                    f"BF16 and F64 can be used")
+            a = np.empty(tuple(t.shape[:t.rank]), np.float32)
+            if io.clffn_st_read_f32(ctypes.byref(f), ctypes.pointer(t), _ptr(a), err) != 0:
+                raise ArgumentError(INVALID_ARGUMENT,
+                                    f"{path}: {err.value.decode(errors='replace')}")
+            out[name] = a
+        return out
+    finally:
+        io.clffn_st_close(ctypes.byref(f))
 
 
-def _read_safetensors(path):
-    """Maps a safetensors file: {name: array} (F32/F64/F16/BF16 as float32), checked."""
-    with open(path, "rb") as f:
-        head = f.read(8)
-        if len(head) != 8:
-            raise ArgumentError(INVALID_ARGUMENT, f"{path}: not a safetensors file (too short)")
-        n = int.from_bytes(head, "little")
-        size = os.path.getsize(path)
-        if n > size - 8 or n > 100 << 20:
-            raise ArgumentError(INVALID_ARGUMENT, f"{path}: header length {n} is past the file")
-        try:
-            header = json.loads(f.read(n))
-        except ValueError as e:
-            raise ArgumentError(INVALID_ARGUMENT, f"{path}: header is not JSON ({e})") from None
-    data = np.memmap(path, dtype=np.uint8, mode="r", offset=8 + n) if size > 8 + n else None
-    out = {}
-    for name, t in header.items():
-        if name == "__metadata__":
-            continue
-        b, e = t["data_offsets"]
-        shape = tuple(t["shape"])
-        dt = t["dtype"]
-        count = int(np.prod(shape)) if shape else 1
-        if data is None or not 0 <= b <= e <= len(data):
-            raise ArgumentError(INVALID_ARGUMENT, f"{path}: tensor '{name}' lies past the data")
-        raw = data[b:e]
-        if dt == "BF16":
-            u = raw.view("<u2").astype(np.uint32) << 16
-            arr = u.view(np.float32)
-        elif dt in _DTYPES:
-            arr = raw.view(np.dtype(_DTYPES[dt]).newbyteorder("<"))
-        else:
-            out[name] = (dt, shape)  # present, but not something an FFN can use
-            continue
-        if arr.size != count:
-            raise ArgumentError(INVALID_ARGUMENT,
-                                f"{path}: tensor '{name}' has {arr.size} values for {shape}")
-        out[name] = arr.reshape(shape).astype(np.float32)
-    return out
+def _preset_names(preset, layer):
+    p = PRESETS[preset]
+    return {pre + p[k].format(L=layer) for k in ("w1", "b1", "v", "bv", "w2", "b2") if p[k]
+            for pre in p["prefixes"]}
 
 
 class FFN:
@@ -404,7 +396,7 @@ class FFN:
         if preset not in PRESETS:
             raise ArgumentError(INVALID_ARGUMENT,
                                 f"unknown preset {preset!r} ({', '.join(PRESETS)})")
-        tensors = _read_safetensors(os.fspath(path))
+        tensors = _read_safetensors(os.fspath(path), _preset_names(preset, layer))
         p = PRESETS[preset]
         found, prefix = {}, ""
         for k in ("w1", "b1", "v", "bv", "w2", "b2"):
@@ -420,10 +412,6 @@ class FFN:
                 raise ArgumentError(INVALID_ARGUMENT, f"{path}: no tensor "
                                     f"'{p['prefixes'][0] + p[k].format(L=layer)}' (preset "
                                     f"{preset}, layer {layer})")
-        for k, a in found.items():
-            if isinstance(a, tuple):
-                raise ArgumentError(INVALID_ARGUMENT, f"{path}: tensor for {k} is {a[0]}; only "
-                                    f"F32, F16, BF16 and F64 can be used")
         self.set_weights(found["w1"], found.get("b1") if self._cfg.bias1 else None, found["w2"],
                          found.get("b2") if self._cfg.bias2 else None,
                          found.get("v") if self.gated else None,
@@ -503,7 +491,7 @@ def load(path, preset="annotated", layer=0, activation=None, device=None, **opti
     activation and gate from the preset (or `activation`), a bias wherever its tensor exists."""
     if preset not in PRESETS:
         raise ArgumentError(INVALID_ARGUMENT, f"unknown preset {preset!r} ({', '.join(PRESETS)})")
-    tensors = _read_safetensors(os.fspath(path))
+    tensors = _read_safetensors(os.fspath(path), _preset_names(preset, layer))
     p = PRESETS[preset]
 
     def get(k):

@@ -25,10 +25,16 @@ def _candidates():
         yield "the system's library path", found
 
 
+lib_path = None  # where libclffn was loaded from
+
+
 def _load():
+    global lib_path
     for what, path in _candidates():
         try:
-            return ctypes.CDLL(path)
+            loaded = ctypes.CDLL(path)
+            lib_path = path
+            return loaded
         except OSError as e:
             _tried.append(f"{what}: {path} ({e})")
     if not _tried:
@@ -111,3 +117,65 @@ read_hidden = _fn("clffn_ffn_read_hidden", i32, vp, i32, c_float_p, c_size,
 # hooks: the library's own dropout mask and double reference, for checks against the C side
 dropout_keep = _fn("clffn_dropout_keep", i32, ctypes.c_float, u64, u64, u64)
 tuning_has_profile = _fn("clffn_tuning_has_profile", i32, vp)
+
+
+# -- the checkpoint loader (libclffn_io): clffn-run's safetensors reader, loaded on first use ---
+class StTensor(ctypes.Structure):
+    """clffn_st_tensor (src/io/clffn_io.h), field for field."""
+    _fields_ = [("name", ctypes.c_char_p), ("dtype", ctypes.c_int), ("rank", c_size),
+                ("shape", ctypes.c_uint64 * 16), ("numel", ctypes.c_uint64),
+                ("begin", ctypes.c_uint64), ("end", ctypes.c_uint64)]
+
+
+class StFile(ctypes.Structure):
+    """clffn_st_file, field for field."""
+    _fields_ = [("data", ctypes.c_void_p), ("data_len", ctypes.c_uint64),
+                ("tensors", ctypes.POINTER(StTensor)), ("count", c_size),
+                ("map", ctypes.c_void_p), ("map_len", c_size)]
+
+
+IO_ERR = 256
+_io = None
+
+
+def io():
+    """libclffn_io with its functions declared: the one installed with this package, else
+    CLFFN_IO_LIBRARY, else the one beside libclffn, else the system's. ImportError if none."""
+    global _io
+    if _io is not None:
+        return _io
+    paths, tried = [], []
+    try:
+        from . import _install
+        paths.append(getattr(_install, "IO_LIBRARY", None))
+    except ImportError:
+        pass
+    paths.append(os.environ.get("CLFFN_IO_LIBRARY"))
+    if lib_path and os.sep in lib_path:
+        d = os.path.dirname(lib_path)
+        paths += [os.path.join(d, "libclffn_io.so"), os.path.join(d, "libclffn_io.so.0")]
+    paths.append(ctypes.util.find_library("clffn_io"))
+    for p in paths:
+        if not p:
+            continue
+        try:
+            lib_io = ctypes.CDLL(p)
+            break
+        except OSError as e:
+            tried.append(f"{p} ({e})")
+    else:
+        raise ImportError("clffn: cannot load libclffn_io (the checkpoint loader, built with "
+                          "-DCLFFN_PYTHON=ON). Tried: " + ("; ".join(tried) or "nothing found") +
+                          ". Set CLFFN_IO_LIBRARY to libclffn_io.so.")
+    err = ctypes.c_char_p
+    for name, res, args in (
+            ("clffn_st_open", ctypes.c_int, [ctypes.c_char_p, ctypes.POINTER(StFile), err]),
+            ("clffn_st_read_f32", ctypes.c_int,
+             [ctypes.POINTER(StFile), ctypes.POINTER(StTensor), c_float_p, err]),
+            ("clffn_st_close", None, [ctypes.POINTER(StFile)]),
+            ("clffn_dtype_name", ctypes.c_char_p, [ctypes.c_int]),
+            ("clffn_dtype_is_convertible", ctypes.c_int, [ctypes.c_int])):
+        f = getattr(lib_io, name)
+        f.restype, f.argtypes = res, args
+    _io = lib_io
+    return _io

@@ -124,11 +124,12 @@ def test_state_dict_round_trip_and_defaults():
     assert "relu" in repr(ffn) and ffn.dropout == 0.0
 
 
-def save_safetensors(path, tensors):
+def save_safetensors(path, tensors, dtype="F32"):
     header, blobs, off = {}, [], 0
+    np_type = {"F32": np.float32, "F16": np.float16, "I64": np.int64}[dtype]
     for name, a in tensors.items():
-        b = np.ascontiguousarray(a, np.float32).tobytes()
-        header[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [off, off + len(b)]}
+        b = np.ascontiguousarray(a, np_type).tobytes()
+        header[name] = {"dtype": dtype, "shape": list(a.shape), "data_offsets": [off, off + len(b)]}
         blobs.append(b)
         off += len(b)
     h = json.dumps(header).encode()
@@ -163,8 +164,21 @@ def test_load_presets(tmp_path):
         clffn.load(g, preset="llama", layer=3)
     bad = tmp_path / "bad.safetensors"
     bad.write_bytes(g.read_bytes()[:100])
-    with pytest.raises(clffn.Error):
+    with pytest.raises(clffn.Error, match="bad.safetensors: "):
         clffn.load(bad, preset="llama")
+    # F16 weights are converted by the library's loader (clffn-run's), exactly
+    half = tmp_path / "half.safetensors"
+    w16 = {k: (a.astype(np.float16) if a is not None else None) for k, a in wg.items()}
+    save_safetensors(half, {"model.layers.0.mlp.gate_proj.weight": w16["w1"],
+                            "model.layers.0.mlp.up_proj.weight": w16["v"],
+                            "model.layers.0.mlp.down_proj.weight": w16["w2"]}, dtype="F16")
+    w64 = {k: (a.astype(np.float64) if a is not None else None) for k, a in w16.items()}
+    ref.close(clffn.load(half, preset="llama")(x), ref.forward(x, w64, "silu", True)[0])
+    ints = tmp_path / "ints.safetensors"
+    save_safetensors(ints, {"w_1.weight": np.ones((F, D)), "w_2.weight": np.ones((D, F))},
+                     dtype="I64")
+    with pytest.raises(clffn.Error, match="I64; only F32"):
+        clffn.load(ints)
 
 
 def test_errors():

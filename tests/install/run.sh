@@ -22,7 +22,7 @@ LD_LIBRARY_PATH="$(dirname "$(find "$tmp/prefix" -name 'libclffn.so*' | head -1)
 if [ -n "${3:-}" ]; then
   pkg=$(dirname "$(find "$tmp/prefix" -path '*/clffn/__init__.py' | head -1)")
   env -u CLFFN_LIBRARY PYTHONPATH="$(dirname "$pkg")" "$3" -c \
-    "import clffn, numpy; d = clffn.devices(); assert d; print('python:', d[0]['name']); assert clffn.FFN(4, 8)(numpy.ones((2, 4), 'float32')).shape == (2, 4)"
+    "import clffn, numpy; d = clffn.devices(); assert d; print('python:', d[0]['name']); assert clffn.FFN(4, 8)(numpy.ones((2, 4), 'float32')).shape == (2, 4); clffn._lib.io()"
   echo "install: the Python package found its library"
 fi
 echo "install: find_package and pkg-config consumers ran"
