@@ -352,6 +352,23 @@ CLFFN_API clffn_status clffn_context_set_gemm_k_block(clffn_context *ctx, size_t
 /** The context's inner-dimension block (see clffn_context_set_gemm_k_block); 0 for NULL. */
 CLFFN_API size_t clffn_context_gemm_k_block(const clffn_context *ctx);
 
+/** Largest row count clffn_context_set_gemm_k_block_min_rows() takes. */
+#define CLFFN_MAX_GEMM_K_BLOCK_MIN_ROWS ((size_t)1 << 24)
+
+/** Sets the fewest rows (m: the token rows of the forward's and the input-gradient products, the
+ *  output rows of the weight gradients) a product needs to be K-blocked: a smaller product runs
+ *  as one CLBlast call whatever the block. With few tokens the operand panels fit in cache
+ *  anyway, and each block is one more call with its own copy kernels (on POCL, 512 → 2048 at 4
+ *  and 8 tokens ran 20–35% faster unblocked; docs/PERFORMANCE.md). The tuning profile sets it
+ *  ("clffn": {"GEMM_K_BLOCK_MIN_ROWS": n}), else 0: every product is blocked. Same rules of
+ *  effect as clffn_context_set_gemm_k_block(). Errors: NULL_ARGUMENT; rows >
+ *  CLFFN_MAX_GEMM_K_BLOCK_MIN_ROWS → INVALID_SIZE. */
+CLFFN_API clffn_status clffn_context_set_gemm_k_block_min_rows(clffn_context *ctx, size_t rows);
+
+/** The context's K-blocking threshold (see clffn_context_set_gemm_k_block_min_rows); 0 for
+ *  NULL. */
+CLFFN_API size_t clffn_context_gemm_k_block_min_rows(const clffn_context *ctx);
+
 /** Largest token count clffn_context_set_gemv_max_tokens() takes. */
 #define CLFFN_MAX_GEMV_TOKENS ((size_t)1 << 16)
 

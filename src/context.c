@@ -45,6 +45,7 @@ static clffn_status context_init(clffn_context *ctx, cl_context context, cl_devi
     if ((st = clffn__tuning_apply(device, &ctx->tuning)) == CLFFN_SUCCESS) {
         ctx->gemm_k_block = ctx->tuning.gemm_k_block;
         ctx->gemv_max_tokens = ctx->tuning.gemv_max_tokens;
+        ctx->gemm_k_block_min_rows = ctx->tuning.gemm_k_block_min_rows;
     } else {
         pthread_mutex_destroy(&ctx->lock);
         clReleaseCommandQueue(ctx->queue);
@@ -200,6 +201,17 @@ clffn_status clffn_context_set_gemm_k_block(clffn_context *ctx, size_t k_block) 
 }
 
 size_t clffn_context_gemm_k_block(const clffn_context *ctx) { return ctx ? ctx->gemm_k_block : 0; }
+
+clffn_status clffn_context_set_gemm_k_block_min_rows(clffn_context *ctx, size_t rows) {
+    if (!ctx) { return CLFFN_ERROR_NULL_ARGUMENT; }
+    if (rows > CLFFN_MAX_GEMM_K_BLOCK_MIN_ROWS) { return CLFFN_ERROR_INVALID_SIZE; }
+    ctx->gemm_k_block_min_rows = rows;
+    return CLFFN_SUCCESS;
+}
+
+size_t clffn_context_gemm_k_block_min_rows(const clffn_context *ctx) {
+    return ctx ? ctx->gemm_k_block_min_rows : 0;
+}
 
 clffn_status clffn_context_set_gemv_max_tokens(clffn_context *ctx, size_t max_tokens) {
     if (!ctx) { return CLFFN_ERROR_NULL_ARGUMENT; }

@@ -45,6 +45,9 @@ struct clffn_context {
     /* products whose token rows number at most this run as one matrix-vector product per row
      * (clffn__sgemm); from the tuning profile, or clffn_context_set_gemv_max_tokens() */
     size_t gemv_max_tokens;
+    /* products over fewer token rows than this are not K-blocked (clffn__sgemm); from the
+     * tuning profile, or clffn_context_set_gemm_k_block_min_rows() */
+    size_t gemm_k_block_min_rows;
 };
 
 #endif

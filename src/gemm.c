@@ -117,8 +117,11 @@ cl_int clffn__sgemm(const clffn_context *ctx, clffn_scratch *scratch, const clff
     }
     const CLBlastLayout L = CLBlastLayoutColMajor;
     const CLBlastTranspose ta = blas_transpose(op->ta), tb = blas_transpose(op->tb);
+    /* few token rows: the operand panels fit in cache anyway, and each block's extra CLBlast
+     * call (with its copy kernels) costs more than it saves */
+    const size_t block = op->m >= ctx->gemm_k_block_min_rows ? ctx->gemm_k_block : 0;
     size_t kb;
-    const size_t blocks = clffn_gemm_k_split(op->k, ctx->gemm_k_block, &kb);
+    const size_t blocks = clffn_gemm_k_split(op->k, block, &kb);
     size_t need = 0;
     cl_int err = CL_SUCCESS;
     for (size_t j = 0; scratch && j < blocks && err == CL_SUCCESS; ++j) {

@@ -83,14 +83,16 @@ static double whole_in(const cJSON *p, double max) {
     return p->valuedouble;
 }
 
-/* The profile's own "clffn" section: {"GEMM_K_BLOCK": n, "GEMV_MAX_TOKENS": n} (clffn__sgemm's
- * inner-dimension block, 0 for none; the most tokens that run as matrix-vector products). A
+/* The profile's own "clffn" section: {"GEMM_K_BLOCK": n, "GEMM_K_BLOCK_MIN_ROWS": n,
+ * "GEMV_MAX_TOKENS": n} (clffn__sgemm's inner-dimension block, 0 for none; the fewest token
+ * rows a product needs to be blocked; the most tokens that run as matrix-vector products). A
  * missing name keeps its default (0; CLFFN_DEFAULT_GEMV_MAX_TOKENS); an unknown name or a bad
  * value makes the whole profile invalid, so a typo is reported instead of silently doing
  * nothing. */
 static clffn_status parse_clffn_section(const cJSON *root, clffn_tuning *out) {
     out->gemm_k_block = 0;
     out->gemv_max_tokens = CLFFN_DEFAULT_GEMV_MAX_TOKENS;
+    out->gemm_k_block_min_rows = 0;
     const cJSON *sec = cJSON_GetObjectItemCaseSensitive(root, "clffn");
     if (!sec) { return CLFFN_SUCCESS; }
     if (!cJSON_IsObject(sec)) { return CLFFN_ERROR_INVALID_ARGUMENT; }
@@ -103,6 +105,9 @@ static clffn_status parse_clffn_section(const cJSON *root, clffn_tuning *out) {
         } else if (!strcmp(p->string, "GEMV_MAX_TOKENS") &&
                    (v = whole_in(p, (double)CLFFN_MAX_GEMV_TOKENS)) >= 0) {
             out->gemv_max_tokens = (size_t)v;
+        } else if (!strcmp(p->string, "GEMM_K_BLOCK_MIN_ROWS") &&
+                   (v = whole_in(p, (double)CLFFN_MAX_GEMM_K_BLOCK_MIN_ROWS)) >= 0) {
+            out->gemm_k_block_min_rows = (size_t)v;
         } else {
             return CLFFN_ERROR_INVALID_ARGUMENT;
         }
@@ -181,6 +186,7 @@ int clffn_tuning_has_profile(cl_device_id device) {
 clffn_status clffn__tuning_apply(cl_device_id device, clffn_tuning *out) {
     out->gemm_k_block = 0;
     out->gemv_max_tokens = CLFFN_DEFAULT_GEMV_MAX_TOKENS;
+    out->gemm_k_block_min_rows = 0;
     const char *off = getenv("CLFFN_NO_TUNING");
     if (off && *off && strcmp(off, "0") != 0) {
         snprintf(out->applied, sizeof out->applied, "none (CLFFN_NO_TUNING is set)");
@@ -199,6 +205,7 @@ clffn_status clffn__tuning_apply(cl_device_id device, clffn_tuning *out) {
             if (st == CLFFN_SUCCESS) {
                 out->gemm_k_block = own.gemm_k_block;
                 out->gemv_max_tokens = own.gemv_max_tokens;
+                out->gemm_k_block_min_rows = own.gemm_k_block_min_rows;
                 snprintf(out->applied, sizeof out->applied, "profile %s", path);
                 return CLFFN_SUCCESS;
             }
@@ -214,6 +221,7 @@ clffn_status clffn__tuning_apply(cl_device_id device, clffn_tuning *out) {
     if (st == CLFFN_SUCCESS) {
         out->gemm_k_block = own.gemm_k_block;
         out->gemv_max_tokens = own.gemv_max_tokens;
+        out->gemm_k_block_min_rows = own.gemm_k_block_min_rows;
     }
     snprintf(out->applied, sizeof out->applied, "%s%s%s%s",
              st == CLFFN_SUCCESS ? "built-in profile" : "none (CLBlast's defaults)",

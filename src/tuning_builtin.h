@@ -31,7 +31,7 @@
     "\"Xgemv\":{\"WGS1\":128,\"WPT1\":2},"                                                        \
     "\"XgemvFast\":{\"WGS2\":64,\"WPT2\":4,\"VW2\":4},"                                           \
     "\"XgemvFastRot\":{\"WGS3\":16,\"WPT3\":8,\"VW3\":4}},"                                       \
-    "\"clffn\":{\"GEMM_K_BLOCK\":256,\"GEMV_MAX_TOKENS\":2}}"
+    "\"clffn\":{\"GEMM_K_BLOCK\":256,\"GEMM_K_BLOCK_MIN_ROWS\":512,\"GEMV_MAX_TOKENS\":2}}"
 // clang-format on
 
 static const builtin_profile builtin_profiles[] = {

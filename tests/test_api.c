@@ -444,6 +444,14 @@ Test(api, gemm_k_block_setting) {
     cr_assert_eq(clffn_context_gemm_k_block(ctx), 0);
     ASSERT_STATUS(clffn_context_set_gemm_k_block(NULL, 64), CLFFN_ERROR_NULL_ARGUMENT);
     cr_assert_eq(clffn_context_gemm_k_block(NULL), 0);
+    /* the rows threshold likewise */
+    ASSERT_OK(clffn_context_set_gemm_k_block_min_rows(ctx, 300));
+    cr_assert_eq(clffn_context_gemm_k_block_min_rows(ctx), 300);
+    ASSERT_STATUS(clffn_context_set_gemm_k_block_min_rows(ctx, CLFFN_MAX_GEMM_K_BLOCK_MIN_ROWS + 1),
+                  CLFFN_ERROR_INVALID_SIZE);
+    cr_assert_eq(clffn_context_gemm_k_block_min_rows(ctx), 300);
+    ASSERT_STATUS(clffn_context_set_gemm_k_block_min_rows(NULL, 1), CLFFN_ERROR_NULL_ARGUMENT);
+    cr_assert_eq(clffn_context_gemm_k_block_min_rows(NULL), 0);
     clffn_context_destroy(ctx);
 }
 
@@ -474,6 +482,7 @@ Test(api, gemv_max_tokens_setting) {
 Test(api, sgemm_matches_reference) {
     clffn_context *ctx = test_context();
     ASSERT_OK(clffn_context_set_gemm_k_block(ctx, 64));
+    ASSERT_OK(clffn_context_set_gemm_k_block_min_rows(ctx, 0)); /* every product */
     ASSERT_OK(clffn_context_set_gemv_max_tokens(ctx, 0));
     const size_t m = 37, n = 29, k = 200, pad = 3, off = 5;
     cl_context cx = clffn_context_cl_context(ctx);

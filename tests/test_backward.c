@@ -331,6 +331,7 @@ Test(backward_device, device_level_separate_gate) {
 Test(backward_device, k_blocked_gemms, .timeout = 180) {
     clffn_context *ctx = test_context();
     ASSERT_OK(clffn_context_set_gemm_k_block(ctx, 64));
+    ASSERT_OK(clffn_context_set_gemm_k_block_min_rows(ctx, 0)); /* every product */
     const size_t T = 150, D = 131, F = 200;
     clffn_config c = clffn_config_default(D, F);
     c.activation = CLFFN_ACT_GELU;

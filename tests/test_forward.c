@@ -117,6 +117,7 @@ ParameterizedTest(variant *v, forward, variants, .timeout = 120) { run_variant(v
 Test(forward, k_blocked_gemms, .timeout = 180) {
     clffn_context *ctx = test_context();
     ASSERT_OK(clffn_context_set_gemm_k_block(ctx, 64));
+    ASSERT_OK(clffn_context_set_gemm_k_block_min_rows(ctx, 0)); /* every product */
     const size_t kshapes[][3] = {{37, 200, 333}, {5, 131, 200}};
     const variant vs[] = {{CLFFN_ACT_GELU, 0, 1, 1, 1}, {CLFFN_ACT_SILU, 1, 1, 0, 1}};
     for (size_t s = 0; s < 2; ++s) {

@@ -63,7 +63,10 @@ static void run_host(const sim_case *s) {
     const clffn_config c = config_of(s);
     const size_t T = s->T, D = s->D, F = s->F, nw = D * F;
     clffn_context *ctx = test_context();
-    if (s->k_block) { ASSERT_OK(clffn_context_set_gemm_k_block(ctx, s->k_block)); }
+    if (s->k_block) {
+        ASSERT_OK(clffn_context_set_gemm_k_block(ctx, s->k_block));
+        ASSERT_OK(clffn_context_set_gemm_k_block_min_rows(ctx, 0));
+    }
     ASSERT_OK(clffn_context_set_gemv_max_tokens(ctx, test_gemv_sides[s->gemv]));
     test_weights w;
     test_weights_make(&w, &c, s->layout, 31 + T + D + F);

@@ -526,13 +526,15 @@ Test(clffn_tune, profile_file_is_applied) {
           " \"GemmRoutine\": {\"XGEMM_MIN_INDIRECT_SIZE\": 48},"
           " \"Xgemv\": {\"WGS1\": 32, \"WPT1\": 2},"
           " \"XgemvFast\": {\"WGS2\": 16, \"WPT2\": 2, \"VW2\": 2}},"
-          " \"clffn\": {\"GEMM_K_BLOCK\": 64, \"GEMV_MAX_TOKENS\": 3}}",
+          " \"clffn\": {\"GEMM_K_BLOCK\": 64, \"GEMM_K_BLOCK_MIN_ROWS\": 100,"
+          " \"GEMV_MAX_TOKENS\": 3}}",
           f);
     fclose(f);
     ctx = test_context();
     cr_assert_eq(clffn_tuning_has_profile(clffn_context_cl_device(ctx)), 1);
     cr_assert_eq(clffn_context_gemm_k_block(ctx), 64);
     cr_assert_eq(clffn_context_gemv_max_tokens(ctx), 3);
+    cr_assert_eq(clffn_context_gemm_k_block_min_rows(ctx), 100);
     char want[1400];
     snprintf(want, sizeof want, "profile %s", path);
     cr_assert_str_eq(clffn_context_tuning(ctx), want);
@@ -618,6 +620,7 @@ Test(clffn_tune, damaged_profile_falls_back_and_opt_out) {
               clffn_context_tuning(ctx));
     const size_t fallback_kb = clffn_context_gemm_k_block(ctx); /* the built-in profile's, or 0 */
     const size_t fallback_gemv = clffn_context_gemv_max_tokens(ctx);
+    const size_t fallback_rows = clffn_context_gemm_k_block_min_rows(ctx);
     clffn_context_destroy(ctx);
     /* a clffn section with a misspelt name, a fraction, a negative number, or not an object:
      * the whole profile is refused, so no half of it takes effect */
@@ -628,7 +631,9 @@ Test(clffn_tune, damaged_profile_falls_back_and_opt_out) {
                                   "64",
                                   "{\"GEMM_K_BLOCK\": 1e12}",
                                   "{\"GEMV_MAX_TOKENS\": -1}",
-                                  "{\"GEMV_MAX_TOKENS\": 1e9}"};
+                                  "{\"GEMV_MAX_TOKENS\": 1e9}",
+                                  "{\"GEMM_K_BLOCK_MIN_ROWS\": -5}",
+                                  "{\"GEMM_K_BLOCK_MIN_ROWS\": 1e9}"};
     for (size_t i = 0; i < sizeof bad_sections / sizeof bad_sections[0]; ++i) {
         f = fopen(path, "w");
         cr_assert_not_null(f);
@@ -641,6 +646,8 @@ Test(clffn_tune, damaged_profile_falls_back_and_opt_out) {
                   bad_sections[i], clffn_context_tuning(ctx));
         cr_assert_eq(clffn_context_gemm_k_block(ctx), fallback_kb, "%s", bad_sections[i]);
         cr_assert_eq(clffn_context_gemv_max_tokens(ctx), fallback_gemv, "%s", bad_sections[i]);
+        cr_assert_eq(clffn_context_gemm_k_block_min_rows(ctx), fallback_rows, "%s",
+                     bad_sections[i]);
         clffn_context_destroy(ctx);
     }
     setenv("CLFFN_NO_TUNING", "1", 1);

@@ -140,8 +140,10 @@ static int device_setup(device_run *r, const args *a, size_t max_tokens, startup
     clffn_status st = clffn_context_create_for_device(a->device, &r->ctx);
     tm.context = tool_now_s() - t0;
     if (st != CLFFN_SUCCESS) { return fail("opening the device", st); }
+    /* --k-block applies to every product, whatever the profile's row threshold */
     if (a->set_k_block &&
-        (st = clffn_context_set_gemm_k_block(r->ctx, a->k_block)) != CLFFN_SUCCESS) {
+        ((st = clffn_context_set_gemm_k_block(r->ctx, a->k_block)) != CLFFN_SUCCESS ||
+         (st = clffn_context_set_gemm_k_block_min_rows(r->ctx, 0)) != CLFFN_SUCCESS)) {
         return fail("--k-block", st);
     }
     if (a->set_gemv_max &&
@@ -412,7 +414,8 @@ static void usage(FILE *f) {
             "--activation takes the GLU names too (swiglu = silu + --gated)\n"
             "--compare-cpu  the same FFN through the host's CBLAS, side by side%s\n"
             "--sweep        CSV over token counts 1 ... 8192 (tools/plot-sweep.gp plots it)\n"
-            "--k-block N    SGEMM inner-dimension block instead of the tuning profile's (0: none)\n"
+            "--k-block N    SGEMM inner-dimension block for every product, instead of the tuning\n"
+            "               profile's block and row threshold (0: none)\n"
             "--gemv-max N   run products of up to N tokens as GEMVs instead of the profile's "
             "crossover\n"
             "               (0: every product an SGEMM)\n",
@@ -659,7 +662,8 @@ static int tool_main(int argc, char **argv) {
         printf("device:        %s\n", name);
         printf("FFN:           %zu tokens, %zu -> %zu, %s%s\n", T, D, F,
                clffn_activation_name(a.act), a.gated ? ", gated" : "");
-        printf("GEMM K-block:  %zu (%s)\n", clffn_context_gemm_k_block(r.ctx),
+        printf("GEMM K-block:  %zu, from %zu token rows (%s)\n", clffn_context_gemm_k_block(r.ctx),
+               clffn_context_gemm_k_block_min_rows(r.ctx),
                a.set_k_block ? "--k-block" : clffn_context_tuning(r.ctx));
         printf("GEMVs up to:   %zu tokens (%s)\n", clffn_context_gemv_max_tokens(r.ctx),
                a.set_gemv_max ? "--gemv-max" : clffn_context_tuning(r.ctx));

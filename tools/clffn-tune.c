@@ -523,8 +523,11 @@ static int apply_gemv(clffn_context *cctx, const char *spec) {
 static int eval_run(clffn_context *cctx, const opts *o, const char *xg, const char *dir,
                     size_t routine, const char *kb, bench *out) {
     size_t k_block;
+    /* a candidate block applies to every product of the tuned shape, whatever row threshold
+     * the profile in force has */
     if (strcmp(kb, "-") && (tool_parse_size(kb, 0, CLFFN_MAX_GEMM_K_BLOCK, &k_block) != 0 ||
-                            clffn_context_set_gemm_k_block(cctx, k_block) != CLFFN_SUCCESS)) {
+                            clffn_context_set_gemm_k_block(cctx, k_block) != CLFFN_SUCCESS ||
+                            clffn_context_set_gemm_k_block_min_rows(cctx, 0) != CLFFN_SUCCESS)) {
         return 1;
     }
     if (o->gemv ? apply_gemv(cctx, o->gemv) != 0
