@@ -250,6 +250,10 @@ static int run_tensor_parallel(const options *o) {
         fail("setting up this rank's shard", s);
         ok = 0;
     }
+    /* the device has the slice now: the host copy goes, so a rank holds it twice at most (the
+     * mapped pages and the device's buffers) */
+    loaded_free(&L);
+    memset(&L, 0, sizeof L);
     if ((rc = tp_step(&R, ok)) != 0) { goto done; }
 
     const double t0 = tool_now_s();
