@@ -71,49 +71,46 @@ static clffn_status check(const clffn_config *c, clffn_layout layout, size_t f0,
 
 /* Whether every array the config needs is there: W1, W2 always; b1, V, bv by the flags. b2 is
  * not needed (it belongs to one shard); it moves when both sides have it. */
-static bool complete(const clffn_config *c, const float *w1, const float *b1, const float *v,
-                     const float *bv, const float *w2) {
-    return w1 && w2 && (!c->bias1 || b1) && (!c->gated || (v && (!c->bias_gate || bv)));
+static bool complete(const clffn_config *c, const clffn_weight_arrays *a) {
+    return a && a->w1 && a->w2 && (!c->bias1 || a->b1) &&
+           (!c->gated || (a->v && (!c->bias_gate || a->bv)));
+}
+
+/* Every tensor of the slice [f0, f1) between the full arrays and the slice's: to_full writes
+ * (or adds, accumulate) the slice into the full ones, else the full ones are only read. */
+static clffn_status move_all(const clffn_config *c, clffn_layout layout, size_t f0, size_t f1,
+                             const clffn_weight_arrays *full, const clffn_weight_arrays *slice,
+                             int to_full, int accumulate) {
+    clffn_status st = check(c, layout, f0, f1);
+    if (st != CLFFN_SUCCESS) { return st; }
+    if (!complete(c, full) || !complete(c, slice)) { return CLFFN_ERROR_NULL_ARGUMENT; }
+    const size_t F = c->d_ff, D = c->d_model, S = f1 - f0;
+    const int out_in = layout == CLFFN_LAYOUT_OUT_IN;
+    move_matrix(full->w1, slice->w1, F, D, f0, S, out_in, to_full, accumulate);
+    if (c->gated) { move_matrix(full->v, slice->v, F, D, f0, S, out_in, to_full, accumulate); }
+    move_matrix(full->w2, slice->w2, F, D, f0, S, !out_in, to_full, accumulate);
+    /* a bias is an [F, 1] matrix whose rows are the hidden units */
+    if (c->bias1) { move_matrix(full->b1, slice->b1, F, 1, f0, S, 1, to_full, accumulate); }
+    if (c->gated && c->bias_gate) {
+        move_matrix(full->bv, slice->bv, F, 1, f0, S, 1, to_full, accumulate);
+    }
+    if (c->bias2 && full->b2 && slice->b2) { /* b2 is whole in both */
+        move_matrix(full->b2, slice->b2, D, 1, 0, D, 1, to_full, accumulate);
+    }
+    return CLFFN_SUCCESS;
 }
 
 clffn_status clffn_shard_weights(const clffn_config *c, clffn_layout layout, size_t f0, size_t f1,
                                  const clffn_host_weights *full, const clffn_weight_arrays *out) {
-    clffn_status st = check(c, layout, f0, f1);
-    if (st != CLFFN_SUCCESS) { return st; }
-    if (!full || !out || !complete(c, full->w1, full->b1, full->v, full->bv, full->w2) ||
-        !complete(c, out->w1, out->b1, out->v, out->bv, out->w2)) {
-        return CLFFN_ERROR_NULL_ARGUMENT;
-    }
-    const size_t F = c->d_ff, D = c->d_model, S = f1 - f0;
-    const int out_in = layout == CLFFN_LAYOUT_OUT_IN;
-    /* the full arrays are only read: the casts let one mover serve both directions */
-    move_matrix((float *)full->w1, out->w1, F, D, f0, S, out_in, 0, 0);
-    if (c->gated) { move_matrix((float *)full->v, out->v, F, D, f0, S, out_in, 0, 0); }
-    move_matrix((float *)full->w2, out->w2, F, D, f0, S, !out_in, 0, 0);
-    if (c->bias1) { memcpy(out->b1, full->b1 + f0, S * sizeof(float)); }
-    if (c->gated && c->bias_gate) { memcpy(out->bv, full->bv + f0, S * sizeof(float)); }
-    if (c->bias2 && full->b2 && out->b2) { memcpy(out->b2, full->b2, D * sizeof(float)); }
-    return CLFFN_SUCCESS;
+    if (!full) { return CLFFN_ERROR_NULL_ARGUMENT; }
+    /* read only (to_full = 0): the casts let one mover serve both directions */
+    const clffn_weight_arrays src = {(float *)full->w1, (float *)full->b1, (float *)full->v,
+                                     (float *)full->bv, (float *)full->w2, (float *)full->b2};
+    return move_all(c, layout, f0, f1, &src, out, 0, 0);
 }
 
 clffn_status clffn_shard_place(const clffn_config *c, clffn_layout layout, size_t f0, size_t f1,
                                const clffn_weight_arrays *slice, const clffn_weight_arrays *full,
                                int accumulate) {
-    clffn_status st = check(c, layout, f0, f1);
-    if (st != CLFFN_SUCCESS) { return st; }
-    if (!slice || !full || !complete(c, slice->w1, slice->b1, slice->v, slice->bv, slice->w2) ||
-        !complete(c, full->w1, full->b1, full->v, full->bv, full->w2)) {
-        return CLFFN_ERROR_NULL_ARGUMENT;
-    }
-    const size_t F = c->d_ff, D = c->d_model, S = f1 - f0;
-    const int out_in = layout == CLFFN_LAYOUT_OUT_IN;
-    move_matrix(full->w1, slice->w1, F, D, f0, S, out_in, 1, accumulate);
-    if (c->gated) { move_matrix(full->v, slice->v, F, D, f0, S, out_in, 1, accumulate); }
-    move_matrix(full->w2, slice->w2, F, D, f0, S, !out_in, 1, accumulate);
-    if (c->bias1) { copy_block(full->b1 + f0, S, slice->b1, S, 1, S, accumulate); }
-    if (c->gated && c->bias_gate) { copy_block(full->bv + f0, S, slice->bv, S, 1, S, accumulate); }
-    if (c->bias2 && slice->b2 && full->b2) {
-        copy_block(full->b2, D, slice->b2, D, 1, D, accumulate);
-    }
-    return CLFFN_SUCCESS;
+    return move_all(c, layout, f0, f1, full, slice, 1, accumulate);
 }

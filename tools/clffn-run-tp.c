@@ -107,36 +107,44 @@ static int tp_read_slice(const options *o, const clffn_st_file *st, const layer 
     return 0;
 }
 
-/* The slices' gradients, gathered on rank 0 and placed into the layer's full arrays (one per
- * tensor, in its own shape), then written as a single process writes them. Called by all. */
+/* A slice's gradients as one packed block, the layout every rank sends and rank 0 unpacks:
+ * W1, V (gated), W2 slices [S, D] each, then b1 and bv [S] where the config has them. Returns
+ * the arrays within base (b2 NULL: only shard 0 has it, outside the block) and *n, the block's
+ * length in floats; base may be NULL to measure. */
+static clffn_weight_arrays packed_slice(const clffn_config *c, float *base, size_t S, size_t D,
+                                        size_t *n) {
+    clffn_weight_arrays a = {NULL, NULL, NULL, NULL, NULL, NULL};
+    size_t at = 0;
+#define TAKE(field, len, on) \
+    if (on) { a.field = base ? base + at : NULL, at += (len); }
+    TAKE(w1, S * D, 1)
+    TAKE(v, S * D, c->gated)
+    TAKE(w2, S * D, 1)
+    TAKE(b1, S, c->bias1)
+    TAKE(bv, S, c->gated && c->bias_gate)
+#undef TAKE
+    *n = at;
+    return a;
+}
+
+/* The slices' gradients (mine: packed_slice's block, b2 beside it on rank 0), gathered on rank
+ * 0 and placed into the layer's full arrays (one per tensor, in its own shape), then written as
+ * a single process writes them. Called by all. */
 static int tp_gather_grads(const options *o, const tp_rank *R, const layer *Ly,
-                           const clffn_config *c, const clffn_weight_arrays *mine, size_t S,
+                           const clffn_config *c, float *mine, size_t mine_n, const float *mine_b2,
                            const clffn_npy *x, const float *dx) {
-    const size_t D = (size_t)Ly->D, F = (size_t)Ly->F, nm = S * D;
-    /* one packed block per rank: W1, V, W2 slices, then b1, bv */
-    const size_t mine_n =
-        nm * (c->gated ? 3 : 2) + (c->bias1 ? S : 0) + (c->gated && c->bias_gate ? S : 0);
+    const size_t D = (size_t)Ly->D, F = (size_t)Ly->F;
     size_t *counts = calloc((size_t)R->size, sizeof *counts);
-    float *pack = malloc(mine_n * sizeof *pack), *all = NULL;
+    float *all = NULL;
     const clffn_st_tensor *const t[6] = {Ly->w1, Ly->b1, Ly->v, Ly->bv, Ly->w2, Ly->b2};
     float *arr[6] = {NULL};
-    int ok = counts && pack;
+    int ok = counts != NULL;
     size_t total = 0;
     for (int r = 0; ok && r < R->size; ++r) {
         size_t f0, f1;
         clffn_shard_range(F, r, R->size, &f0, &f1);
-        const size_t s = f1 - f0;
-        counts[r] =
-            s * D * (c->gated ? 3 : 2) + (c->bias1 ? s : 0) + (c->gated && c->bias_gate ? s : 0);
+        packed_slice(c, NULL, f1 - f0, D, &counts[r]);
         total += counts[r];
-    }
-    if (ok) {
-        float *p = pack;
-        memcpy(p, mine->w1, nm * sizeof *p), p += nm;
-        if (c->gated) { memcpy(p, mine->v, nm * sizeof *p), p += nm; }
-        memcpy(p, mine->w2, nm * sizeof *p), p += nm;
-        if (c->bias1) { memcpy(p, mine->b1, S * sizeof *p), p += S; }
-        if (c->gated && c->bias_gate) { memcpy(p, mine->bv, S * sizeof *p); }
     }
     if (ok && R->rank == 0) {
         ok = (all = malloc(total * sizeof *all)) != NULL;
@@ -146,24 +154,19 @@ static int tp_gather_grads(const options *o, const tp_rank *R, const layer *Ly,
     }
     if (!ok) { report("out of memory gathering the gradients"); }
     int rc = tp_step(R, ok);
-    if (rc == 0 && clffn_mpi_gather(pack, mine_n, all, counts, 0, MPI_COMM_WORLD) != MPI_SUCCESS) {
+    if (rc == 0 && clffn_mpi_gather(mine, mine_n, all, counts, 0, MPI_COMM_WORLD) != MPI_SUCCESS) {
         rc = EXIT_RUNTIME; /* MPI's default handler has aborted the job before this */
     }
     if (rc == 0 && R->rank == 0) {
         const clffn_weight_arrays full = {arr[0], arr[1], arr[2], arr[3], arr[4], arr[5]};
-        const float *p = all;
+        float *p = all;
         for (int r = 0; r < R->size; ++r) {
-            size_t f0, f1;
+            size_t f0, f1, n;
             clffn_shard_range(F, r, R->size, &f0, &f1);
-            const size_t s = f1 - f0, n = s * D;
-            /* b2 comes from rank 0's own arrays: only shard 0 has it */
-            clffn_weight_arrays sl = {(float *)p, NULL, NULL, NULL, NULL, r == 0 ? mine->b2 : NULL};
-            p += n;
-            if (c->gated) { sl.v = (float *)p, p += n; }
-            sl.w2 = (float *)p, p += n;
-            if (c->bias1) { sl.b1 = (float *)p, p += s; }
-            if (c->gated && c->bias_gate) { sl.bv = (float *)p, p += s; }
+            clffn_weight_arrays sl = packed_slice(c, p, f1 - f0, D, &n);
+            sl.b2 = r == 0 ? (float *)mine_b2 : NULL;
             clffn_shard_place(c, o->preset->layout, f0, f1, &sl, &full, 0);
+            p += n;
         }
     }
     int wrote = 1;
@@ -171,7 +174,6 @@ static int tp_gather_grads(const options *o, const tp_rank *R, const layer *Ly,
     if (rc == 0) { rc = tp_step(R, wrote); }
     for (int i = 0; i < 6; ++i) { free(arr[i]); }
     free(all);
-    free(pack);
     free(counts);
     return rc;
 }
@@ -280,16 +282,13 @@ static int run_tensor_parallel(const options *o) {
     tp_verbose(o, &R, ctx, f0, f1, slice_mb, layer_mb);
 
     if (o->grad_output) {
-        const size_t nm = S * (size_t)Ly.D;
-        gblock = calloc(nm * 3 + 2 * S + (size_t)Ly.D, sizeof *gblock);
+        size_t packed_n;
+        packed_slice(&c, NULL, S, (size_t)Ly.D, &packed_n);
+        gblock = calloc(packed_n + (size_t)Ly.D, sizeof *gblock); /* b2 after the block */
         dx = malloc((n ? n : 1) * sizeof *dx);
         if (gblock) {
-            g = (clffn_weight_arrays){gblock,
-                                      c.bias1 ? gblock + 3 * nm : NULL,
-                                      c.gated ? gblock + nm : NULL,
-                                      c.gated && c.bias_gate ? gblock + 3 * nm + S : NULL,
-                                      gblock + 2 * nm,
-                                      R.rank == 0 && c.bias2 ? gblock + 3 * nm + 2 * S : NULL};
+            g = packed_slice(&c, gblock, S, (size_t)Ly.D, &packed_n);
+            g.b2 = R.rank == 0 && c.bias2 ? gblock + packed_n : NULL;
         }
         s = CLFFN_SUCCESS;
         if (!gblock || !dx) {
@@ -303,7 +302,9 @@ static int run_tensor_parallel(const options *o) {
             rc = EXIT_RUNTIME;
             goto done;
         }
-        if ((rc = tp_gather_grads(o, &R, &Ly, &c, &g, S, &x, dx)) != 0) { goto done; }
+        if ((rc = tp_gather_grads(o, &R, &Ly, &c, gblock, packed_n, g.b2, &x, dx)) != 0) {
+            goto done;
+        }
     }
     int saved = 1;
     if (R.rank == 0 && clffn_npy_save(o->output, y, x.rank, x.shape, err) != 0) {

@@ -393,30 +393,16 @@ class FFN:
         """Loads this FFN's weights from a safetensors checkpoint, by the preset's tensor names
         (those of clffn-run --preset: annotated, labml, gpt2, bert, llama; {L} = layer). The
         checkpoint's shapes must match this FFN (clffn.load() makes an FFN from a file)."""
-        if preset not in PRESETS:
-            raise ArgumentError(INVALID_ARGUMENT,
-                                f"unknown preset {preset!r} ({', '.join(PRESETS)})")
-        tensors = _read_safetensors(os.fspath(path), _preset_names(preset, layer))
-        p = PRESETS[preset]
-        found, prefix = {}, ""
-        for k in ("w1", "b1", "v", "bv", "w2", "b2"):
-            if not p[k]:
-                continue
-            for pre in p["prefixes"]:
-                name = pre + p[k].format(L=layer)
-                if name in tensors:
-                    found[k], prefix = tensors[name], pre
-                    break
-        for k in ("w1", "w2"):
-            if k not in found:
-                raise ArgumentError(INVALID_ARGUMENT, f"{path}: no tensor "
-                                    f"'{p['prefixes'][0] + p[k].format(L=layer)}' (preset "
-                                    f"{preset}, layer {layer})")
-        self.set_weights(found["w1"], found.get("b1") if self._cfg.bias1 else None, found["w2"],
-                         found.get("b2") if self._cfg.bias2 else None,
+        return self._use(_find_layer(path, preset, layer), preset, layer)
+
+    def _use(self, layer_found, preset, layer):
+        found, prefix = layer_found
+        c = self._cfg
+        self.set_weights(found["w1"], found.get("b1") if c.bias1 else None, found["w2"],
+                         found.get("b2") if c.bias2 else None,
                          found.get("v") if self.gated else None,
-                         found.get("bv") if self.gated and self._cfg.bias_gate else None,
-                         layout=p["layout"])
+                         found.get("bv") if self.gated and c.bias_gate else None,
+                         layout=PRESETS[preset]["layout"])
         self.preset, self._layer, self._prefix = preset, layer, prefix
         return self
 
@@ -486,28 +472,39 @@ class FFN:
         return out
 
 
-def load(path, preset="annotated", layer=0, activation=None, device=None, **options):
-    """An FFN made from a safetensors checkpoint: d_model and d_ff from its shapes, the
-    activation and gate from the preset (or `activation`), a bias wherever its tensor exists."""
+def _find_layer(path, preset, layer):
+    """The preset's tensors of one layer in a checkpoint, read once: ({"w1": array, …}, the
+    name prefix they were found under). W1 and W2 must be there."""
     if preset not in PRESETS:
         raise ArgumentError(INVALID_ARGUMENT, f"unknown preset {preset!r} ({', '.join(PRESETS)})")
     tensors = _read_safetensors(os.fspath(path), _preset_names(preset, layer))
     p = PRESETS[preset]
+    found, prefix = {}, ""
+    for k in ("w1", "b1", "v", "bv", "w2", "b2"):
+        for pre in p["prefixes"] if p[k] else ():
+            name = pre + p[k].format(L=layer)
+            if name in tensors:
+                found[k], prefix = tensors[name], pre
+                break
+    for k in ("w1", "w2"):
+        if k not in found:
+            raise ArgumentError(INVALID_ARGUMENT, f"{path}: no tensor "
+                                f"'{p['prefixes'][0] + p[k].format(L=layer)}' (preset {preset}, "
+                                f"layer {layer})")
+    if found["w1"].ndim != 2:
+        raise ArgumentError(INVALID_ARGUMENT, f"{path}: '{p['w1'].format(L=layer)}' is not a "
+                                              f"matrix")
+    return found, prefix
 
-    def get(k):
-        for pre in p["prefixes"]:
-            if p[k] and pre + p[k].format(L=layer) in tensors:
-                return tensors[pre + p[k].format(L=layer)]
-        return None
 
-    w1 = get("w1")
-    if w1 is None or getattr(w1, "ndim", 0) != 2:
-        raise ArgumentError(INVALID_ARGUMENT, f"{path}: no matrix '{p['w1'].format(L=layer)}' "
-                                              f"(preset {preset}, layer {layer})")
-    F, D = w1.shape if p["layout"] == "out_in" else w1.shape[::-1]
-    act = activation or p["activation"]
-    gated = p["gated"] if p["gated"] is not None else get("v") is not None
-    ffn = FFN(D, F, activation=act, gated=gated, bias1=get("b1") is not None,
-              bias2=get("b2") is not None, bias_gate=get("bv") is not None, device=device,
+def load(path, preset="annotated", layer=0, activation=None, device=None, **options):
+    """An FFN made from a safetensors checkpoint: d_model and d_ff from its shapes, the
+    activation and gate from the preset (or `activation`), a bias wherever its tensor exists."""
+    layer_found = _find_layer(path, preset, layer)
+    found, p = layer_found[0], PRESETS[preset]
+    F, D = found["w1"].shape if p["layout"] == "out_in" else found["w1"].shape[::-1]
+    gated = p["gated"] if p["gated"] is not None else "v" in found
+    ffn = FFN(D, F, activation=activation or p["activation"], gated=gated,
+              bias1="b1" in found, bias2="b2" in found, bias_gate="bv" in found, device=device,
               **options)
-    return ffn.load(path, preset, layer)
+    return ffn._use(layer_found, preset, layer)
