@@ -27,4 +27,9 @@
  * sums, but longer walks down the columns. */
 #define CLFFN_COLSUM_ROWS 64
 
+/* The erf accuracy probe's forms (clffn_erf_probe): float4 instead of float, and a reciprocal
+ * 2 ulp off instead of the device's. */
+#define CLFFN_ERF_PROBE_VEC 1u
+#define CLFFN_ERF_PROBE_DIV_2ULP 2u
+
 #endif

@@ -5,6 +5,8 @@
  * so kernels and host share that one definition. */
 #include "program.h"
 
+#include "clffn_defs.h"
+
 #include <ctype.h>
 #include <limits.h>
 #include <stdio.h>
@@ -232,9 +234,12 @@ clffn_status clffn__device_philox(clffn_context *ctx, const uint32_t counter[4],
 }
 
 clffn_status clffn__device_erf(clffn_context *ctx, uint32_t first, uint32_t stride, size_t n,
-                               int vec, float *y) {
+                               unsigned form, float *y) {
     if (!ctx || !y) { return CLFFN_ERROR_NULL_ARGUMENT; }
-    if (n == 0 || n > SIZE_MAX / sizeof(float) - 4) { return CLFFN_ERROR_INVALID_ARGUMENT; }
+    if (n == 0 || n > SIZE_MAX / sizeof(float) - 4 ||
+        (form & ~(CLFFN_ERF_PROBE_VEC | CLFFN_ERF_PROBE_DIV_2ULP))) {
+        return CLFFN_ERROR_INVALID_ARGUMENT;
+    }
     const clffn_program_key pk = {CLFFN_ACT_IDENTITY, 0, 0};
     cl_program prog;
     clffn_status st = clffn__get_program(ctx, &pk, &prog);
@@ -244,7 +249,7 @@ clffn_status clffn__device_erf(clffn_context *ctx, uint32_t first, uint32_t stri
     if (err != CL_SUCCESS) { return (clffn_status)err; }
     cl_mem buf = clCreateBuffer(ctx->context, CL_MEM_WRITE_ONLY, n * sizeof(float), NULL, &err);
     if (err == CL_SUCCESS) {
-        const cl_uint f = first, s = stride, v = vec ? 1u : 0u;
+        const cl_uint f = first, s = stride, v = form;
         const cl_ulong cnt = n;
         const size_t items = (n + 3) / 4;
         err = clSetKernelArg(k, 0, sizeof buf, &buf);

@@ -31,10 +31,11 @@ cl_int clffn__zero_floats(const clffn_context *ctx, cl_command_queue queue, cl_m
 void clffn__programs_release(clffn_context *ctx);
 
 /* y[i] = the kernels' own erf of the float whose bits are first + i·stride (mod 2^32), for
- * i < n, run on the device (blocking); vec selects the float4 form (clffn_erf4) over the scalar
- * one. For the accuracy tests. Errors: NULL_ARGUMENT, INVALID_ARGUMENT (n = 0), OpenCL's. */
+ * i < n, run on the device (blocking); form is CLFFN_ERF_PROBE_* bits: VEC for the float4 form
+ * (clffn_erf4) over the scalar one, DIV_2ULP for a reciprocal 2 ulp off. For the accuracy
+ * tests. Errors: NULL_ARGUMENT, INVALID_ARGUMENT (n = 0, unknown form bits), OpenCL's. */
 clffn_status clffn__device_erf(clffn_context *ctx, uint32_t first, uint32_t stride, size_t n,
-                               int vec, float *y);
+                               unsigned form, float *y);
 
 /* Runs the device's Philox on one counter/key (blocking), for the known-answer tests. */
 clffn_status clffn__device_philox(clffn_context *ctx, const uint32_t counter[4],
