@@ -140,3 +140,18 @@ double act_rtol(clffn_activation a) {
     (void)a;
     return TOL_RTOL;
 }
+
+void assert_host_forward(clffn_ffn *ffn, const clffn_config *c, const test_weights *w, size_t T,
+                         const char *what) {
+    const size_t D = c->d_model;
+    float *x = malloc(T * D * sizeof *x), *y = malloc(T * D * sizeof *y);
+    double *ref = malloc(T * D * sizeof *ref);
+    cr_assert(x && y && ref);
+    fill_uniform(x, T * D, -1.0f, 1.0f, 17 + T);
+    ASSERT_OK(clffn_reference_forward(c, CLFFN_LAYOUT_OUT_IN, &w->host, T, x, 0, 0, 0, ref, NULL));
+    ASSERT_OK(clffn_forward_host(ffn, T, x, T * D, y, T * D));
+    assert_close(y, ref, T * D, act_rtol(c->activation), what);
+    free(x);
+    free(y);
+    free(ref);
+}

@@ -60,6 +60,11 @@ void guarded_free(guarded *g);
  * activation, with the reason, should a device need it. */
 double act_rtol(clffn_activation a);
 
+/* Runs T random tokens through clffn_forward_host with the FFN's current mode and asserts the
+ * result against the double reference of c and w (OUT_IN layout). */
+void assert_host_forward(clffn_ffn *ffn, const clffn_config *c, const test_weights *w, size_t T,
+                         const char *what);
+
 #define ASSERT_OK(expr)                                                                \
     do {                                                                               \
         int st_ = (int)(expr);                                                         \
