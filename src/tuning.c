@@ -170,6 +170,11 @@ const char *clffn__builtin_profile(cl_device_id device) {
     return NULL;
 }
 
+const char *clffn__builtin_profile_at(size_t i) {
+    return i < sizeof builtin_profiles / sizeof builtin_profiles[0] ? builtin_profiles[i].json
+                                                                    : NULL;
+}
+
 int clffn_tuning_has_profile(cl_device_id device) {
     if (!device) { return 0; }
     char path[1200];

@@ -22,4 +22,8 @@ clffn_status clffn__tuning_apply(cl_device_id device, clffn_tuning *out);
 /* The built-in profile's JSON for the device, or NULL. */
 const char *clffn__builtin_profile(cl_device_id device);
 
+/* The i-th entry of the built-in table (one text may serve several entries), or NULL past the
+ * end: for the tests, which check every profile on whatever device they have. */
+const char *clffn__builtin_profile_at(size_t i);
+
 #endif

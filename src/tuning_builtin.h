@@ -1,5 +1,5 @@
 /* Built-in tuning profiles (included by tuning.c): what clffn-tune found, applied on devices
- * that have no profile file of their own.
+ * that have no profile file of their own: POCL on AVX-512 CPUs and NVIDIA's H100.
  *
  * POCL on AVX-512 x86-64: `CLFFN_NO_TUNING=1 clffn-tune --budget 600` on 2026-11-21 on the CI
  * machine (2 cores of a Xeon, "pthread-skylake-avx512"), FFN 640 tokens, 512 -> 2048: the two
@@ -32,9 +32,34 @@
     "\"XgemvFast\":{\"WGS2\":64,\"WPT2\":4,\"VW2\":4},"                                           \
     "\"XgemvFastRot\":{\"WGS3\":16,\"WPT3\":8,\"VW3\":4}},"                                       \
     "\"clffn\":{\"GEMM_K_BLOCK\":256,\"GEMM_K_BLOCK_MIN_ROWS\":512,\"GEMV_MAX_TOKENS\":2}}"
+
+/* NVIDIA H100 through NVIDIA's OpenCL driver (580.159.04, "NVIDIA CUDA" platform):
+ * `clffn-tune --budget 210 --tokens 4096 --d-model 768 --d-ff 3072` on 2026-11-22 on an H100 80GB
+ * HBM3 (CLBlast's database has no H100 and falls back to its generic NVIDIA parameters): the
+ * FFN's GEMMs at that shape at 23.3 TFLOP/s against 20.5 with CLBlast's parameters in the
+ * search's own check. Its XgemmDirect set is left out (CLBlast's own stays): with it the seed
+ * shape (640 tokens, 512 -> 2048, below the crossover) ran 10% slower than with no profile, and a
+ * search on that shape found nothing better than CLBlast's parameters. Forwards in one sitting,
+ * no profile against this one (docs/PERFORMANCE.md, "NVIDIA H100"): BERT shape 28.6 -> 34.6
+ * TFLOP/s, SwiGLU 29.0 -> 33.8, one decoding token 1.12 -> 0.75 ms, the seed shape 11.0 -> 10.6
+ * (4% slower; with no profile it measured 10.5-11.0 over five sittings). No K-blocks (every
+ * block was slower than none on the GPU); the direct kernel below m·n·k = 1691^3 (it beat the
+ * tiled one up to 1024 tokens on the BERT shape); GEMVs for one token only (0.24 against 0.61 ms
+ * for the SGEMM there; at 2 tokens the SGEMM won in the search on the seed shape). Applied to
+ * every H100 (PCIe, SXM, NVL: one chip, SM 9.0). */
+#define CLFFN_NVIDIA_H100_PROFILE                                                                  \
+    "{\"clblast\":{"                                                                               \
+    "\"Xgemm\":{\"GEMMK\":0,\"KREG\":1,\"KWG\":16,\"KWI\":2,\"MDIMA\":16,\"MDIMC\":16,\"MWG\":64," \
+    "\"NDIMB\":16,\"NDIMC\":8,\"NWG\":128,\"SA\":1,\"SB\":1,\"STRM\":1,\"STRN\":1,\"VWM\":4,"      \
+    "\"VWN\":4},"                                                                                  \
+    "\"GemmRoutine\":{\"XGEMM_MIN_INDIRECT_SIZE\":1691},"                                          \
+    "\"XgemvFast\":{\"WGS2\":256,\"WPT2\":1,\"VW2\":1},"                                           \
+    "\"XgemvFastRot\":{\"WGS3\":16,\"WPT3\":16,\"VW3\":16}},"                                      \
+    "\"clffn\":{\"GEMM_K_BLOCK\":0,\"GEMV_MAX_TOKENS\":1}}"
 // clang-format on
 
 static const builtin_profile builtin_profiles[] = {
+    {"NVIDIA CUDA", "H100", CLFFN_NVIDIA_H100_PROFILE},
     {"Portable Computing Language", "avx512", CLFFN_POCL_AVX512_PROFILE},
     {"Portable Computing Language", "cascadelake", CLFFN_POCL_AVX512_PROFILE},
     {"Portable Computing Language", "cooperlake", CLFFN_POCL_AVX512_PROFILE},

@@ -1,8 +1,11 @@
 /* The rest of the public API: version and status strings, config defaults, activation names,
  * initialisers, hidden tensors, caller-owned weights (stacked and separate gate), the in-place
- * residual FFN, workspace growth, kernel loading from CLFFN_KERNEL_DIR, and the SGEMM K-block. */
+ * residual FFN, workspace growth, kernel loading from CLFFN_KERNEL_DIR, the SGEMM K-block, and
+ * the built-in tuning profiles. */
 #include "common.h"
+#include "tuning.h"
 
+#include <clblast_c.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -474,6 +477,65 @@ Test(api, gemv_max_tokens_setting) {
     cr_assert_eq(clffn_context_gemv_max_tokens(ctx), CLFFN_DEFAULT_GEMV_MAX_TOKENS);
     clffn_context_destroy(ctx);
     unsetenv("CLFFN_NO_TUNING");
+}
+
+/* Every built-in profile (POCL's, the H100's, ...) is accepted whole by CLBlast and computes the
+ * FFN right on the device at hand, so a typo or a parameter set that breaks a kernel shows on
+ * POCL in CI, not first on the machine the profile is for. Each text is written as this device's
+ * profile file; the forward runs at 1 token (the GEMVs) and 37 (the direct kernel, or the tiled
+ * one, by the profile's crossover), then with the crossover moved so the tiled kernel takes
+ * every product. */
+Test(api, every_builtin_profile_computes_here, .timeout = 300) {
+    char dir[] = "/tmp/clffn-builtin-XXXXXX", path[1400];
+    cr_assert(mkdtemp(dir));
+    setenv("CLFFN_TUNE_DIR", dir, 1);
+    unsetenv("CLFFN_NO_TUNING");
+    clffn_config c = clffn_config_default(48, 160);
+    c.activation = CLFFN_ACT_GELU;
+    c.gated = 1;
+    test_weights w;
+    test_weights_make(&w, &c, CLFFN_LAYOUT_OUT_IN, 23);
+    const char *last = NULL;
+    size_t checked = 0;
+    for (size_t i = 0; clffn__builtin_profile_at(i); ++i) {
+        const char *json = clffn__builtin_profile_at(i);
+        if (json == last) { continue; } /* one text, several device names */
+        last = json;
+        clffn_context *ctx = test_context();
+        const cl_device_id dev = clffn_context_cl_device(ctx);
+        ASSERT_OK(clffn_tuning_profile_path(dev, path, sizeof path));
+        FILE *f = fopen(path, "wb");
+        cr_assert(f);
+        fputs(json, f);
+        fclose(f);
+        clffn_context_destroy(ctx);
+        ctx = test_context(); /* opens the device again: the file is applied now */
+        cr_assert(strncmp(clffn_context_tuning(ctx), "profile", 7) == 0,
+                  "built-in profile %zu was not applied: %s", i, clffn_context_tuning(ctx));
+        clffn_ffn *ffn = NULL;
+        ASSERT_OK(clffn_ffn_create(ctx, &c, &ffn));
+        ASSERT_OK(clffn_ffn_upload_weights(ffn, CLFFN_LAYOUT_OUT_IN, &w.host));
+        char what[64];
+        snprintf(what, sizeof what, "built-in profile %zu, 1 token", i);
+        assert_host_forward(ffn, &c, &w, 1, what);
+        snprintf(what, sizeof what, "built-in profile %zu, 37 tokens", i);
+        assert_host_forward(ffn, &c, &w, 37, what);
+        const char *name = "XGEMM_MIN_INDIRECT_SIZE";
+        const size_t one = 1;
+        cr_assert_eq(
+            CLBlastOverrideParameters(dev, "GemmRoutine", CLBlastPrecisionSingle, 1, &name, &one),
+            CLBlastSuccess);
+        snprintf(what, sizeof what, "built-in profile %zu, 37 tokens, tiled", i);
+        assert_host_forward(ffn, &c, &w, 37, what);
+        clffn_ffn_destroy(ffn);
+        clffn_context_destroy(ctx);
+        remove(path);
+        ++checked;
+    }
+    cr_assert_geq(checked, 2, "the POCL and H100 profiles at least");
+    test_weights_free(&w);
+    rmdir(dir);
+    unsetenv("CLFFN_TUNE_DIR");
 }
 
 /* clffn_sgemm, the path of every FFN product, against a double-precision product: all four
