@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# The GPU section of docs/PERFORMANCE.md and the checks behind it, on a machine with a GPU driver
+# but none of Debian's OpenCL packages: a build made elsewhere and bundled by
+# ../shared/gpu/bundle.sh (see its header) is run here through the vendor's OpenCL driver.
+#   tools/gpu-report.sh BUILD OUT STEPS...
+# STEPS, in the order given: env (driver, clffn-devices, --check), tests (every Criterion program
+# run directly, as ctest's files hold the building machine's paths; the logs of failing ones
+# kept), erf (the exhaustive erf sweep, in the background; `wait` ends it), bench (clffn-bench
+# on the shapes of the table, then PyTorch's fp32 FFN on the same shapes), gemms
+# (clffn-bench-gemms), tune (clffn-tune into OUT/tune, BUDGET seconds, on TUNE_SHAPE; its log in
+# OUT/tune.log), variants (OUT/tune's profile with the direct kernel only below m·n·k = 256^3,
+# and with no K-block, for compare), compare (each shape with CLBlast's defaults, with each
+# profile folder of COMPARE (default OUT/tune and the variants), then PyTorch, in turn).
+# Every step has its own time limit; a failing step does not stop the others.
+set -uo pipefail
+build=${1:?usage: gpu-report.sh BUILD OUT STEPS...}
+out=${2:?usage: gpu-report.sh BUILD OUT STEPS...}
+shift 2
+reps=${REPS:-20}
+budget=${BUDGET:-150}
+tune_shape=${TUNE_SHAPE:---tokens 4096 --d-model 768 --d-ff 3072}
+mkdir -p "$out"
+# shellcheck disable=SC1091
+source "$build/gpu-env.sh"
+# the tools' tests find the tools by the paths compiled in on the building machine: that path,
+# where it does not exist here, becomes a link to this build
+built=$(sed -n 's/^CMAKE_CACHEFILE_DIR:INTERNAL=//p' "$build/CMakeCache.txt")
+if [[ -n $built && ! -e $built ]]; then
+    mkdir -p "$(dirname "$built")" && ln -sfn "$(cd "$build" && pwd)" "$built" ||
+        echo "gpu-report: no link at $built: the tools' tests will not find the tools" >&2
+fi
+
+shapes=("640 512 2048 relu" "4096 768 3072 gelu" "2048 1024 2816 swiglu" "1 4096 11008 swiglu")
+
+clffn_bench() { # clffn_bench T D F ACT [env...]: one JSON line of the fields the table needs
+    local t=$1 d=$2 f=$3 act=$4
+    timeout 120 "$build/clffn-bench" --json --reps "$reps" --tokens "$t" --d-model "$d" \
+        --d-ff "$f" --activation "$act" |
+        python3 -c 'import json,sys; j=json.load(sys.stdin); s=j["stages"];
+print(json.dumps({"shape": "%d,%d,%d,%s" % (j["tokens"], j["d_model"], j["d_ff"], j["activation"] + ("+gate" if j["gated"] else "")),
+  "tuning": j["tuning"], "best_ms": round(j["best_s"]*1e3, 4), "median_ms": round(j["median_s"]*1e3, 4),
+  "gflops": round(j["gflops"], 1), "gemm_ms": round((s["gemm1_s"]+s["gemm2_s"])*1e3, 4),
+  "epilogue_share": round((s["epilogue1_s"]+s["epilogue2_s"])/s["total_s"], 4),
+  "stage_total_ms": round(s["total_s"]*1e3, 4), "weights_gbps": round(j["weights_gbps"], 1),
+  "copy_gbps": round(j["copy_gbps"], 1), "backward_ms": round(j["backward_best_s"]*1e3, 4),
+  "startup_s": round(j["startup_s"], 3)}))'
+}
+
+torch_bench() {
+    local args=()
+    for s in "$@"; do read -r t d f act <<<"$s"; args+=("$t,$d,$f,$act"); done
+    timeout 180 python3 tools/torch-ffn-bench.py --json --reps "$reps" "${args[@]}"
+}
+
+for step in "$@"; do
+    echo "=== $step $(date -u +%T)"
+    case $step in
+    env)
+        nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.sm \
+            --format=csv 2>&1
+        python3 -c 'import torch; print("torch", torch.__version__, torch.version.cuda)'
+        timeout 60 "$build/clffn-devices" 2>&1
+        timeout 120 "$build/clffn-devices" --check 2>&1
+        echo "clffn-devices --check: exit $?"
+        ;;
+    tests)
+        for t in "$build"/tests/test_*; do
+            case ${t##*/} in test_oclgrind | test_mpi) continue ;; esac
+            [[ -x $t ]] || continue
+            echo "--- ${t##*/}"
+            log=/tmp/gpu-report-${t##*/}.log
+            timeout 200 "$t" --jobs 8 >"$log" 2>&1
+            rc=$?
+            echo "exit $rc: $(grep -a 'Synthesis' "$log")"
+            if [[ $rc -ne 0 ]]; then
+                grep -a -E '\[FAIL\]|CRASH|Assertion|assert' "$log" | head -20
+                cp "$log" "$out/"
+            fi
+        done
+        ;;
+    erf)
+        CLFFN_ERF_EXHAUSTIVE=1 timeout 400 "$build/tests/test_erf" --filter 'erf/exhaustive' \
+            >"$out/erf-exhaustive.txt" 2>&1 &
+        ;;
+    wait) wait ;;
+    bench)
+        for s in "${shapes[@]}"; do clffn_bench $s; done
+        torch_bench "${shapes[@]}"
+        ;;
+    gemms)
+        for s in "640 512 2048" "4096 768 3072" "2048 1024 2816 --gated"; do
+            read -r t d f g <<<"$s"
+            timeout 60 "$build/clffn-bench-gemms" --reps "$reps" --tokens "$t" --d-model "$d" \
+                --d-ff "$f" $g 2>&1
+        done
+        ;;
+    tune)
+        # shellcheck disable=SC2086
+        CLFFN_TUNE_DIR=$out/tune timeout $((budget + 120)) "$build/clffn-tune" --budget "$budget" \
+            $tune_shape 2>&1 | tr '\r' '\n' | grep -v '^\s*$' >"$out/tune.log"
+        grep -v $'^\t' "$out/tune.log"
+        ;;
+    variants)
+        for p in "$out"/tune/*.json; do
+            mkdir -p /tmp/v-tiled /tmp/v-noblock
+            python3 - "$p" <<'PY'
+import json, os, sys
+p = json.load(open(sys.argv[1]))
+name = os.path.basename(sys.argv[1])
+p["clblast"]["GemmRoutine"]["XGEMM_MIN_INDIRECT_SIZE"] = 256
+json.dump(p, open("/tmp/v-tiled/" + name, "w"))
+p = json.load(open(sys.argv[1]))
+p["clffn"]["GEMM_K_BLOCK"] = 0
+json.dump(p, open("/tmp/v-noblock/" + name, "w"))
+PY
+        done
+        ;;
+    compare)
+        for s in "${shapes[@]}"; do
+            CLFFN_NO_TUNING=1 clffn_bench $s
+            for dir in ${COMPARE:-$out/tune /tmp/v-tiled /tmp/v-noblock}; do
+                CLFFN_TUNE_DIR=$dir clffn_bench $s
+            done
+            torch_bench "$s"
+        done
+        ;;
+    *) echo "gpu-report: unknown step $step" >&2 ;;
+    esac
+done 2>&1 | tee -a "$out/report.txt"
