@@ -52,16 +52,37 @@
 #define CLFFN_ERF_LQ5  9.041285515e-02f
 #define CLFFN_ERF_LQ6  1.994158328e-02f
 
+// The one quotient. OpenCL lets a device's division be 2.5 ulp off unless the program is built
+// with -cl-fp32-correctly-rounded-divide-sqrt, and NVIDIA's is (erf reached 1.130 ulp on an H100
+// with it, against 1.113 with POCL's IEEE division). The host builds with that option wherever
+// the device offers it and says so with CLFFN_EXACT_DIVISION; elsewhere the quotient gets one
+// correction step, q + (n - q·d)·(1/d) with the residual exact by fma, which leaves it within
+// about 0.5 ulp whatever the reciprocal's error (the accuracy test's probe runs that step with a
+// reciprocal 2 ulp off to prove it).
+#define CLFFN_RECIP(d) (1.0f / (d))
+// A reciprocal 2 ulp off, up or down by the divisor's last mantissa bit: the worst division
+// OpenCL allows, short of its 2.5-ulp bound.
+#define CLFFN_RECIP_2ULP_OFF(d) as_float(as_int(1.0f / (d)) + (as_int(d) & 1) * 4 - 2)
+#define CLFFN_RECIP4_2ULP_OFF(d) as_float4(as_int4(1.0f / (d)) + (as_int4(d) & 1) * 4 - 2)
+#define CLFFN_DEFINE_CORRECTED_QUOTIENT(name, T, RECIP)                                          \
+  inline T name(const T n, const T d) {                                                         \
+    const T inv = RECIP(d), q = n * inv;                                                        \
+    return fma(fma(-q, d, n), inv, q);                                                          \
+  }
+#ifdef CLFFN_EXACT_DIVISION
+inline float clffn_quotient(const float n, const float d) { return n / d; }
+inline float4 clffn_quotient4(const float4 n, const float4 d) { return n / d; }
+#else
+CLFFN_DEFINE_CORRECTED_QUOTIENT(clffn_quotient, float, CLFFN_RECIP)
+CLFFN_DEFINE_CORRECTED_QUOTIENT(clffn_quotient4, float4, CLFFN_RECIP)
+#endif
+CLFFN_DEFINE_CORRECTED_QUOTIENT(clffn_quotient_2ulp, float, CLFFN_RECIP_2ULP_OFF)
+CLFFN_DEFINE_CORRECTED_QUOTIENT(clffn_quotient4_2ulp, float4, CLFFN_RECIP4_2ULP_OFF)
+
 // One body for float and float4 (OpenCL C has no overloading of user functions): select() and
-// the relational built-ins take both, with IT, T's integer type, as the condition. RECIP is the
-// reciprocal: 1/d for the kernels, one 2 ulp off for the accuracy test's probe (below).
-//
-// The quotient gets one correction step, q + (n - q·d)/d with the residual n - q·d exact by fma:
-// OpenCL lets a device's division be 2.5 ulp off without -cl-fp32-correctly-rounded-divide-sqrt,
-// and NVIDIA's is (erf reached 1.130 ulp on an H100 with a plain division, against 1.113 on POCL,
-// whose division is IEEE's). After the step the quotient is within about 0.5 ulp whatever
-// the device's reciprocal, so the bound is the formula's and not the device's.
-#define CLFFN_DEFINE_ERF(name, T, IT, RECIP)                                                     \
+// the relational built-ins take both, with IT, T's integer type, as the condition; QUOTIENT is
+// one of the quotients above.
+#define CLFFN_DEFINE_ERF(name, T, IT, QUOTIENT)                                                  \
   inline T name(const T x) {                                                                    \
     const T ax = fabs(x);                                                                       \
     const T a = select(ax, (T)(4.0f), isgreater(ax, (T)(4.0f)));                                \
@@ -77,26 +98,19 @@
     lq = fma(fma(lq, t, (T)(CLFFN_ERF_LQ4)), t, (T)(CLFFN_ERF_LQ3));                            \
     lq = fma(fma(fma(lq, t, (T)(CLFFN_ERF_LQ2)), t, (T)(CLFFN_ERF_LQ1)), t, (T)(1.0f));         \
     const IT large = isgreaterequal(a, (T)(1.0f));                                              \
-    const T num = select(sp, lp, large), den = select(sq, lq, large), inv = RECIP(den);         \
-    const T q = num * inv;                                                                      \
-    const T r = fma(fma(-q, den, num), inv, q);                                                 \
+    const T r = QUOTIENT(select(sp, lp, large), select(sq, lq, large));                         \
     return copysign(select(fma(a, r, a), (T)(1.0f) - r, large), x);                             \
   }
-#define CLFFN_RECIP(d) (1.0f / (d))
-// A reciprocal 2 ulp off, up or down by the divisor's last mantissa bit: the worst division
-// OpenCL allows, short of its 2.5-ulp bound, for the probe to show the bound does not rest on
-// the device's division being exact.
-#define CLFFN_RECIP_2ULP_OFF(d) as_float(as_int(1.0f / (d)) + (as_int(d) & 1) * 4 - 2)
-#define CLFFN_RECIP4_2ULP_OFF(d) as_float4(as_int4(1.0f / (d)) + (as_int4(d) & 1) * 4 - 2)
-CLFFN_DEFINE_ERF(clffn_erf, float, int, CLFFN_RECIP)
-CLFFN_DEFINE_ERF(clffn_erf4, float4, int4, CLFFN_RECIP)
-CLFFN_DEFINE_ERF(clffn_erf_2ulp_div, float, int, CLFFN_RECIP_2ULP_OFF)
-CLFFN_DEFINE_ERF(clffn_erf4_2ulp_div, float4, int4, CLFFN_RECIP4_2ULP_OFF)
+CLFFN_DEFINE_ERF(clffn_erf, float, int, clffn_quotient)
+CLFFN_DEFINE_ERF(clffn_erf4, float4, int4, clffn_quotient4)
+CLFFN_DEFINE_ERF(clffn_erf_2ulp_div, float, int, clffn_quotient_2ulp)
+CLFFN_DEFINE_ERF(clffn_erf4_2ulp_div, float4, int4, clffn_quotient4_2ulp)
 
 // erf of n floats whose bit patterns are first, first + stride, …: the accuracy test's probe of
 // clffn_erf and clffn_erf4 (form & CLFFN_ERF_PROBE_VEC: four consecutive patterns per
 // work-item), with no input buffer, so every float can be swept in chunks; with
-// CLFFN_ERF_PROBE_DIV_2ULP the same functions with a reciprocal 2 ulp off.
+// CLFFN_ERF_PROBE_DIV_2ULP the same functions through the corrected quotient with a reciprocal
+// 2 ulp off, whatever the device's division.
 __kernel void clffn_erf_probe(__global float *restrict y, const uint first, const uint stride,
                               const ulong n, const uint form) {
   const ulong i0 = (ulong)get_global_id(0) * 4;

@@ -94,11 +94,19 @@ static clffn_status build_program(clffn_context *ctx, const char *options, cl_pr
     return CLFFN_SUCCESS;
 }
 
-/* -cl-std=CL1.2 and no fast-math (results must match the reference, see activation.cl); the
- * key's choices; and every activation's id as -DCLFFN_ACT_<NAME>=<value>. */
-static void build_options(const clffn_program_key *key, char *buf, size_t size) {
-    int n = snprintf(buf, size, "-cl-std=CL1.2 -DCLFFN_ACT=%d -DCLFFN_GATED=%d -DCLFFN_DROPOUT=%d",
-                     key->activation, key->gated ? 1 : 0, key->dropout ? 1 : 0);
+/* -cl-std=CL1.2 and no fast-math (results must match the reference, see activation.cl); IEEE
+ * division where the device offers it (erf's one quotient is corrected by hand elsewhere, see
+ * activation.cl); the key's choices; and every activation's id as -DCLFFN_ACT_<NAME>=<value>. */
+static void build_options(cl_device_id device, const clffn_program_key *key, char *buf,
+                          size_t size) {
+    cl_device_fp_config fp = 0;
+    clGetDeviceInfo(device, CL_DEVICE_SINGLE_FP_CONFIG, sizeof fp, &fp, NULL);
+    const char *div = (fp & CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT)
+                          ? " -cl-fp32-correctly-rounded-divide-sqrt -DCLFFN_EXACT_DIVISION=1"
+                          : "";
+    int n =
+        snprintf(buf, size, "-cl-std=CL1.2%s -DCLFFN_ACT=%d -DCLFFN_GATED=%d -DCLFFN_DROPOUT=%d",
+                 div, key->activation, key->gated ? 1 : 0, key->dropout ? 1 : 0);
     for (int a = 0; a < (int)CLFFN_ACT_COUNT_ && n > 0 && (size_t)n < size; ++a) {
         char name[32];
         const char *lower = clffn_activation_name((clffn_activation)a);
@@ -123,7 +131,7 @@ clffn_status clffn__get_program(clffn_context *ctx, const clffn_program_key *key
         }
     }
     char options[512];
-    build_options(key, options, sizeof options);
+    build_options(ctx->device, key, options, sizeof options);
     cl_program prog = NULL;
     clffn_status st = build_program(ctx, options, &prog);
     if (st == CLFFN_SUCCESS) {

@@ -149,9 +149,10 @@ Test(erf, region_edges_and_known_values) {
 }
 
 /* The bound must not rest on the device dividing exactly: OpenCL allows 2.5 ulp, and NVIDIA's
- * division took erf to 1.130 ulp near x = 0.9993 before the quotient was corrected. The same
- * functions with a reciprocal 2 ulp off, up or down, over the region edges and every 4099th
- * float, hold the same bound on any device. */
+ * division took erf to 1.130 ulp near x = 0.9993. Where a device offers no IEEE division the
+ * kernels correct the quotient; the same functions through that correction with a reciprocal
+ * 2 ulp off, up or down, over the region edges and every 4099th float, hold the same bound on
+ * any device. */
 Test(erf, bound_holds_with_a_division_2_ulp_off, .timeout = 240) {
     clffn_context *ctx = test_context();
     const uint32_t stride = 4099; /* prime */
