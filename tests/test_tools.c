@@ -594,6 +594,12 @@ Test(clffn_tune, short_search, .timeout = 400) {
         const cJSON *kb = cJSON_GetObjectItemCaseSensitive(
             cJSON_GetObjectItemCaseSensitive(o, "clffn"), "GEMM_K_BLOCK");
         cr_assert(cJSON_IsNumber(kb) && kb->valuedouble >= 0, "%s", text);
+        /* blocked from some row count up to the tuned shape's, or never blocked */
+        const cJSON *rows = cJSON_GetObjectItemCaseSensitive(
+            cJSON_GetObjectItemCaseSensitive(o, "clffn"), "GEMM_K_BLOCK_MIN_ROWS");
+        cr_assert(cJSON_IsNumber(rows) && rows->valuedouble >= 0 && rows->valuedouble <= 48 &&
+                      (kb->valuedouble > 0 || rows->valuedouble == 0),
+                  "%s", text);
         const cJSON *gv = cJSON_GetObjectItemCaseSensitive(
             cJSON_GetObjectItemCaseSensitive(o, "clffn"), "GEMV_MAX_TOKENS");
         cr_assert(cJSON_IsNumber(gv) && gv->valuedouble >= 0 && gv->valuedouble <= 48, "%s", text);

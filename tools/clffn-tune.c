@@ -883,6 +883,28 @@ static size_t phase_k_block(search *r, size_t min_indirect) {
     return k_block != 0 && kb_best > K_BLOCK_MARGIN * none_s ? 0 : k_block;
 }
 
+/* Phase 4b: the fewest token rows a product needs to be K-blocked (GEMM_K_BLOCK_MIN_ROWS). The
+ * block is chosen at the full shape; for few rows a blocked product re-reads the weights once per
+ * block for little work each time (on POCL 20-35% slower at 4-8 tokens), so blocked and whole
+ * are compared at growing token counts, and the threshold is the first count where the block
+ * wins (the full shape's own count if it never does below it). */
+static size_t phase_k_block_rows(search *r, size_t min_indirect, size_t k_block) {
+    if (k_block == 0) { return 0; }
+    const size_t ts[] = {16, 64, 256, 1024};
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0] && ts[i] < r->o.T && !interrupted; ++i) {
+        if (i > 0 && spent(r) > r->budget) { break; }
+        double tb, tw;
+        if (eval_child(&r->o, ts[i], &r->s.xgemm, &r->s.direct, min_indirect, k_block, &tb) ||
+            eval_child(&r->o, ts[i], &r->s.xgemm, &r->s.direct, min_indirect, 0, &tw)) {
+            break;
+        }
+        printf("%4zu tokens: K-blocked %.3f ms, whole %.3f ms\n", ts[i], tb * 1e3, tw * 1e3);
+        fflush(stdout);
+        if (tb < tw) { return ts[i]; }
+    }
+    return r->o.T < CLFFN_MAX_GEMM_K_BLOCK_MIN_ROWS ? r->o.T : CLFFN_MAX_GEMM_K_BLOCK_MIN_ROWS;
+}
+
 /* What phases 5 and 6 found: the GEMV kernels' parameters and the crossover. */
 typedef struct gemv_result {
     pset fast, rot;
@@ -941,7 +963,7 @@ static void phase_gemv(search *r, size_t min_indirect, size_t k_block, gemv_resu
 /* Phase 6: GEMV_MAX_TOKENS. The GEMVs read the weights once per token and pad nothing; the
  * SGEMM reads them once and pads the tokens to a tile: the GEMVs win up to some count. */
 static size_t phase_gemv_crossover(search *r, size_t min_indirect, size_t k_block,
-                                   const gemv_result *g) {
+                                   size_t k_min_rows, const gemv_result *g) {
     size_t max_tokens = 0;
     for (size_t T = 1; T <= 64 && T <= r->o.T && !interrupted; T *= 2) {
         if (T > 1 && spent(r) > r->budget) { break; } /* keeps what it learnt */
@@ -950,8 +972,9 @@ static size_t phase_gemv_crossover(search *r, size_t min_indirect, size_t k_bloc
         ov.gemv = g->have ? gemv_spec(spec, sizeof spec, CLFFN_MAX_GEMV_TOKENS, g) : "65536";
         om.gemv = zero;
         double tv, tm;
-        if (eval_child(&ov, T, &r->s.xgemm, &r->s.direct, min_indirect, k_block, &tv) != 0 ||
-            eval_child(&om, T, &r->s.xgemm, &r->s.direct, min_indirect, k_block, &tm) != 0) {
+        const size_t kb = T >= k_min_rows ? k_block : 0; /* as the library will run it */
+        if (eval_child(&ov, T, &r->s.xgemm, &r->s.direct, min_indirect, kb, &tv) != 0 ||
+            eval_child(&om, T, &r->s.xgemm, &r->s.direct, min_indirect, kb, &tm) != 0) {
             break;
         }
         printf("%3zu tokens: GEMV %.3f ms, SGEMM %.3f ms\n", T, tv * 1e3, tm * 1e3);
@@ -963,8 +986,8 @@ static size_t phase_gemv_crossover(search *r, size_t min_indirect, size_t k_bloc
 }
 
 /* The winners as a profile, written atomically. */
-static int write_profile(const search *r, size_t min_indirect, size_t k_block, const gemv_result *g,
-                         double after_s, int have_before, double before_s) {
+static int write_profile(const search *r, size_t min_indirect, size_t k_block, size_t k_min_rows,
+                         const gemv_result *g, double after_s, int have_before, double before_s) {
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "platform", r->platform);
     cJSON_AddStringToObject(root, "device", r->name);
@@ -989,6 +1012,7 @@ static int write_profile(const search *r, size_t min_indirect, size_t k_block, c
     }
     cJSON *own = cJSON_AddObjectToObject(root, "clffn");
     cJSON_AddNumberToObject(own, "GEMM_K_BLOCK", (double)k_block);
+    cJSON_AddNumberToObject(own, "GEMM_K_BLOCK_MIN_ROWS", (double)k_min_rows);
     cJSON_AddNumberToObject(own, "GEMV_MAX_TOKENS", (double)g->max_tokens);
     char *text = cJSON_Print(root);
     cJSON_Delete(root);
@@ -1005,9 +1029,9 @@ static int write_profile(const search *r, size_t min_indirect, size_t k_block, c
         printf("GEMMs of the FFN: %.1f GFLOP/s before, %.1f GFLOP/s after (%.0f s)\n",
                r->flops / before_s * 1e-9, r->flops / after_s * 1e-9, spent(r));
     }
-    printf("direct kernel below m*n*k = %zu^3; K-block %zu; GEMVs up to %zu tokens\nprofile: "
-           "%s\n%s\n",
-           min_indirect, k_block, g->max_tokens, r->path, text);
+    printf("direct kernel below m*n*k = %zu^3; K-block %zu from %zu tokens; GEMVs up to %zu "
+           "tokens\nprofile: %s\n%s\n",
+           min_indirect, k_block, k_min_rows, g->max_tokens, r->path, text);
     free(text);
     return 0;
 }
@@ -1017,13 +1041,15 @@ static int write_profile(const search *r, size_t min_indirect, size_t k_block, c
 static int finish(search *r, size_t small_t, int have_before, double before_s) {
     const size_t min_indirect = phase_crossover(r);
     const size_t k_block = phase_k_block(r, min_indirect);
+    const size_t k_min_rows = phase_k_block_rows(r, min_indirect, k_block);
     gemv_result g;
     phase_gemv(r, min_indirect, k_block, &g);
-    g.max_tokens = phase_gemv_crossover(r, min_indirect, k_block, &g);
+    g.max_tokens = phase_gemv_crossover(r, min_indirect, k_block, k_min_rows, &g);
     double after_s = 0, small_s = 0;
     const state *s = &r->s;
     if (eval_child(&r->o, r->o.T, &s->xgemm, &s->direct, min_indirect, k_block, &after_s) ||
-        eval_child(&r->o, small_t, &s->xgemm, &s->direct, min_indirect, k_block, &small_s)) {
+        eval_child(&r->o, small_t, &s->xgemm, &s->direct, min_indirect,
+                   small_t >= k_min_rows ? k_block : 0, &small_s)) {
         fprintf(stderr, "clffn-tune: the winning parameters fail the check against the CPU; "
                         "no profile written\n");
         return 1;
@@ -1035,7 +1061,7 @@ static int finish(search *r, size_t small_t, int have_before, double before_s) {
         remove(r->progress);
         return 0;
     }
-    return write_profile(r, min_indirect, k_block, &g, after_s, have_before, before_s);
+    return write_profile(r, min_indirect, k_block, k_min_rows, &g, after_s, have_before, before_s);
 }
 
 static void state_init(state *s, const char *progress_path, int fresh) {
