@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU section of docs/PERFORMANCE.md and the checks behind it, on a machine with a GPU driver
-# but none of Debian's OpenCL packages: a build made elsewhere and bundled by
-# ../shared/gpu/bundle.sh (see its header) is run here through the vendor's OpenCL driver.
+# but none of Debian's OpenCL packages: a build made elsewhere, with its shared libraries bundled
+# in BUILD/gpu-lib and a BUILD/gpu-env.sh that points the bundled ICD loader at the vendor's
+# OpenCL driver, is run here through that driver.
 #   tools/gpu-report.sh BUILD OUT STEPS...
 # STEPS, in the order given: env (driver, clffn-devices, --check), tests (every Criterion program
 # run directly, as ctest's files hold the building machine's paths; the logs of failing ones
