@@ -905,6 +905,12 @@ static size_t phase_k_block_rows(search *r, size_t min_indirect, size_t k_block)
     return r->o.T < CLFFN_MAX_GEMM_K_BLOCK_MIN_ROWS ? r->o.T : CLFFN_MAX_GEMM_K_BLOCK_MIN_ROWS;
 }
 
+/* The block a product of T token rows gets from the library under that threshold (clffn__sgemm:
+ * m >= GEMM_K_BLOCK_MIN_ROWS), for the children, which run every product blocked. */
+static size_t k_block_at(size_t T, size_t k_block, size_t k_min_rows) {
+    return T >= k_min_rows ? k_block : 0;
+}
+
 /* What phases 5 and 6 found: the GEMV kernels' parameters and the crossover. */
 typedef struct gemv_result {
     pset fast, rot;
@@ -972,7 +978,7 @@ static size_t phase_gemv_crossover(search *r, size_t min_indirect, size_t k_bloc
         ov.gemv = g->have ? gemv_spec(spec, sizeof spec, CLFFN_MAX_GEMV_TOKENS, g) : "65536";
         om.gemv = zero;
         double tv, tm;
-        const size_t kb = T >= k_min_rows ? k_block : 0; /* as the library will run it */
+        const size_t kb = k_block_at(T, k_block, k_min_rows);
         if (eval_child(&ov, T, &r->s.xgemm, &r->s.direct, min_indirect, kb, &tv) != 0 ||
             eval_child(&om, T, &r->s.xgemm, &r->s.direct, min_indirect, kb, &tm) != 0) {
             break;
@@ -1049,7 +1055,7 @@ static int finish(search *r, size_t small_t, int have_before, double before_s) {
     const state *s = &r->s;
     if (eval_child(&r->o, r->o.T, &s->xgemm, &s->direct, min_indirect, k_block, &after_s) ||
         eval_child(&r->o, small_t, &s->xgemm, &s->direct, min_indirect,
-                   small_t >= k_min_rows ? k_block : 0, &small_s)) {
+                   k_block_at(small_t, k_block, k_min_rows), &small_s)) {
         fprintf(stderr, "clffn-tune: the winning parameters fail the check against the CPU; "
                         "no profile written\n");
         return 1;

@@ -9,9 +9,9 @@
 # kept), erf (the exhaustive erf sweep, in the background; `wait` ends it), bench (clffn-bench
 # on the shapes of the table, then PyTorch's fp32 FFN on the same shapes), gemms
 # (clffn-bench-gemms), tune (clffn-tune into OUT/tune, BUDGET seconds, on TUNE_SHAPE; its log in
-# OUT/tune.log), variants (OUT/tune's profile with the direct kernel only below m·n·k = 256^3,
-# and with no K-block, for compare), compare (each shape with CLBlast's defaults, with each
-# profile folder of COMPARE (default OUT/tune and the variants), then PyTorch, in turn).
+# OUT/tune.log), compare (each shape with CLBlast's defaults, with each profile folder of COMPARE
+# (default OUT/tune; a folder with no profile for the device means the built-in one), then
+# PyTorch, in turn).
 # Every step has its own time limit; a failing step does not stop the others.
 set -uo pipefail
 build=${1:?usage: gpu-report.sh BUILD OUT STEPS...}
@@ -101,25 +101,10 @@ for step in "$@"; do
             $tune_shape 2>&1 | tr '\r' '\n' | grep -v '^\s*$' >"$out/tune.log"
         grep -v $'^\t' "$out/tune.log"
         ;;
-    variants)
-        for p in "$out"/tune/*.json; do
-            mkdir -p /tmp/v-tiled /tmp/v-noblock
-            python3 - "$p" <<'PY'
-import json, os, sys
-p = json.load(open(sys.argv[1]))
-name = os.path.basename(sys.argv[1])
-p["clblast"]["GemmRoutine"]["XGEMM_MIN_INDIRECT_SIZE"] = 256
-json.dump(p, open("/tmp/v-tiled/" + name, "w"))
-p = json.load(open(sys.argv[1]))
-p["clffn"]["GEMM_K_BLOCK"] = 0
-json.dump(p, open("/tmp/v-noblock/" + name, "w"))
-PY
-        done
-        ;;
     compare)
         for s in "${shapes[@]}"; do
             CLFFN_NO_TUNING=1 clffn_bench $s
-            for dir in ${COMPARE:-$out/tune /tmp/v-tiled /tmp/v-noblock}; do
+            for dir in ${COMPARE:-$out/tune}; do
                 CLFFN_TUNE_DIR=$dir clffn_bench $s
             done
             torch_bench "$s"
