@@ -393,6 +393,30 @@ CLFFN_API clffn_status clffn_context_set_gemv_max_tokens(clffn_context *ctx, siz
 /** The context's small-batch crossover (see clffn_context_set_gemv_max_tokens); 0 for NULL. */
 CLFFN_API size_t clffn_context_gemv_max_tokens(const clffn_context *ctx);
 
+/** The layout uploaded weights are kept in on a device whose tuning profile does not say
+ *  otherwise: [in, out]. CLBlast's tiled SGEMM kernel, as tuned for nearly every device
+ *  (GEMMK 0), wants both operands with the inner dimension running down the rows; the
+ *  forward's products find [in, out] weights that way, while [out, in] ones are transposed
+ *  into scratch on every forward call: on POCL about as long as the product itself for a few
+ *  tokens, and its matrix-vector kernel reads them half as fast (docs/PERFORMANCE.md). */
+#define CLFFN_DEFAULT_WEIGHT_LAYOUT CLFFN_LAYOUT_IN_OUT
+
+/** Sets the layout clffn_ffn_upload_weights() (and clffn_ffn_init_weights()) keep W1, V and W2
+ *  in on the device, whatever layout they are handed over in: [in, out] makes the forward's
+ *  products cheapest with CLBlast's usual kernels and the backward's input products dearer by
+ *  the same transposition, [out, in] the reverse, so inference gains and training breaks even.
+ *  The layout handed over stays the FFN's for everything the caller sees (gradients, TP
+ *  gathers). Bound weights (clffn_ffn_bind_weights) are always used as they are. The tuning
+ *  profile sets it when the context opens its device ("clffn": {"WEIGHT_LAYOUT": n}, n a
+ *  clffn_layout value; clffn-tune measures it), else CLFFN_DEFAULT_WEIGHT_LAYOUT. Takes effect
+ *  at the next upload; weights already uploaded stay as they are. Errors: NULL_ARGUMENT;
+ *  INVALID_LAYOUT. */
+CLFFN_API clffn_status clffn_context_set_weight_layout(clffn_context *ctx, clffn_layout layout);
+
+/** The layout the context's uploads keep weights in (see clffn_context_set_weight_layout);
+ *  CLFFN_DEFAULT_WEIGHT_LAYOUT for NULL. */
+CLFFN_API clffn_layout clffn_context_weight_layout(const clffn_context *ctx);
+
 /* ---------------------------------------------------------------------------------------------
  * FFN
  * ------------------------------------------------------------------------------------------- */
@@ -514,9 +538,11 @@ CLFFN_API clffn_status clffn_tp_backward_host(clffn_tp *tp, size_t tokens, const
                                               float *dx, size_t dx_len,
                                               const clffn_weight_arrays *grads, int accumulate);
 
-/** Uploads host weights (blocking) into device buffers the FFN owns, in the given layout;
- *  no host-side transposition is made. Replaces any earlier weights. Errors: NULL ffn/weights or
- *  a needed array NULL → NULL_ARGUMENT; bad layout → INVALID_LAYOUT; OpenCL's. */
+/** Uploads host weights (blocking) given in `layout` into device buffers the FFN owns, kept in
+ *  the context's weight layout (clffn_context_set_weight_layout): transposed on the way when
+ *  the two differ. Gradients come back in `layout`. Replaces any earlier weights; on error the
+ *  earlier ones stay. Errors: NULL ffn/weights or a needed array NULL → NULL_ARGUMENT; bad
+ *  layout → INVALID_LAYOUT; OpenCL's. */
 CLFFN_API clffn_status clffn_ffn_upload_weights(clffn_ffn *ffn, clffn_layout layout,
                                                 const clffn_host_weights *weights);
 

@@ -52,9 +52,10 @@ static cl_int layer2_gemms(clffn_ffn *ffn, const clffn_gemm_env *env, size_t T, 
                            const clffn_device_weights *g, float beta) {
     const clffn_config *c = &ffn->cfg;
     const clffn_matrix h = {ffn->ws.h, 0, c->d_ff}, dh = {ffn->ws.dh, 0, c->d_ff};
-    clffn_linear dw2 = ffn->w2;
+    clffn_linear dw2 = ffn->w2; /* W2's shape, in the caller's layout */
     dw2.mem = g->w2.mem;
     dw2.offset = g->w2.offset;
+    dw2.layout = ffn->grad_layout;
     cl_int err = clffn__linear_backward_input(env, &ffn->w2, T, dy, 0.0f, dh);
     if (err == CL_SUCCESS) { err = clffn__linear_backward_weight(env, &dw2, T, dy, h, beta); }
     return err;
@@ -69,8 +70,8 @@ static cl_int layer1_weight_gemms(clffn_ffn *ffn, const clffn_gemm_env *env, siz
     const clffn_matrix dz = {ffn->ws.dz, 0, clffn__n1(c)};
     const bool stacked_g = c->gated && !g->v.mem;
     const clffn_linear dw1 = {g->w1.mem, g->w1.offset, c->d_model, stacked_g ? 2 * F : F,
-                              ffn->w1.layout};
-    const clffn_linear dv = {g->v.mem, g->v.offset, c->d_model, F, ffn->w1.layout};
+                              ffn->grad_layout};
+    const clffn_linear dv = {g->v.mem, g->v.offset, c->d_model, F, ffn->grad_layout};
     clffn_part parts[2];
     const size_t n = clffn__first_layer(c->gated, stacked_g, &dw1, &dv, parts);
     cl_int err = CL_SUCCESS;

@@ -18,13 +18,13 @@ static cl_int transfer_stacked(const clffn_ffn *ffn, cl_command_queue q, int wri
     const size_t D = ffn->cfg.d_model, F = ffn->cfg.d_ff, fd = F * D * sizeof(float);
     const cl_mem g = ffn->ws.g_w1;
     float *const parts[2] = {w1, v};
-    const int in_out = ffn->w1.layout == CLFFN_LAYOUT_IN_OUT;
     if (write && v) {
-        return clffn__write_stacked(q, g, in_out, in_out ? D : F, in_out ? F : D, w1, v);
+        const float *const both[2] = {w1, v};
+        return clffn__write_weight(q, g, ffn->grad_layout, ffn->grad_layout, F, D, both);
     }
     cl_int err = CL_SUCCESS;
     for (size_t i = 0; i < 2 && parts[i] && err == CL_SUCCESS; ++i) {
-        if (ffn->w1.layout == CLFFN_LAYOUT_OUT_IN || !v) { /* whole rows: contiguous */
+        if (ffn->grad_layout == CLFFN_LAYOUT_OUT_IN || !v) { /* whole rows: contiguous */
             err = write ? clEnqueueWriteBuffer(q, g, CL_FALSE, i * fd, fd, parts[i], 0, NULL, NULL)
                         : clEnqueueReadBuffer(q, g, CL_FALSE, i * fd, fd, parts[i], 0, NULL, NULL);
             continue;

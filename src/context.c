@@ -46,6 +46,7 @@ static clffn_status context_init(clffn_context *ctx, cl_context context, cl_devi
         ctx->gemm_k_block = ctx->tuning.gemm_k_block;
         ctx->gemv_max_tokens = ctx->tuning.gemv_max_tokens;
         ctx->gemm_k_block_min_rows = ctx->tuning.gemm_k_block_min_rows;
+        ctx->weight_layout = ctx->tuning.weight_layout;
     } else {
         pthread_mutex_destroy(&ctx->lock);
         clReleaseCommandQueue(ctx->queue);
@@ -222,4 +223,17 @@ clffn_status clffn_context_set_gemv_max_tokens(clffn_context *ctx, size_t max_to
 
 size_t clffn_context_gemv_max_tokens(const clffn_context *ctx) {
     return ctx ? ctx->gemv_max_tokens : 0;
+}
+
+clffn_status clffn_context_set_weight_layout(clffn_context *ctx, clffn_layout layout) {
+    if (!ctx) { return CLFFN_ERROR_NULL_ARGUMENT; }
+    if (layout != CLFFN_LAYOUT_OUT_IN && layout != CLFFN_LAYOUT_IN_OUT) {
+        return CLFFN_ERROR_INVALID_LAYOUT;
+    }
+    ctx->weight_layout = layout;
+    return CLFFN_SUCCESS;
+}
+
+clffn_layout clffn_context_weight_layout(const clffn_context *ctx) {
+    return ctx ? ctx->weight_layout : CLFFN_DEFAULT_WEIGHT_LAYOUT;
 }

@@ -48,6 +48,9 @@ struct clffn_context {
     /* products over fewer token rows than this are not K-blocked (clffn__sgemm); from the
      * tuning profile, or clffn_context_set_gemm_k_block_min_rows() */
     size_t gemm_k_block_min_rows;
+    /* the layout uploads keep W1, V and W2 in; from the tuning profile, or
+     * clffn_context_set_weight_layout() */
+    clffn_layout weight_layout;
 };
 
 #endif

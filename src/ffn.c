@@ -23,8 +23,9 @@ static void weights_release(clffn_ffn *ffn) {
     ffn->has_weights = false;
 }
 
-/* Sets the FFN's weights from buffers it holds a reference to (owned or retained). */
-static void weights_set(clffn_ffn *ffn, clffn_layout layout, bool stacked,
+/* Sets the FFN's weights from buffers it holds a reference to (owned or retained), kept in
+ * `layout` and handed over in `given`. */
+static void weights_set(clffn_ffn *ffn, clffn_layout layout, clffn_layout given, bool stacked,
                         const clffn_buffer m[6]) {
     const size_t D = ffn->cfg.d_model, F = ffn->cfg.d_ff;
     const clffn_linear w1 = {m[0].mem, m[0].offset, D, stacked ? 2 * F : F, layout};
@@ -36,6 +37,7 @@ static void weights_set(clffn_ffn *ffn, clffn_layout layout, bool stacked,
     ffn->b1 = m[1];
     ffn->bv = m[3];
     ffn->b2 = m[5];
+    ffn->grad_layout = given;
     ffn->stacked = stacked;
     ffn->has_weights = true;
 }
@@ -198,18 +200,20 @@ clffn_status clffn_ffn_upload_weights(clffn_ffn *ffn, clffn_layout layout,
         return CLFFN_ERROR_NULL_ARGUMENT;
     }
     clffn_context *ctx = ffn->ctx;
+    const clffn_layout kept = ctx->weight_layout;
     const size_t D = c->d_model, F = c->d_ff;
     cl_mem m[6] = {NULL}; /* w1 (stacked with V when gated), b1, bv, w2, b2 */
-    clffn_status st = upload(ctx, clffn__n1(c) * D, c->gated ? NULL : w->w1, &m[0]);
-    if (st == CLFFN_SUCCESS && c->gated) { /* OUT_IN [2F, D]: W1's rows, then V's; IN_OUT
-                                            * [D, 2F]: each row holds W1's F values, then V's */
-        const int in_out = layout == CLFFN_LAYOUT_IN_OUT;
-        st = (clffn_status)clffn__write_stacked(ctx->queue, m[0], in_out, in_out ? D : F,
-                                                in_out ? F : D, w->w1, w->v);
+    const float *const first[2] = {w->w1, c->gated ? w->v : NULL}, *const second[2] = {w->w2};
+    clffn_status st = upload(ctx, clffn__n1(c) * D, NULL, &m[0]);
+    if (st == CLFFN_SUCCESS) {
+        st = (clffn_status)clffn__write_weight(ctx->queue, m[0], kept, layout, F, D, first);
     }
     if (st == CLFFN_SUCCESS && c->bias1) { st = upload(ctx, F, w->b1, &m[1]); }
     if (st == CLFFN_SUCCESS && c->gated && c->bias_gate) { st = upload(ctx, F, w->bv, &m[2]); }
-    if (st == CLFFN_SUCCESS) { st = upload(ctx, D * F, w->w2, &m[3]); }
+    if (st == CLFFN_SUCCESS) { st = upload(ctx, D * F, NULL, &m[3]); }
+    if (st == CLFFN_SUCCESS) {
+        st = (clffn_status)clffn__write_weight(ctx->queue, m[3], kept, layout, D, F, second);
+    }
     if (st == CLFFN_SUCCESS && c->bias2) { st = upload(ctx, D, w->b2, &m[4]); }
     if (st != CLFFN_SUCCESS) { /* the old weights stay in place */
         for (int i = 0; i < 6; ++i) {
@@ -219,7 +223,7 @@ clffn_status clffn_ffn_upload_weights(clffn_ffn *ffn, clffn_layout layout,
     }
     weights_release(ffn);
     const clffn_buffer bufs[6] = {{m[0], 0}, {m[1], 0}, {NULL, 0}, {m[2], 0}, {m[3], 0}, {m[4], 0}};
-    weights_set(ffn, layout, c->gated != 0, bufs);
+    weights_set(ffn, kept, layout, c->gated != 0, bufs);
     return CLFFN_SUCCESS;
 }
 
@@ -281,7 +285,7 @@ clffn_status clffn_ffn_bind_weights(clffn_ffn *ffn, clffn_layout layout,
         clRetainMemObject(checks[i].b->mem);
         bufs[i] = *checks[i].b;
     }
-    weights_set(ffn, layout, stacked, bufs);
+    weights_set(ffn, layout, layout, stacked, bufs);
     return CLFFN_SUCCESS;
 }
 

@@ -43,6 +43,9 @@ struct clffn_ffn {
     bool has_weights;
     bool stacked;           /* gated with V stacked into w1: one product for both */
     clffn_linear w1, v, w2; /* w1: in D, out N1 when stacked, else F; w2: in F, out D */
+    /* the layout the caller handed the weights over in, which gradients are written in; the
+     * linears' own layout is how they are kept (clffn_context_set_weight_layout) */
+    clffn_layout grad_layout;
     clffn_buffer b1, bv, b2;
 
     /* a tensor-parallel shard holds the hidden columns [hidden_col0, hidden_col0 + d_ff) of a

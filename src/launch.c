@@ -43,20 +43,38 @@ void clffn__release_when_done(cl_command_queue queue, cl_mem mem) {
     clReleaseMemObject(mem);
 }
 
-cl_int clffn__write_stacked(cl_command_queue queue, cl_mem m, int side_by_side, size_t rows,
-                            size_t cols, const float *a, const float *b) {
-    const size_t row = cols * sizeof(float), half = rows * row;
+/* The tile of the host-side transposition: two 64 × 64 float tiles (32 KiB) stay in L1/L2. */
+#define WEIGHT_TILE 64
+
+cl_int clffn__write_weight(cl_command_queue queue, cl_mem m, clffn_layout kept, clffn_layout given,
+                           size_t out, size_t in, const float *const parts[2]) {
+    const size_t P = parts[1] ? 2 : 1, n = out * in;
     cl_int err;
-    unsigned char *dst = clEnqueueMapBuffer(queue, m, CL_TRUE, CL_MAP_WRITE_INVALIDATE_REGION, 0,
-                                            2 * half, 0, NULL, NULL, &err);
+    float *dst = clEnqueueMapBuffer(queue, m, CL_TRUE, CL_MAP_WRITE_INVALIDATE_REGION, 0,
+                                    P * n * sizeof(float), 0, NULL, NULL, &err);
     if (err != CL_SUCCESS) { return err; }
-    if (!side_by_side) {
-        memcpy(dst, a, half);
-        memcpy(dst + half, b, half);
-    } else {
-        for (size_t r = 0; r < rows; ++r) {
-            memcpy(dst + 2 * r * row, (const unsigned char *)a + r * row, row);
-            memcpy(dst + (2 * r + 1) * row, (const unsigned char *)b + r * row, row);
+    /* element (o, i) of part p: at o·so + i·si in the source, base + o·do_ + i·di in m */
+    const int src_oi = given == CLFFN_LAYOUT_OUT_IN, dst_oi = kept == CLFFN_LAYOUT_OUT_IN;
+    const size_t so = src_oi ? in : 1, si = src_oi ? 1 : out;
+    const size_t do_ = dst_oi ? in : 1, di = dst_oi ? 1 : P * out;
+    for (size_t p = 0; p < P; ++p) {
+        const float *src = parts[p];
+        float *d = dst + (dst_oi ? p * n : p * out);
+        for (size_t o0 = 0; o0 < out; o0 += WEIGHT_TILE) {
+            const size_t o1 = o0 + WEIGHT_TILE < out ? o0 + WEIGHT_TILE : out;
+            for (size_t i0 = 0; i0 < in; i0 += WEIGHT_TILE) {
+                const size_t i1 = i0 + WEIGHT_TILE < in ? i0 + WEIGHT_TILE : in;
+                /* the inner loop runs along m's rows, so the stores are contiguous */
+                if (dst_oi) {
+                    for (size_t o = o0; o < o1; ++o) {
+                        for (size_t i = i0; i < i1; ++i) { d[o * do_ + i] = src[o * so + i * si]; }
+                    }
+                } else {
+                    for (size_t i = i0; i < i1; ++i) {
+                        for (size_t o = o0; o < o1; ++o) { d[o + i * di] = src[o * so + i * si]; }
+                    }
+                }
+            }
         }
     }
     err = clEnqueueUnmapMemObject(queue, m, dst, 0, NULL, NULL);

@@ -37,13 +37,16 @@ cl_mem clffn__buffer(const clffn_context *ctx, cl_mem_flags flags, size_t bytes,
  * Without a marker, waits for the queue and releases it now. */
 void clffn__release_when_done(cl_command_queue queue, cl_mem mem);
 
-/* Writes two row-major [rows, cols] host matrices a and b into m as one stacked matrix: one
- * after the other ([2·rows, cols], side_by_side 0) or side by side, each row of m holding a's
- * row then b's ([rows, 2·cols]). One mapped transfer of the whole of m (write-invalidate), not
- * one write per part: zero-copy on a CPU device, and every byte of m is written by a single
- * host store, which a strict simulator tracks (docs/RELIABILITY.md). Blocks until written. */
-cl_int clffn__write_stacked(cl_command_queue queue, cl_mem m, int side_by_side, size_t rows,
-                            size_t cols, const float *a, const float *b);
+/* Writes a linear layer's weight into m from host arrays: parts[0], and parts[1] (V, stacked
+ * after W1; NULL for one part), each out × in, given in layout `given`, kept in layout `kept`,
+ * the parts stacked as clffn_device_weights describes: [P·out, in] (OUT_IN), or [in, P·out]
+ * with each row holding the parts' out values in turn (IN_OUT). Transposed on the host in
+ * tiles that stay in cache when the layouts differ. One mapped transfer of the whole of m
+ * (write-invalidate), not one write per part: zero-copy on a CPU device, and every byte of m
+ * is written by a single host store, which a strict simulator tracks (docs/RELIABILITY.md).
+ * Blocks until written. */
+cl_int clffn__write_weight(cl_command_queue queue, cl_mem m, clffn_layout kept, clffn_layout given,
+                           size_t out, size_t in, const float *const parts[2]);
 
 /* mem belongs to ctx and holds floats [offset, offset + count): NULL_ARGUMENT,
  * INVALID_ARGUMENT (another context), SIZE_OVERFLOW, BUFFER_TOO_SMALL, OpenCL's. */

@@ -83,16 +83,30 @@ static double whole_in(const cJSON *p, double max) {
     return p->valuedouble;
 }
 
+/* clffn's own values where no profile sets them ("applied" is left alone). */
+static void own_defaults(clffn_tuning *t) {
+    t->gemm_k_block = 0;
+    t->gemv_max_tokens = CLFFN_DEFAULT_GEMV_MAX_TOKENS;
+    t->gemm_k_block_min_rows = 0;
+    t->weight_layout = CLFFN_DEFAULT_WEIGHT_LAYOUT;
+}
+
+/* Takes a parsed profile's own values, keeping what *out says was applied. */
+static void own_take(clffn_tuning *out, const clffn_tuning *own) {
+    char applied[sizeof out->applied];
+    memcpy(applied, out->applied, sizeof applied);
+    *out = *own;
+    memcpy(out->applied, applied, sizeof applied);
+}
+
 /* The profile's own "clffn" section: {"GEMM_K_BLOCK": n, "GEMM_K_BLOCK_MIN_ROWS": n,
- * "GEMV_MAX_TOKENS": n} (clffn__sgemm's inner-dimension block, 0 for none; the fewest token
- * rows a product needs to be blocked; the most tokens that run as matrix-vector products). A
- * missing name keeps its default (0; CLFFN_DEFAULT_GEMV_MAX_TOKENS); an unknown name or a bad
- * value makes the whole profile invalid, so a typo is reported instead of silently doing
- * nothing. */
+ * "GEMV_MAX_TOKENS": n, "WEIGHT_LAYOUT": n} (clffn__sgemm's inner-dimension block, 0 for none;
+ * the fewest token rows a product needs to be blocked; the most tokens that run as
+ * matrix-vector products; the clffn_layout uploads keep weights in). A missing name keeps its
+ * default (own_defaults); an unknown name or a bad value makes the whole profile invalid, so a
+ * typo is reported instead of silently doing nothing. */
 static clffn_status parse_clffn_section(const cJSON *root, clffn_tuning *out) {
-    out->gemm_k_block = 0;
-    out->gemv_max_tokens = CLFFN_DEFAULT_GEMV_MAX_TOKENS;
-    out->gemm_k_block_min_rows = 0;
+    own_defaults(out);
     const cJSON *sec = cJSON_GetObjectItemCaseSensitive(root, "clffn");
     if (!sec) { return CLFFN_SUCCESS; }
     if (!cJSON_IsObject(sec)) { return CLFFN_ERROR_INVALID_ARGUMENT; }
@@ -108,6 +122,9 @@ static clffn_status parse_clffn_section(const cJSON *root, clffn_tuning *out) {
         } else if (!strcmp(p->string, "GEMM_K_BLOCK_MIN_ROWS") &&
                    (v = whole_in(p, (double)CLFFN_MAX_GEMM_K_BLOCK_MIN_ROWS)) >= 0) {
             out->gemm_k_block_min_rows = (size_t)v;
+        } else if (!strcmp(p->string, "WEIGHT_LAYOUT") &&
+                   (v = whole_in(p, (double)CLFFN_LAYOUT_IN_OUT)) >= 0) {
+            out->weight_layout = v > 0 ? CLFFN_LAYOUT_IN_OUT : CLFFN_LAYOUT_OUT_IN;
         } else {
             return CLFFN_ERROR_INVALID_ARGUMENT;
         }
@@ -189,9 +206,7 @@ int clffn_tuning_has_profile(cl_device_id device) {
 }
 
 clffn_status clffn__tuning_apply(cl_device_id device, clffn_tuning *out) {
-    out->gemm_k_block = 0;
-    out->gemv_max_tokens = CLFFN_DEFAULT_GEMV_MAX_TOKENS;
-    out->gemm_k_block_min_rows = 0;
+    own_defaults(out);
     const char *off = getenv("CLFFN_NO_TUNING");
     if (off && *off && strcmp(off, "0") != 0) {
         snprintf(out->applied, sizeof out->applied, "none (CLFFN_NO_TUNING is set)");
@@ -208,9 +223,7 @@ clffn_status clffn__tuning_apply(cl_device_id device, clffn_tuning *out) {
             const clffn_status st = apply_json(device, text, 0, &own);
             free(text);
             if (st == CLFFN_SUCCESS) {
-                out->gemm_k_block = own.gemm_k_block;
-                out->gemv_max_tokens = own.gemv_max_tokens;
-                out->gemm_k_block_min_rows = own.gemm_k_block_min_rows;
+                own_take(out, &own);
                 snprintf(out->applied, sizeof out->applied, "profile %s", path);
                 return CLFFN_SUCCESS;
             }
@@ -223,11 +236,7 @@ clffn_status clffn__tuning_apply(cl_device_id device, clffn_tuning *out) {
     const clffn_status st =
         builtin ? apply_json(device, builtin, 1, &own) : CLFFN_ERROR_INVALID_ARGUMENT;
     if (st == CLFFN_ERROR_OUT_OF_HOST_MEMORY) { return st; }
-    if (st == CLFFN_SUCCESS) {
-        out->gemm_k_block = own.gemm_k_block;
-        out->gemv_max_tokens = own.gemv_max_tokens;
-        out->gemm_k_block_min_rows = own.gemm_k_block_min_rows;
-    }
+    if (st == CLFFN_SUCCESS) { own_take(out, &own); }
     snprintf(out->applied, sizeof out->applied, "%s%s%s%s",
              st == CLFFN_SUCCESS ? "built-in profile" : "none (CLBlast's defaults)",
              skipped ? " (" : "", skipped ? skipped : "",

@@ -12,6 +12,7 @@ typedef struct clffn_tuning {
     /* "clffn": {"GEMV_MAX_TOKENS": n}; CLFFN_DEFAULT_GEMV_MAX_TOKENS without one */
     size_t gemv_max_tokens;
     size_t gemm_k_block_min_rows; /* "GEMM_K_BLOCK_MIN_ROWS": n; 0 without one */
+    clffn_layout weight_layout;   /* "WEIGHT_LAYOUT": n; CLFFN_DEFAULT_WEIGHT_LAYOUT without */
 } clffn_tuning;
 
 /* Applies the device's profile file, else its built-in profile, else nothing (CLBlast's own

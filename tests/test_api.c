@@ -458,6 +458,48 @@ Test(api, gemm_k_block_setting) {
     clffn_context_destroy(ctx);
 }
 
+/* A context on the suite's device with no tuning profile applied: the library's defaults. */
+static clffn_context *untuned_context(void) {
+    setenv("CLFFN_NO_TUNING", "1", 1);
+    clffn_context *ctx = test_context();
+    unsetenv("CLFFN_NO_TUNING");
+    return ctx;
+}
+
+/* The layout uploads keep weights in is the context's: taken by the next upload, not by
+ * weights already on the device; bad values change nothing. */
+Test(api, weight_layout_setting) {
+    clffn_context *ctx = test_context();
+    clffn_config c = clffn_config_default(24, 40);
+    c.gated = 1;
+    test_weights w;
+    test_weights_make(&w, &c, CLFFN_LAYOUT_OUT_IN, 5);
+    clffn_ffn *ffn = NULL;
+    ASSERT_OK(clffn_ffn_create(ctx, &c, &ffn));
+    for (int kept = 0; kept < 2; ++kept) {
+        ASSERT_OK(clffn_context_set_weight_layout(ctx, (clffn_layout)kept));
+        cr_assert_eq(clffn_context_weight_layout(ctx), (clffn_layout)kept);
+        ASSERT_OK(clffn_ffn_upload_weights(ffn, CLFFN_LAYOUT_OUT_IN, &w.host));
+        /* the other layout for later uploads: these weights stay as they were kept */
+        ASSERT_OK(clffn_context_set_weight_layout(ctx, (clffn_layout)!kept));
+        assert_host_forward(ffn, &c, &w, 5, kept ? "kept in_out" : "kept out_in");
+    }
+    ASSERT_STATUS(clffn_context_set_weight_layout(ctx, (clffn_layout)2),
+                  CLFFN_ERROR_INVALID_LAYOUT);
+    ASSERT_STATUS(clffn_context_set_weight_layout(ctx, (clffn_layout)-1),
+                  CLFFN_ERROR_INVALID_LAYOUT);
+    cr_assert_eq(clffn_context_weight_layout(ctx), CLFFN_LAYOUT_OUT_IN); /* the loop's last */
+    ASSERT_STATUS(clffn_context_set_weight_layout(NULL, CLFFN_LAYOUT_OUT_IN),
+                  CLFFN_ERROR_NULL_ARGUMENT);
+    cr_assert_eq(clffn_context_weight_layout(NULL), CLFFN_DEFAULT_WEIGHT_LAYOUT);
+    clffn_ffn_destroy(ffn);
+    test_weights_free(&w);
+    clffn_context_destroy(ctx);
+    ctx = untuned_context();
+    cr_assert_eq(clffn_context_weight_layout(ctx), CLFFN_DEFAULT_WEIGHT_LAYOUT);
+    clffn_context_destroy(ctx);
+}
+
 /* The small-batch crossover is the context's too; with no profile saying otherwise it is one
  * token. */
 Test(api, gemv_max_tokens_setting) {
@@ -472,11 +514,9 @@ Test(api, gemv_max_tokens_setting) {
     ASSERT_STATUS(clffn_context_set_gemv_max_tokens(NULL, 4), CLFFN_ERROR_NULL_ARGUMENT);
     cr_assert_eq(clffn_context_gemv_max_tokens(NULL), 0);
     clffn_context_destroy(ctx);
-    setenv("CLFFN_NO_TUNING", "1", 1);
-    ctx = test_context();
+    ctx = untuned_context();
     cr_assert_eq(clffn_context_gemv_max_tokens(ctx), CLFFN_DEFAULT_GEMV_MAX_TOKENS);
     clffn_context_destroy(ctx);
-    unsetenv("CLFFN_NO_TUNING");
 }
 
 /* Every built-in profile (POCL's, the H100's, ...) is accepted whole by CLBlast and computes the

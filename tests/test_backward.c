@@ -215,15 +215,18 @@ ParameterizedTest(bvariant *v, backward_device, variants, .timeout = 120) {
         const size_t s = k / 2;
         const int side = (int)(k % 2);
         ASSERT_OK(clffn_context_set_gemv_max_tokens(ctx, test_gemv_sides[side]));
-        for (int layout = 0; layout < 2; ++layout) {
+        /* handed over in one layout, kept in either: the gradients come back in the first */
+        for (int lk = 0; lk < 4; ++lk) {
+            const int layout = lk / 2;
+            ASSERT_OK(clffn_context_set_weight_layout(ctx, (clffn_layout)(lk % 2)));
             clffn_config c = clffn_config_default(bshapes[s][1], bshapes[s][2]);
             c.activation = v->act, c.gated = v->gated, c.bias1 = v->bias1, c.bias2 = v->bias2;
             c.bias_gate = v->bias_gate;
             char what[160];
-            snprintf(what, sizeof what, "%s%s b1=%d b2=%d bg=%d T=%zu D=%zu F=%zu %s %s",
+            snprintf(what, sizeof what, "%s%s b1=%d b2=%d bg=%d T=%zu D=%zu F=%zu %s kept %s %s",
                      clffn_activation_name(v->act), v->gated ? " gated" : "", v->bias1, v->bias2,
                      v->bias_gate, bshapes[s][0], c.d_model, c.d_ff, layout ? "in_out" : "out_in",
-                     test_gemv_side_name(side));
+                     lk % 2 ? "in_out" : "out_in", test_gemv_side_name(side));
             device_case(ctx, &c, (clffn_layout)layout, bshapes[s][0], 0, what);
         }
     }
@@ -236,6 +239,8 @@ Test(backward_device, dropout_and_residual) {
     for (int k = 0; k < 4; ++k) {
         const int gated = k / 2, side = k % 2;
         ASSERT_OK(clffn_context_set_gemv_max_tokens(ctx, test_gemv_sides[side]));
+        /* kept [out, in] on one GEMV side and [in, out] on the other, handed over either way */
+        ASSERT_OK(clffn_context_set_weight_layout(ctx, (clffn_layout)side));
         clffn_config c = clffn_config_default(20, 44);
         c.activation = CLFFN_ACT_GELU_TANH, c.gated = gated, c.dropout = 0.35f, c.residual = 1;
         char what[80];
@@ -335,8 +340,11 @@ Test(backward_device, k_blocked_gemms, .timeout = 180) {
     const size_t T = 150, D = 131, F = 200;
     clffn_config c = clffn_config_default(D, F);
     c.activation = CLFFN_ACT_GELU;
+    /* each handed over in one layout and kept in the other */
+    ASSERT_OK(clffn_context_set_weight_layout(ctx, CLFFN_LAYOUT_IN_OUT));
     device_case(ctx, &c, CLFFN_LAYOUT_OUT_IN, T, 0, "k-blocked plain");
     c.gated = 1, c.activation = CLFFN_ACT_SILU, c.residual = 1, c.dropout = 0.2f;
+    ASSERT_OK(clffn_context_set_weight_layout(ctx, CLFFN_LAYOUT_OUT_IN));
     device_case(ctx, &c, CLFFN_LAYOUT_IN_OUT, T, 1, "k-blocked gated residual dropout");
     separate_gate_case(ctx, T, D, F);
     clffn_context_destroy(ctx);

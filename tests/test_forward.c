@@ -1,7 +1,8 @@
 /* The forward pass against the double-precision reference: every activation × plain/gated ×
- * each bias flag, on odd shapes, both weight layouts, the host and the device way in, with
- * non-zero buffer offsets and canaries around every output. */
+ * each bias flag, on odd shapes, both weight layouts handed over × both kept on the device, the
+ * host and the device way in, with non-zero buffer offsets and canaries around every output. */
 #include "common.h"
+#include "internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,10 +26,11 @@ static void run_case(clffn_context *ctx, const variant *v, const size_t shape[3]
     c.bias_gate = v->bias_gate;
     const size_t T = shape[0], D = c.d_model, F = c.d_ff;
     char what[160];
-    snprintf(what, sizeof what, "%s%s b1=%d b2=%d bg=%d T=%zu D=%zu F=%zu %s %s",
+    const clffn_layout kept = clffn_context_weight_layout(ctx);
+    snprintf(what, sizeof what, "%s%s b1=%d b2=%d bg=%d T=%zu D=%zu F=%zu %s kept %s %s",
              clffn_activation_name(v->act), v->gated ? " gated" : "", v->bias1, v->bias2,
              v->bias_gate, T, D, F, layout == CLFFN_LAYOUT_OUT_IN ? "out_in" : "in_out",
-             test_gemv_side_name(side));
+             kept == CLFFN_LAYOUT_OUT_IN ? "out_in" : "in_out", test_gemv_side_name(side));
 
     test_weights w;
     test_weights_make(&w, &c, layout, 1000 + T * 7 + D * 3 + F);
@@ -45,6 +47,9 @@ static void run_case(clffn_context *ctx, const variant *v, const size_t shape[3]
     clffn_ffn *ffn = NULL;
     ASSERT_OK(clffn_ffn_create(ctx, &c, &ffn));
     ASSERT_OK(clffn_ffn_upload_weights(ffn, layout, &w.host));
+    /* kept as the context says, whatever layout came in; the caller's stays the gradients' */
+    cr_assert(ffn->w1.layout == kept && ffn->w2.layout == kept, "%s", what);
+    cr_assert_eq(ffn->grad_layout, layout, "%s", what);
 
     /* host level */
     ASSERT_OK(clffn_forward_host(ffn, T, x, T * D, y, T * D));
@@ -84,8 +89,10 @@ static void run_case(clffn_context *ctx, const variant *v, const size_t shape[3]
 
 static void run_variant(const variant *v) {
     clffn_context *ctx = test_context();
-    for (int side = 0; side < 2; ++side) {
+    for (int k = 0; k < 4; ++k) { /* the GEMV side × the layout the weights are kept in */
+        const int side = k / 2;
         ASSERT_OK(clffn_context_set_gemv_max_tokens(ctx, test_gemv_sides[side]));
+        ASSERT_OK(clffn_context_set_weight_layout(ctx, (clffn_layout)(k % 2)));
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; ++s) {
             run_case(ctx, v, shapes[s], CLFFN_LAYOUT_OUT_IN, side);
             run_case(ctx, v, shapes[s], CLFFN_LAYOUT_IN_OUT, side);
@@ -122,6 +129,7 @@ Test(forward, k_blocked_gemms, .timeout = 180) {
     const variant vs[] = {{CLFFN_ACT_GELU, 0, 1, 1, 1}, {CLFFN_ACT_SILU, 1, 1, 0, 1}};
     for (size_t s = 0; s < 2; ++s) {
         for (size_t i = 0; i < 2; ++i) {
+            ASSERT_OK(clffn_context_set_weight_layout(ctx, (clffn_layout)i));
             run_case(ctx, &vs[i], kshapes[s], CLFFN_LAYOUT_OUT_IN, 0);
             run_case(ctx, &vs[i], kshapes[s], CLFFN_LAYOUT_IN_OUT, 0);
         }

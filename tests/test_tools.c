@@ -527,7 +527,7 @@ Test(clffn_tune, profile_file_is_applied) {
           " \"Xgemv\": {\"WGS1\": 32, \"WPT1\": 2},"
           " \"XgemvFast\": {\"WGS2\": 16, \"WPT2\": 2, \"VW2\": 2}},"
           " \"clffn\": {\"GEMM_K_BLOCK\": 64, \"GEMM_K_BLOCK_MIN_ROWS\": 100,"
-          " \"GEMV_MAX_TOKENS\": 3}}",
+          " \"GEMV_MAX_TOKENS\": 3, \"WEIGHT_LAYOUT\": 0}}",
           f);
     fclose(f);
     ctx = test_context();
@@ -535,6 +535,7 @@ Test(clffn_tune, profile_file_is_applied) {
     cr_assert_eq(clffn_context_gemm_k_block(ctx), 64);
     cr_assert_eq(clffn_context_gemv_max_tokens(ctx), 3);
     cr_assert_eq(clffn_context_gemm_k_block_min_rows(ctx), 100);
+    cr_assert_eq(clffn_context_weight_layout(ctx), CLFFN_LAYOUT_OUT_IN); /* not the default */
     char want[1400];
     snprintf(want, sizeof want, "profile %s", path);
     cr_assert_str_eq(clffn_context_tuning(ctx), want);
@@ -563,7 +564,7 @@ Test(clffn_tune, profile_file_is_applied) {
     remove_dir();
 }
 
-/* A short search runs its three phases and either writes a profile that beats what was applied
+/* A short search runs its phases and either writes a profile that beats what was applied
  * or says that it found nothing better; a written one holds all three kernels. */
 Test(clffn_tune, short_search, .timeout = 400) {
     make_dir();
@@ -603,6 +604,9 @@ Test(clffn_tune, short_search, .timeout = 400) {
         const cJSON *gv = cJSON_GetObjectItemCaseSensitive(
             cJSON_GetObjectItemCaseSensitive(o, "clffn"), "GEMV_MAX_TOKENS");
         cr_assert(cJSON_IsNumber(gv) && gv->valuedouble >= 0 && gv->valuedouble <= 48, "%s", text);
+        const cJSON *wl = cJSON_GetObjectItemCaseSensitive(
+            cJSON_GetObjectItemCaseSensitive(o, "clffn"), "WEIGHT_LAYOUT");
+        cr_assert(cJSON_IsNumber(wl) && (wl->valuedouble == 0 || wl->valuedouble == 1), "%s", text);
         const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "tuned_for");
         cr_assert(num(t, "gemm_gflops") > num(t, "gemm_gflops_before"));
         cJSON_Delete(o);
@@ -627,6 +631,7 @@ Test(clffn_tune, damaged_profile_falls_back_and_opt_out) {
     const size_t fallback_kb = clffn_context_gemm_k_block(ctx); /* the built-in profile's, or 0 */
     const size_t fallback_gemv = clffn_context_gemv_max_tokens(ctx);
     const size_t fallback_rows = clffn_context_gemm_k_block_min_rows(ctx);
+    const clffn_layout fallback_layout = clffn_context_weight_layout(ctx);
     clffn_context_destroy(ctx);
     /* a clffn section with a misspelt name, a fraction, a negative number, or not an object:
      * the whole profile is refused, so no half of it takes effect */
@@ -639,7 +644,10 @@ Test(clffn_tune, damaged_profile_falls_back_and_opt_out) {
                                   "{\"GEMV_MAX_TOKENS\": -1}",
                                   "{\"GEMV_MAX_TOKENS\": 1e9}",
                                   "{\"GEMM_K_BLOCK_MIN_ROWS\": -5}",
-                                  "{\"GEMM_K_BLOCK_MIN_ROWS\": 1e9}"};
+                                  "{\"GEMM_K_BLOCK_MIN_ROWS\": 1e9}",
+                                  "{\"WEIGHT_LAYOUT\": 2}",
+                                  "{\"WEIGHT_LAYOUT\": \"in_out\"}",
+                                  "{\"WEIGHT_LAYOUT\": 0, \"WEIGHT_LAYOUT\": -1}"};
     for (size_t i = 0; i < sizeof bad_sections / sizeof bad_sections[0]; ++i) {
         f = fopen(path, "w");
         cr_assert_not_null(f);
@@ -654,12 +662,14 @@ Test(clffn_tune, damaged_profile_falls_back_and_opt_out) {
         cr_assert_eq(clffn_context_gemv_max_tokens(ctx), fallback_gemv, "%s", bad_sections[i]);
         cr_assert_eq(clffn_context_gemm_k_block_min_rows(ctx), fallback_rows, "%s",
                      bad_sections[i]);
+        cr_assert_eq(clffn_context_weight_layout(ctx), fallback_layout, "%s", bad_sections[i]);
         clffn_context_destroy(ctx);
     }
     setenv("CLFFN_NO_TUNING", "1", 1);
     ctx = test_context();
     cr_assert(strncmp(clffn_context_tuning(ctx), "none", 4) == 0, "%s", clffn_context_tuning(ctx));
     cr_assert_eq(clffn_context_gemm_k_block(ctx), 0, "no profile, no blocking");
+    cr_assert_eq(clffn_context_weight_layout(ctx), CLFFN_DEFAULT_WEIGHT_LAYOUT);
     clffn_context_destroy(ctx);
     unsetenv("CLFFN_NO_TUNING");
     char small[4];

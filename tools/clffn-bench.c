@@ -2,6 +2,7 @@
  *
  *   clffn-bench --tokens T --d-model D --d-ff F --activation A [--gated] [--reps N] [--json]
  *               [--compare-cpu] [--sweep] [--device SPEC] [--k-block N] [--gemv-max N]
+ *               [--weight-layout out_in|in_out]
  *
  * Times N device-level forwards (after two warm-ups) with the wall clock around each forward and
  * its clFinish, reports best and median, GFLOP/s, the per-stage split from OpenCL profiling
@@ -9,7 +10,9 @@
  * --compare-cpu runs the same FFN through the host's CBLAS (OpenBLAS) in the same process, side
  * by side. --sweep prints CSV over token counts 1 … 8192 (plot it with tools/plot-sweep.gp).
  * --k-block overrides the SGEMM inner-dimension block the tuning profile chose (0: none), and
- * --gemv-max the small-batch crossover (0: every product an SGEMM), so the choices can be
+ * --gemv-max the small-batch crossover (0: every product an SGEMM), and --weight-layout the
+ * layout the weights are kept in on the device (clffn_context_set_weight_layout), so the
+ * choices can be
  * compared in one sitting. Few tokens are bound by reading the weights, so both modes also
  * report the weights' bytes over the forward's time beside the device's copy bandwidth,
  * measured here with a plain copy kernel ((bytes read + bytes written) / time, as STREAM's
@@ -83,7 +86,13 @@ typedef struct args {
     size_t k_block;
     int set_gemv_max; /* --gemv-max given */
     size_t gemv_max;
+    int set_layout; /* --weight-layout given */
+    clffn_layout layout;
 } args;
+
+static const char *layout_name(clffn_layout l) {
+    return l == CLFFN_LAYOUT_IN_OUT ? "in_out" : "out_in";
+}
 
 typedef struct timing {
     double best_s, median_s;
@@ -149,6 +158,10 @@ static int device_setup(device_run *r, const args *a, size_t max_tokens, startup
     if (a->set_gemv_max &&
         (st = clffn_context_set_gemv_max_tokens(r->ctx, a->gemv_max)) != CLFFN_SUCCESS) {
         return fail("--gemv-max", st);
+    }
+    if (a->set_layout &&
+        (st = clffn_context_set_weight_layout(r->ctx, a->layout)) != CLFFN_SUCCESS) {
+        return fail("--weight-layout", st);
     }
     t0 = tool_now_s();
     if ((st = clffn_ffn_create(r->ctx, &c, &r->ffn)) != CLFFN_SUCCESS) {
@@ -409,7 +422,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: clffn-bench [--tokens T] [--d-model D] [--d-ff F] [--activation A] [--gated]\n"
             "                   [--reps N] [--json] [--compare-cpu] [--sweep] [--device SPEC]\n"
-            "                   [--k-block N] [--gemv-max N]\n"
+            "                   [--k-block N] [--gemv-max N] [--weight-layout out_in|in_out]\n"
             "defaults: the seed example, 640 tokens, 512 -> 2048, relu, 20 reps\n"
             "--activation takes the GLU names too (swiglu = silu + --gated)\n"
             "--compare-cpu  the same FFN through the host's CBLAS, side by side%s\n"
@@ -418,7 +431,9 @@ static void usage(FILE *f) {
             "               profile's block and row threshold (0: none)\n"
             "--gemv-max N   run products of up to N tokens as GEMVs instead of the profile's "
             "crossover\n"
-            "               (0: every product an SGEMM)\n",
+            "               (0: every product an SGEMM)\n"
+            "--weight-layout keep the weights [out, in] or [in, out] on the device instead of\n"
+            "               the profile's layout\n",
 #ifdef CLFFN_HAVE_CBLAS
             ""
 #else
@@ -481,6 +496,14 @@ static int parse_args(int argc, char **argv, args *a) {
                 return -1;
             }
             a->set_gemv_max = 1, a->gemv_max = g;
+            ++i;
+        } else if (!strcmp(o, "--weight-layout")) {
+            if (!v || (strcmp(v, "out_in") && strcmp(v, "in_out"))) {
+                fprintf(stderr, "clffn-bench: --weight-layout takes out_in or in_out\n");
+                return -1;
+            }
+            a->set_layout = 1;
+            a->layout = strcmp(v, "in_out") ? CLFFN_LAYOUT_OUT_IN : CLFFN_LAYOUT_IN_OUT;
             ++i;
         } else if (!strcmp(o, "--gated")) {
             a->gated = 1;
@@ -623,6 +646,8 @@ static int tool_main(int argc, char **argv) {
         cJSON_AddStringToObject(o, "tuning", clffn_context_tuning(r.ctx));
         cJSON_AddNumberToObject(o, "gemm_k_block", (double)clffn_context_gemm_k_block(r.ctx));
         cJSON_AddNumberToObject(o, "gemv_max_tokens", (double)clffn_context_gemv_max_tokens(r.ctx));
+        cJSON_AddStringToObject(o, "weight_layout",
+                                layout_name(clffn_context_weight_layout(r.ctx)));
         cJSON_AddNumberToObject(o, "weights_gbps", wgbps);
         cJSON_AddNumberToObject(o, "copy_gbps", copy);
         cJSON_AddNumberToObject(o, "best_s", t.best_s);
@@ -667,6 +692,8 @@ static int tool_main(int argc, char **argv) {
                a.set_k_block ? "--k-block" : clffn_context_tuning(r.ctx));
         printf("GEMVs up to:   %zu tokens (%s)\n", clffn_context_gemv_max_tokens(r.ctx),
                a.set_gemv_max ? "--gemv-max" : clffn_context_tuning(r.ctx));
+        printf("weights kept:  %s (%s)\n", layout_name(clffn_context_weight_layout(r.ctx)),
+               a.set_layout ? "--weight-layout" : clffn_context_tuning(r.ctx));
         printf("forward:       best %.3f ms, median %.3f ms over %d reps: %.1f GFLOP/s\n",
                t.best_s * 1e3, t.median_s * 1e3, a.reps, fl / t.best_s * 1e-9);
         printf("weights read:  %.1f GB/s over the forward; device copy bandwidth %.1f GB/s\n",

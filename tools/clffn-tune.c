@@ -5,19 +5,23 @@
  *   clffn-tune [--device SPEC] [--budget SECONDS] [--tokens T] [--d-model D] [--d-ff F]
  *              [--gated] [--fresh] [--print]
  *
- * Four phases share the time budget (default 180 s):
+ * The phases share the time budget (default 180 s):
  *   1. Xgemm (CLBlast's tiled kernel, used for large products): random samples of its parameter
  *      space under CLBlast's constraints (src/tuning/kernels/xgemm.hpp), scored by the time of the
  *      FFN's two GEMMs together;
  *   2. XgemmDirect (the kernel for small products): the same, scored at a few tokens;
  *   3. GemmRoutine's XGEMM_MIN_INDIRECT_SIZE: where the direct kernel stops being faster;
- *   4. clffn's own GEMM_K_BLOCK (clffn_context_set_gemm_k_block): the inner-dimension block;
+ *   4. clffn's own GEMM_K_BLOCK (clffn_context_set_gemm_k_block): the inner-dimension block,
+ *      then GEMM_K_BLOCK_MIN_ROWS, the fewest token rows worth blocking;
  *   5. the GEMV kernels of the small-batch path (XgemvFastRot for y = W·x with W [out, in],
- *      XgemvFast for the backward's dh = dy·W2), scored at one token over the FFN's forward
- *      products and the backward's input products;
- *   6. clffn's GEMV_MAX_TOKENS (clffn_context_set_gemv_max_tokens): those four products at
- *      1, 2, 4, … 64 tokens as GEMVs and as SGEMMs; the crossover is the largest count up to
- *      which the GEMVs win at every count measured.
+ *      XgemvFast for W [in, out]), scored at one token over the FFN's forward products and the
+ *      backward's input products, which between them run both;
+ *   6. clffn's WEIGHT_LAYOUT (clffn_context_set_weight_layout): the forward's products with
+ *      the weights kept either way at 1 and 16 tokens and the tuned shape;
+ *   7. clffn's GEMV_MAX_TOKENS (clffn_context_set_gemv_max_tokens): the forward's and the
+ *      backward's input products at 1, 2, 4, … 64 tokens as GEMVs and as SGEMMs, the weights
+ *      kept as phase 6 chose; the crossover is the largest count up to which the GEMVs win at
+ *      every count measured.
  * Phases 1-3 run the GEMMs split along K as the library would with a first guess of the block
  * (256 on CPUs, where it pays, none on GPUs); phase 4 then tries every block with the winners.
  * Times come from OpenCL profiling events around each GEMM. Progress is saved after every
@@ -248,7 +252,8 @@ static int pset_from_json(const cJSON *o, pset *p) {
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* The GEMMs being tuned: the FFN's two projections, weights [out, in] as nn.Linear stores them */
+/* The GEMMs being tuned: the FFN's two projections, weights kept [out, in] as nn.Linear stores
+ * them, or [in, out] in the weight layout phase */
 
 typedef struct bench {
     clffn_context *cctx; /* its K-block splits the products */
@@ -258,6 +263,7 @@ typedef struct bench {
     size_t T, D, F, N1;
     cl_mem x, w1, z, h, w2, u;
     int backward_inputs; /* also time the backward's dh = u·W2 and dx = z·W1 */
+    int kept_in_out;     /* the weights kept [in, out]: every product's weight transposed */
 } bench;
 
 /* Device seconds of one SGEMM (C[m,n] = A[m,k]·op(B) row-major: B [n,k] transposed, as the
@@ -295,7 +301,8 @@ static int ffn_gemms_time(bench *b, size_t T, int reps, double *sec) {
     double best = INFINITY;
     for (int r = 0; r <= reps; ++r) {
         double t1, t2, t3 = 0, t4 = 0;
-        const clffn_transpose t = CLFFN_TRANS, n = CLFFN_NO_TRANS;
+        const clffn_transpose t = b->kept_in_out ? CLFFN_NO_TRANS : CLFFN_TRANS,
+                              n = b->kept_in_out ? CLFFN_TRANS : CLFFN_NO_TRANS;
         if (gemm_time(b, T, b->N1, b->D, b->x, b->w1, t, b->z, &t1) != 0 ||
             gemm_time(b, T, b->D, b->F, b->h, b->w2, t, b->u, &t2) != 0 ||
             (b->backward_inputs &&
@@ -486,6 +493,10 @@ typedef struct opts {
      * measure), or "N" or "N:WGS2,WPT2,VW2,WGS3,WPT3,VW3": crossover N and, given, those
      * XgemvFast and XgemvFastRot parameters; the backward's input products are timed too */
     const char *gemv;
+    /* the layout the weights are kept in (clffn_context_set_weight_layout), from the weight
+     * layout phase on; -1 before it: [out, in] */
+    int kept;
+    int forward_only; /* the weight layout phase: the backward's input products are not timed */
 } opts;
 
 static const char *const GEMV_FAST_NAMES[] = {"WGS2", "WPT2", "VW2"};
@@ -550,7 +561,8 @@ static int eval_run(clffn_context *cctx, const opts *o, const char *xg, const ch
                NULL,
                NULL,
                NULL,
-               o->gemv != NULL};
+               o->gemv != NULL && !o->forward_only,
+               o->kept == CLFFN_LAYOUT_IN_OUT};
     pset x = {"Xgemm", 16, {0}, {0}}, d = {"XgemmDirect", 10, {0}, {0}};
     for (int i = 0; i < 16; ++i) { x.names[i] = XGEMM_NAMES[i]; }
     for (int i = 0; i < 10; ++i) { d.names[i] = DIRECT_NAMES[i]; }
@@ -604,11 +616,13 @@ static int eval_child(const opts *o, size_t T, const pset *xg, const pset *dir, 
     snprintf(ts, sizeof ts, "%zu", T);
     snprintf(dm, sizeof dm, "%zu", o->D);
     snprintf(df, sizeof df, "%zu", o->F);
-    char *argv[20] = {"clffn-tune", "--eval", xs,          ds, rs,       ks,
+    char *argv[24] = {"clffn-tune", "--eval", xs,          ds, rs,       ks,
                       "--tokens",   ts,       "--d-model", dm, "--d-ff", df};
     int n = 12;
     if (o->gated) { argv[n++] = "--gated"; }
     if (o->gemv) { argv[n++] = "--gemv", argv[n++] = (char *)o->gemv; }
+    if (o->kept >= 0) { argv[n++] = "--kept", argv[n++] = o->kept ? "1" : "0"; }
+    if (o->forward_only) { argv[n++] = "--forward-only"; }
     if (o->device) { argv[n++] = "--device", argv[n++] = (char *)o->device; }
     argv[n] = NULL;
     int out[2];
@@ -680,6 +694,10 @@ static int parse_options(int argc, char **argv, search *r, int *fresh, int *prin
             *print_only = 1;
         } else if (!strcmp(a, "--gemv") && v) { /* internal: a candidate's small-batch side */
             r->o.gemv = v, ++i;
+        } else if (!strcmp(a, "--kept") && v) { /* internal: the weight layout phase */
+            r->o.kept = strcmp(v, "1") ? CLFFN_LAYOUT_OUT_IN : CLFFN_LAYOUT_IN_OUT, ++i;
+        } else if (!strcmp(a, "--forward-only")) { /* internal: the weight layout phase */
+            r->o.forward_only = 1;
         } else if (!strcmp(a, "--eval") && i + 4 < argc) { /* internal: one candidate */
             for (int k = 0; k < 4; ++k) { eval[k] = argv[i + 1 + k]; }
             i += 4;
@@ -911,7 +929,7 @@ static size_t k_block_at(size_t T, size_t k_block, size_t k_min_rows) {
     return T >= k_min_rows ? k_block : 0;
 }
 
-/* What phases 5 and 6 found: the GEMV kernels' parameters and the crossover. */
+/* What phases 5 and 7 found: the GEMV kernels' parameters and the crossover. */
 typedef struct gemv_result {
     pset fast, rot;
     int have;
@@ -966,10 +984,48 @@ static void phase_gemv(search *r, size_t min_indirect, size_t k_block, gemv_resu
     }
 }
 
-/* Phase 6: GEMV_MAX_TOKENS. The GEMVs read the weights once per token and pad nothing; the
+/* Phase 6: WEIGHT_LAYOUT, the layout uploads keep the weights in (clffn_context_set_weight_
+ * layout). The forward's products with the weights kept [out, in] and [in, out], at one token
+ * (each layout has its own GEMV kernel), at 16 and at the tuned shape. Only the forward is
+ * scored: the backward's input products pay whatever transposition the forward saves, so
+ * training breaks even either way and inference takes the faster forward. [in, out] wins when
+ * its times are shorter on average, as ratios, so that no one count decides. */
+static clffn_layout phase_weight_layout(search *r, size_t min_indirect, size_t k_block,
+                                        size_t k_min_rows, const gemv_result *g) {
+    const size_t ts[] = {1, 16, r->o.T};
+    double ratio_sum = 0;
+    int counted = 0;
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0] && !interrupted; ++i) {
+        if ((i > 0 && ts[i] >= r->o.T && ts[i - 1] >= r->o.T) || (i > 1 && spent(r) > r->budget)) {
+            continue;
+        }
+        char spec[300];
+        opts o = r->o;
+        o.gemv = g->have ? gemv_spec(spec, sizeof spec, 1, g) : "1";
+        o.forward_only = 1;
+        double t[2];
+        const size_t kb = k_block_at(ts[i], k_block, k_min_rows);
+        o.kept = CLFFN_LAYOUT_OUT_IN;
+        if (eval_child(&o, ts[i], &r->s.xgemm, &r->s.direct, min_indirect, kb, &t[0]) != 0) {
+            continue;
+        }
+        o.kept = CLFFN_LAYOUT_IN_OUT;
+        if (eval_child(&o, ts[i], &r->s.xgemm, &r->s.direct, min_indirect, kb, &t[1]) != 0) {
+            continue;
+        }
+        printf("%4zu tokens, forward: weights kept [out, in] %.3f ms, [in, out] %.3f ms\n", ts[i],
+               t[0] * 1e3, t[1] * 1e3);
+        fflush(stdout);
+        ratio_sum += t[1] / t[0];
+        ++counted;
+    }
+    return counted && ratio_sum < counted ? CLFFN_LAYOUT_IN_OUT : CLFFN_LAYOUT_OUT_IN;
+}
+
+/* Phase 7: GEMV_MAX_TOKENS. The GEMVs read the weights once per token and pad nothing; the
  * SGEMM reads them once and pads the tokens to a tile: the GEMVs win up to some count. */
 static size_t phase_gemv_crossover(search *r, size_t min_indirect, size_t k_block,
-                                   size_t k_min_rows, const gemv_result *g) {
+                                   size_t k_min_rows, const gemv_result *g, clffn_layout kept) {
     size_t max_tokens = 0;
     for (size_t T = 1; T <= 64 && T <= r->o.T && !interrupted; T *= 2) {
         if (T > 1 && spent(r) > r->budget) { break; } /* keeps what it learnt */
@@ -977,6 +1033,7 @@ static size_t phase_gemv_crossover(search *r, size_t min_indirect, size_t k_bloc
         opts ov = r->o, om = r->o;
         ov.gemv = g->have ? gemv_spec(spec, sizeof spec, CLFFN_MAX_GEMV_TOKENS, g) : "65536";
         om.gemv = zero;
+        ov.kept = om.kept = (int)kept; /* every product as it will run */
         double tv, tm;
         const size_t kb = k_block_at(T, k_block, k_min_rows);
         if (eval_child(&ov, T, &r->s.xgemm, &r->s.direct, min_indirect, kb, &tv) != 0 ||
@@ -993,7 +1050,8 @@ static size_t phase_gemv_crossover(search *r, size_t min_indirect, size_t k_bloc
 
 /* The winners as a profile, written atomically. */
 static int write_profile(const search *r, size_t min_indirect, size_t k_block, size_t k_min_rows,
-                         const gemv_result *g, double after_s, int have_before, double before_s) {
+                         const gemv_result *g, clffn_layout kept, double after_s, int have_before,
+                         double before_s) {
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "platform", r->platform);
     cJSON_AddStringToObject(root, "device", r->name);
@@ -1020,6 +1078,7 @@ static int write_profile(const search *r, size_t min_indirect, size_t k_block, s
     cJSON_AddNumberToObject(own, "GEMM_K_BLOCK", (double)k_block);
     cJSON_AddNumberToObject(own, "GEMM_K_BLOCK_MIN_ROWS", (double)k_min_rows);
     cJSON_AddNumberToObject(own, "GEMV_MAX_TOKENS", (double)g->max_tokens);
+    cJSON_AddNumberToObject(own, "WEIGHT_LAYOUT", (double)kept);
     char *text = cJSON_Print(root);
     cJSON_Delete(root);
     char err[CLFFN_IO_ERR] = "out of memory";
@@ -1036,8 +1095,9 @@ static int write_profile(const search *r, size_t min_indirect, size_t k_block, s
                r->flops / before_s * 1e-9, r->flops / after_s * 1e-9, spent(r));
     }
     printf("direct kernel below m*n*k = %zu^3; K-block %zu from %zu tokens; GEMVs up to %zu "
-           "tokens\nprofile: %s\n%s\n",
-           min_indirect, k_block, k_min_rows, g->max_tokens, r->path, text);
+           "tokens; weights kept %s\nprofile: %s\n%s\n",
+           min_indirect, k_block, k_min_rows, g->max_tokens,
+           kept == CLFFN_LAYOUT_IN_OUT ? "[in, out]" : "[out, in]", r->path, text);
     free(text);
     return 0;
 }
@@ -1050,7 +1110,8 @@ static int finish(search *r, size_t small_t, int have_before, double before_s) {
     const size_t k_min_rows = phase_k_block_rows(r, min_indirect, k_block);
     gemv_result g;
     phase_gemv(r, min_indirect, k_block, &g);
-    g.max_tokens = phase_gemv_crossover(r, min_indirect, k_block, k_min_rows, &g);
+    const clffn_layout kept = phase_weight_layout(r, min_indirect, k_block, k_min_rows, &g);
+    g.max_tokens = phase_gemv_crossover(r, min_indirect, k_block, k_min_rows, &g, kept);
     double after_s = 0, small_s = 0;
     const state *s = &r->s;
     if (eval_child(&r->o, r->o.T, &s->xgemm, &s->direct, min_indirect, k_block, &after_s) ||
@@ -1067,7 +1128,8 @@ static int finish(search *r, size_t small_t, int have_before, double before_s) {
         remove(r->progress);
         return 0;
     }
-    return write_profile(r, min_indirect, k_block, k_min_rows, &g, after_s, have_before, before_s);
+    return write_profile(r, min_indirect, k_block, k_min_rows, &g, kept, after_s, have_before,
+                         before_s);
 }
 
 static void state_init(state *s, const char *progress_path, int fresh) {
@@ -1086,7 +1148,7 @@ static void state_init(state *s, const char *progress_path, int fresh) {
 
 static int tool_main(int argc, char **argv) {
     static search r; /* large: path buffers */
-    r.o = (opts){NULL, 640, 512, 2048, 0, NULL};
+    r.o = (opts){NULL, 640, 512, 2048, 0, NULL, -1, 0};
     r.budget = 180;
     int fresh = 0, print_only = 0;
     const char *eval[4] = {NULL, NULL, NULL, NULL};
