@@ -12,17 +12,23 @@
  * docs/PERFORMANCE.md; 192, 384 and 512 were no better in one process (clffn-bench-gemms).
  * Xgemv, XgemvFast, XgemvFastRot: a sweep of each kernel's parameters on 4096 -> 11008 at one
  * token on the same machine, 2026-11-22 (XgemvFast 21 GB/s, XgemvFastRot 10 GB/s against 5 with
- * CLBlast's defaults). GEMV_MAX_TOKENS 2: clffn-bench --gemv-max 0 against 64 at 1, 2, 4 tokens
- * on the seed shape (512 -> 2048), with every SGEMM on the tiled kernel: the GEMVs win at 1
- * token, tie the forward and win the backward at 2, lose at 4 (docs/PERFORMANCE.md).
+ * CLBlast's defaults).
  * XGEMM_MIN_INDIRECT_SIZE 1 (was 102, found before K-blocking): every product on the tiled
  * kernel; with 256-long K-blocks the direct kernel took GEMM 2 up to 8 tokens and ran it 2-4x
- * slower (clffn-bench --gemv-max 0 at 2, 4, 8, 16 tokens, one sitting). */
+ * slower (clffn-bench --gemv-max 0 at 2, 4, 8, 16 tokens, one sitting).
+ * WEIGHT_LAYOUT 1 ([in, out]) and the Xgemm tile 128 x 8 (NWG 8, NDIMC 1, NDIMB 1, MDIMA 4, KWG
+ * 64; the search's was 128 x 32 with KWG 32), 2026-11-22 on the AMD EPYC host: with the weights
+ * kept [in, out] nothing is transposed per call, and the tokens are then padded to NWG, so the
+ * forward at 8 tokens went 1.5-1.9 -> 0.45-0.8 ms (128 x 32 -> 128 x 8, alternated processes),
+ * while the three compute-bound shapes moved within this host's noise (clffn-bench, forward and
+ * backward, two to three alternated rounds; docs/PERFORMANCE.md). GEMV_MAX_TOKENS 1 (was 2): at
+ * 2 tokens the narrow-tile SGEMM beats two GEMVs forward and backward; at 1 the GEMV wins the
+ * decoding shape's forward and backward and ties the seed shape's. */
 // clang-format off: the JSON stays in the lines clffn-tune printed
 #define CLFFN_POCL_AVX512_PROFILE                                                                 \
     "{\"clblast\":{"                                                                              \
-    "\"Xgemm\":{\"GEMMK\":0,\"KREG\":1,\"KWG\":32,\"KWI\":8,\"MDIMA\":8,\"MDIMC\":4,\"MWG\":128," \
-    "\"NDIMB\":4,\"NDIMC\":4,\"NWG\":32,\"SA\":0,\"SB\":0,\"STRM\":0,\"STRN\":1,\"VWM\":16,"      \
+    "\"Xgemm\":{\"GEMMK\":0,\"KREG\":1,\"KWG\":64,\"KWI\":8,\"MDIMA\":4,\"MDIMC\":4,\"MWG\":128," \
+    "\"NDIMB\":1,\"NDIMC\":1,\"NWG\":8,\"SA\":0,\"SB\":0,\"STRM\":0,\"STRN\":1,\"VWM\":16,"       \
     "\"VWN\":8},"                                                                                 \
     "\"XgemmDirect\":{\"KWID\":2,\"MDIMAD\":8,\"MDIMCD\":8,\"NDIMBD\":16,\"NDIMCD\":16,\"PADA\":" \
     "0,"                                                                                          \
@@ -31,7 +37,8 @@
     "\"Xgemv\":{\"WGS1\":128,\"WPT1\":2},"                                                        \
     "\"XgemvFast\":{\"WGS2\":64,\"WPT2\":4,\"VW2\":4},"                                           \
     "\"XgemvFastRot\":{\"WGS3\":16,\"WPT3\":8,\"VW3\":4}},"                                       \
-    "\"clffn\":{\"GEMM_K_BLOCK\":256,\"GEMM_K_BLOCK_MIN_ROWS\":512,\"GEMV_MAX_TOKENS\":2}}"
+    "\"clffn\":{\"GEMM_K_BLOCK\":256,\"GEMM_K_BLOCK_MIN_ROWS\":512,\"GEMV_MAX_TOKENS\":1,"        \
+    "\"WEIGHT_LAYOUT\":1}}"
 
 /* NVIDIA H100 through NVIDIA's OpenCL driver (580.159.04, "NVIDIA CUDA" platform):
  * `clffn-tune --budget 210 --tokens 4096 --d-model 768 --d-ff 3072` on 2026-11-22 on an H100 80GB
@@ -45,8 +52,9 @@
  * (4% slower; with no profile it measured 10.5-11.0 over five sittings). No K-blocks (every
  * block was slower than none on the GPU); the direct kernel below m·n·k = 1691^3 (it beat the
  * tiled one up to 1024 tokens on the BERT shape); GEMVs for one token only (0.24 against 0.61 ms
- * for the SGEMM there; at 2 tokens the SGEMM won in the search on the seed shape). Applied to
- * every H100 (PCIe, SXM, NVL: one chip, SM 9.0). */
+ * for the SGEMM there; at 2 tokens the SGEMM won in the search on the seed shape). WEIGHT_LAYOUT
+ * 0: the weights were kept [out, in] in every measurement above. Applied to every H100 (PCIe,
+ * SXM, NVL: one chip, SM 9.0). */
 #define CLFFN_NVIDIA_H100_PROFILE                                                                  \
     "{\"clblast\":{"                                                                               \
     "\"Xgemm\":{\"GEMMK\":0,\"KREG\":1,\"KWG\":16,\"KWI\":2,\"MDIMA\":16,\"MDIMC\":16,\"MWG\":64," \
@@ -55,7 +63,7 @@
     "\"GemmRoutine\":{\"XGEMM_MIN_INDIRECT_SIZE\":1691},"                                          \
     "\"XgemvFast\":{\"WGS2\":256,\"WPT2\":1,\"VW2\":1},"                                           \
     "\"XgemvFastRot\":{\"WGS3\":16,\"WPT3\":16,\"VW3\":16}},"                                      \
-    "\"clffn\":{\"GEMM_K_BLOCK\":0,\"GEMV_MAX_TOKENS\":1}}"
+    "\"clffn\":{\"GEMM_K_BLOCK\":0,\"GEMV_MAX_TOKENS\":1,\"WEIGHT_LAYOUT\":0}}"
 // clang-format on
 
 static const builtin_profile builtin_profiles[] = {
