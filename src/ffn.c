@@ -203,7 +203,7 @@ clffn_status clffn_ffn_upload_weights(clffn_ffn *ffn, clffn_layout layout,
     const clffn_layout kept = ctx->weight_layout;
     const size_t D = c->d_model, F = c->d_ff;
     cl_mem m[6] = {NULL}; /* w1 (stacked with V when gated), b1, bv, w2, b2 */
-    const float *const first[2] = {w->w1, c->gated ? w->v : NULL}, *const second[2] = {w->w2};
+    const float *const first[2] = {w->w1, c->gated ? w->v : NULL}, *const second[2] = {w->w2, NULL};
     clffn_status st = upload(ctx, clffn__n1(c) * D, NULL, &m[0]);
     if (st == CLFFN_SUCCESS) {
         st = (clffn_status)clffn__write_weight(ctx->queue, m[0], kept, layout, F, D, first);

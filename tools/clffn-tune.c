@@ -992,31 +992,28 @@ static void phase_gemv(search *r, size_t min_indirect, size_t k_block, gemv_resu
  * its times are shorter on average, as ratios, so that no one count decides. */
 static clffn_layout phase_weight_layout(search *r, size_t min_indirect, size_t k_block,
                                         size_t k_min_rows, const gemv_result *g) {
-    const size_t ts[] = {1, 16, r->o.T};
+    /* none beyond the tuned shape, none twice */
+    const size_t ts[] = {1, r->o.T < 16 ? r->o.T : 16, r->o.T};
+    char spec[300];
+    opts o = r->o;
+    o.gemv = g->have ? gemv_spec(spec, sizeof spec, 1, g) : "1";
+    o.forward_only = 1;
     double ratio_sum = 0;
     int counted = 0;
     for (size_t i = 0; i < sizeof ts / sizeof ts[0] && !interrupted; ++i) {
-        if ((i > 0 && ts[i] >= r->o.T && ts[i - 1] >= r->o.T) || (i > 1 && spent(r) > r->budget)) {
-            continue;
-        }
-        char spec[300];
-        opts o = r->o;
-        o.gemv = g->have ? gemv_spec(spec, sizeof spec, 1, g) : "1";
-        o.forward_only = 1;
-        double t[2];
+        if ((i > 0 && ts[i] == ts[i - 1]) || (i > 1 && spent(r) > r->budget)) { continue; }
         const size_t kb = k_block_at(ts[i], k_block, k_min_rows);
-        o.kept = CLFFN_LAYOUT_OUT_IN;
-        if (eval_child(&o, ts[i], &r->s.xgemm, &r->s.direct, min_indirect, kb, &t[0]) != 0) {
-            continue;
+        double t[2]; /* indexed by clffn_layout */
+        int ok = 1;
+        for (int l = 0; l < 2 && ok; ++l) {
+            o.kept = l;
+            ok = eval_child(&o, ts[i], &r->s.xgemm, &r->s.direct, min_indirect, kb, &t[l]) == 0;
         }
-        o.kept = CLFFN_LAYOUT_IN_OUT;
-        if (eval_child(&o, ts[i], &r->s.xgemm, &r->s.direct, min_indirect, kb, &t[1]) != 0) {
-            continue;
-        }
+        if (!ok) { continue; }
         printf("%4zu tokens, forward: weights kept [out, in] %.3f ms, [in, out] %.3f ms\n", ts[i],
-               t[0] * 1e3, t[1] * 1e3);
+               t[CLFFN_LAYOUT_OUT_IN] * 1e3, t[CLFFN_LAYOUT_IN_OUT] * 1e3);
         fflush(stdout);
-        ratio_sum += t[1] / t[0];
+        ratio_sum += t[CLFFN_LAYOUT_IN_OUT] / t[CLFFN_LAYOUT_OUT_IN];
         ++counted;
     }
     return counted && ratio_sum < counted ? CLFFN_LAYOUT_IN_OUT : CLFFN_LAYOUT_OUT_IN;
