@@ -10,9 +10,13 @@
  * GEMM_K_BLOCK 256: clffn-bench --k-block 0 against 256 on the same machine, 2026-11-22: the
  * forward 1.2-1.9x and the backward 1.2-1.8x faster on the three compute-bound shapes of
  * docs/PERFORMANCE.md; 192, 384 and 512 were no better in one process (clffn-bench-gemms).
- * Xgemv, XgemvFast, XgemvFastRot: a sweep of each kernel's parameters on 4096 -> 11008 at one
- * token on the same machine, 2026-11-22 (XgemvFast 21 GB/s, XgemvFastRot 10 GB/s against 5 with
- * CLBlast's defaults).
+ * Xgemv: a sweep of its parameters on 4096 -> 11008 at one token, 2026-11-22.
+ * XgemvFast 16/16/16 and XgemvFastRot 8/2/2: `clffn-bench-gemms --gemv-sweep` (every work-group
+ * size, work per item and vector width with size x work <= 256) on the seed shape and on
+ * 4096 -> 11008 gated, 2026-11-22 on the AMD EPYC host: one token's four GEMVs on the seed shape
+ * 2.72 -> 0.38 ms (XgemvFast, 64/4/4 before) and 2.82 -> 1.18 ms (XgemvFastRot, 16/8/4 before),
+ * on the decoding shape 86 -> 65 and 125 -> 58 ms. Each is the fastest or within 15% of it on
+ * both shapes (docs/PERFORMANCE.md).
  * XGEMM_MIN_INDIRECT_SIZE 1 (was 102, found before K-blocking): every product on the tiled
  * kernel; with 256-long K-blocks the direct kernel took GEMM 2 up to 8 tokens and ran it 2-4x
  * slower (clffn-bench --gemv-max 0 at 2, 4, 8, 16 tokens, one sitting).
@@ -22,8 +26,9 @@
  * forward at 8 tokens went 1.5-1.9 -> 0.45-0.8 ms (128 x 32 -> 128 x 8, alternated processes),
  * while the three compute-bound shapes moved within this host's noise (clffn-bench, forward and
  * backward, two to three alternated rounds; docs/PERFORMANCE.md). GEMV_MAX_TOKENS 1 (was 2): at
- * 2 tokens the narrow-tile SGEMM beats two GEMVs forward and backward; at 1 the GEMV wins the
- * decoding shape's forward and backward and ties the seed shape's. */
+ * 1 token the GEMVs win forward and backward on both shapes; at 2, with the GEMV parameters
+ * above, they win the seed shape but lose the decoding shape's forward (55 against 44 ms), the
+ * case this crossover is for. */
 // clang-format off: the JSON stays in the lines clffn-tune printed
 #define CLFFN_POCL_AVX512_PROFILE                                                                 \
     "{\"clblast\":{"                                                                              \
@@ -35,8 +40,8 @@
     "\"PADB\":1,\"VWMD\":1,\"VWND\":1,\"WGD\":64},"                                               \
     "\"GemmRoutine\":{\"XGEMM_MIN_INDIRECT_SIZE\":1},"                                            \
     "\"Xgemv\":{\"WGS1\":128,\"WPT1\":2},"                                                        \
-    "\"XgemvFast\":{\"WGS2\":64,\"WPT2\":4,\"VW2\":4},"                                           \
-    "\"XgemvFastRot\":{\"WGS3\":16,\"WPT3\":8,\"VW3\":4}},"                                       \
+    "\"XgemvFast\":{\"WGS2\":16,\"WPT2\":16,\"VW2\":16},"                                         \
+    "\"XgemvFastRot\":{\"WGS3\":8,\"WPT3\":2,\"VW3\":2}},"                                        \
     "\"clffn\":{\"GEMM_K_BLOCK\":256,\"GEMM_K_BLOCK_MIN_ROWS\":512,\"GEMV_MAX_TOKENS\":1,"        \
     "\"WEIGHT_LAYOUT\":1}}"
 

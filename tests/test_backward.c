@@ -233,6 +233,25 @@ ParameterizedTest(bvariant *v, backward_device, variants, .timeout = 120) {
     clffn_context_destroy(ctx);
 }
 
+/* The backward's input products on CLBlast's fast GEMV kernels (test_forward.c's
+ * gemv_fast_kernels says why these sizes): 2 tokens, plain and gated, every handed-over × kept
+ * layout. */
+Test(backward_device, gemv_fast_kernels) {
+    clffn_context *ctx = test_context();
+    ASSERT_OK(clffn_context_set_gemv_max_tokens(ctx, 2));
+    for (int k = 0; k < 8; ++k) {
+        const int gated = k / 4, layout = (k / 2) % 2, kept = k % 2;
+        ASSERT_OK(clffn_context_set_weight_layout(ctx, (clffn_layout)kept));
+        clffn_config c = clffn_config_default(256, 512);
+        c.activation = CLFFN_ACT_SILU, c.gated = gated;
+        char what[80];
+        snprintf(what, sizeof what, "%s256 -> 512 %s kept %s", gated ? "gated " : "",
+                 layout ? "in_out" : "out_in", kept ? "in_out" : "out_in");
+        device_case(ctx, &c, (clffn_layout)layout, 2, 0, what);
+    }
+    clffn_context_destroy(ctx);
+}
+
 /* Dropout's backward uses exactly the forward's mask; the residual passes dy through. */
 Test(backward_device, dropout_and_residual) {
     clffn_context *ctx = test_context();

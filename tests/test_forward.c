@@ -101,6 +101,26 @@ static void run_variant(const variant *v) {
     clffn_context_destroy(ctx);
 }
 
+/* The GEMV path where CLBlast's fast kernels take the products: their tiles (work-group size ×
+ * work per item, at most 256 in the built-in profiles) must divide the output count, so the odd
+ * shapes above only reach its general kernel. 1 and 2 tokens, plain and gated (the stacked
+ * 1024-wide first layer), every handed-over × kept layout, so both XgemvFast and XgemvFastRot
+ * run the forward. */
+Test(forward, gemv_fast_kernels) {
+    clffn_context *ctx = test_context();
+    const variant vs[] = {{CLFFN_ACT_SILU, 0, 1, 1, 1}, {CLFFN_ACT_SILU, 1, 1, 1, 1}};
+    const size_t fshapes[][3] = {{1, 256, 512}, {2, 256, 512}};
+    ASSERT_OK(clffn_context_set_gemv_max_tokens(ctx, 2));
+    for (int kept = 0; kept < 2; ++kept) {
+        ASSERT_OK(clffn_context_set_weight_layout(ctx, (clffn_layout)kept));
+        for (size_t i = 0; i < 4; ++i) {
+            run_case(ctx, &vs[i / 2], fshapes[i % 2], CLFFN_LAYOUT_OUT_IN, 1);
+            run_case(ctx, &vs[i / 2], fshapes[i % 2], CLFFN_LAYOUT_IN_OUT, 1);
+        }
+    }
+    clffn_context_destroy(ctx);
+}
+
 /* Every activation × {plain, gated} × {all biases, each one off, none}. */
 ParameterizedTestParameters(forward, variants) {
     static variant vs[CLFFN_ACT_COUNT_ * 9];

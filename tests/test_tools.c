@@ -614,6 +614,28 @@ Test(clffn_tune, short_search, .timeout = 400) {
     remove_dir();
 }
 
+/* A candidate is checked before it is timed, GEMV kernels included: one evaluation (the child
+ * clffn-tune runs per candidate) with good GEMV parameters prints a time; with XgemvFastRot's
+ * tile longer than its work-group (CLBlast's kernel then loads part of the vector and computes
+ * wrong results) it exits 3, wrong result, instead of timing it. */
+Test(clffn_tune, gemv_candidate_checked, .timeout = 120) {
+    char cmd[1024], out[4096];
+    const char *specs[2] = {"65536:16,16,16,8,2,2", "65536:16,16,16,4,8,4"};
+    for (int i = 0; i < 2; ++i) {
+        snprintf(cmd, sizeof cmd,
+                 "'%s' --eval - - 0 - --tokens 1 --d-model 64 --d-ff 128 --gemv %s",
+                 CLFFN_TUNE_PATH, specs[i]);
+        const int rc = run(cmd, out, sizeof out);
+        if (i == 0) {
+            double t = 0;
+            cr_assert_eq(rc, 0, "%s", out);
+            cr_assert(sscanf(out, "%lf", &t) == 1 && t > 0, "%s", out);
+        } else {
+            cr_assert_eq(rc, 3, "%s", out);
+        }
+    }
+}
+
 Test(clffn_tune, damaged_profile_falls_back_and_opt_out) {
     make_dir();
     setenv("CLFFN_TUNE_DIR", dir, 1);

@@ -3,11 +3,16 @@
  * can be traced to one product. Buffers are filled first: an untouched POCL buffer reads the
  * kernel's shared zero page and makes every product look faster than it is. Each product runs
  * through clffn_sgemm, the library's own path, with the context's K-block or --k-block's.
- *   clffn-bench-gemms [--tokens T] [--d-model D] [--d-ff F] [--gated] [--reps N] [--k-block N] */
+ * --gemv-sweep instead times CLBlast's two fast GEMV kernels over a grid of their parameters on
+ * the products one token runs as GEMVs (docs/PERFORMANCE.md has the search it made).
+ *   clffn-bench-gemms [--tokens T] [--d-model D] [--d-ff F] [--gated] [--reps N] [--k-block N]
+ *                     [--gemv-sweep] */
 #define CLFFN_HOOKS /* clffn_sgemm, the path the library runs */
 #include "clffn.h"
 #include "common.h"
 
+#include <clblast_c.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,17 +31,145 @@ static int arg(int argc, char **argv, const char *name, size_t min, size_t max, 
     return 0;
 }
 
+/* The constants every operand is filled with: each output of a product over k inputs is then
+ * k·VA·VB, whatever order a kernel sums in (to within about k/2 roundings of it). */
+static const float VA = 0.37f, VB = -0.21f, VC = 0.1f;
+
+/* Best of reps (after one untimed call) of C[1, n] = a[1, k]·B, B [k, n] (tb NO_TRANS: CLBlast's
+ * XgemvFast) or [n, k] (tb TRANS: XgemvFastRot), as one token's products run; < 0 on an error or
+ * a wrong output, so that a candidate computing something else is refused, not timed. */
+static double time_gemv(const clffn_context *ctx, clffn_transpose tb, size_t n, size_t k, cl_mem A,
+                        cl_mem B, cl_mem C, float *out, size_t reps) {
+    cl_command_queue q = clffn_context_queue(ctx);
+    double best = 1e30;
+    for (size_t r = 0; r <= reps; ++r) {
+        const double t0 = tool_now_s();
+        cl_int err = clffn_sgemm(ctx, CLFFN_NO_TRANS, tb, 1, n, k, 1.0f, A, 0, k, B, 0,
+                                 tb == CLFFN_TRANS ? k : n, 0.0f, C, 0, n, q, NULL);
+        if (err == CL_SUCCESS) { err = clFinish(q); }
+        if (err != CL_SUCCESS) { return -1; }
+        const double t = tool_now_s() - t0;
+        if (r > 0 && t < best) { best = t; }
+    }
+    if (clEnqueueReadBuffer(q, C, CL_TRUE, 0, n * sizeof *out, out, 0, NULL, NULL) != CL_SUCCESS) {
+        return -1;
+    }
+    const double want = (double)k * VA * VB, tol = fabs(want) * ((double)k * 0x1p-24 + 1e-6);
+    for (size_t i = 0; i < n; ++i) {
+        if (!(fabs(out[i] - want) <= tol)) {
+            fprintf(stderr, "clffn-bench-gemms: output %zu of %zu x %zu: %g, not %g\n", i, n, k,
+                    out[i], want);
+            return -1;
+        }
+    }
+    return best;
+}
+
+/* One GEMV kernel and the four products one token runs on it: {outputs, inputs}. */
+typedef struct gemv_kernel {
+    const char *name, *params[3];
+    clffn_transpose tb;
+    size_t shapes[4][2];
+} gemv_kernel;
+
+/* Times candidate v of kernel g on its four products, prints a row (GB/s of weights read per
+ * product, total ms) and returns the total seconds; < 0 on failure. */
+static double gemv_candidate(clffn_context *ctx, const gemv_kernel *g, const size_t v[3], cl_mem A,
+                             cl_mem B, cl_mem C, float *out, size_t reps) {
+    const char *params[3] = {g->params[0], g->params[1], g->params[2]};
+    if (CLBlastOverrideParameters(clffn_context_cl_device(ctx), g->name, CLBlastPrecisionSingle, 3,
+                                  params, v) != CLBlastSuccess) {
+        fprintf(stderr, "clffn-bench-gemms: CLBlast refused %s %zu/%zu/%zu\n", g->name, v[0], v[1],
+                v[2]);
+        return -1;
+    }
+    printf("%-12s %3zu %2zu %2zu", g->name, v[0], v[1], v[2]);
+    double total = 0;
+    for (int i = 0; i < 4; ++i) {
+        const size_t n = g->shapes[i][0], k = g->shapes[i][1];
+        const double t = time_gemv(ctx, g->tb, n, k, A, B, C, out, reps);
+        if (t < 0) {
+            fprintf(stderr, "clffn-bench-gemms: %s %zu/%zu/%zu failed\n", g->name, v[0], v[1],
+                    v[2]);
+            return -1;
+        }
+        total += t;
+        printf(" %7.1f", 4.0 * (double)(n * k) / t * 1e-9);
+    }
+    printf("  %8.3f ms\n", total * 1e3);
+    return total;
+}
+
+/* --gemv-sweep: XgemvFast, then XgemvFastRot, over work-group size × work per item × vector
+ * width, each candidate scored by the four products one token runs on that kernel (the
+ * forward's two with the weights kept one way, the backward's input products with them kept the
+ * other). Work-group size × work per item stays ≤ 256: CLBlast runs a fast kernel only where it
+ * divides the output count, and larger tiles would leave it for counts like 11008 (43 × 256).
+ * Prints every candidate and the fastest by total time. */
+static int gemv_sweep(clffn_context *ctx, cl_mem A, cl_mem B, cl_mem C, size_t D, size_t F,
+                      size_t N1, size_t reps) {
+    const gemv_kernel kernels[2] = {
+        {"XgemvFast", {"WGS2", "WPT2", "VW2"}, CLFFN_NO_TRANS, {{N1, D}, {D, F}, {F, D}, {D, N1}}},
+        {"XgemvFastRot", {"WGS3", "WPT3", "VW3"}, CLFFN_TRANS, {{N1, D}, {D, F}, {F, D}, {D, N1}}},
+    };
+    size_t max_wg = 0;
+    clGetDeviceInfo(clffn_context_cl_device(ctx), CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof max_wg,
+                    &max_wg, NULL);
+    float *out = malloc((N1 > D ? N1 : D) * sizeof *out);
+    if (!out || clffn_context_set_gemv_max_tokens(ctx, 1) != CLFFN_SUCCESS) {
+        free(out);
+        return 1;
+    }
+    printf("1 token, %zu -> %zu%s, best of %zu: GB/s of weights read on %zux%zu %zux%zu %zux%zu "
+           "%zux%zu (outputs x inputs), and their total time\n",
+           D, F, N1 > F ? " gated" : "", reps, N1, D, D, F, F, D, D, N1);
+    int rc = 0;
+    for (int kind = 0; kind < 2 && rc == 0; ++kind) {
+        const gemv_kernel *g = &kernels[kind];
+        double best = 1e30;
+        size_t win[3] = {0, 0, 0};
+        for (size_t wgs = 4; rc == 0 && wgs <= 256 && wgs <= max_wg; wgs *= 2) {
+            /* the rotated kernel loads the vector one item per work-item: its tile may not be
+             * longer than its work-group (CLBlast's tuner constraint) */
+            for (size_t wpt = 1; rc == 0 && wgs * wpt <= 256 && (!kind || wpt <= wgs); wpt *= 2) {
+                for (size_t vw = 1; rc == 0 && vw <= wpt && vw <= 16; vw *= 2) {
+                    const size_t v[3] = {wgs, wpt, vw};
+                    const double t = gemv_candidate(ctx, g, v, A, B, C, out, reps);
+                    if (t < 0) {
+                        rc = 1;
+                    } else if (t < best) {
+                        best = t;
+                        memcpy(win, v, sizeof win);
+                    }
+                }
+            }
+        }
+        if (rc == 0) {
+            printf("fastest %s: %s %zu, %s %zu, %s %zu (%.3f ms)\n", g->name, g->params[0], win[0],
+                   g->params[1], win[1], g->params[2], win[2], best * 1e3);
+        }
+        fflush(stdout);
+    }
+    free(out);
+    return rc;
+}
+
 static int tool_main(int argc, char **argv) {
     for (int i = 1; i < argc; ++i) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             puts("usage: clffn-bench-gemms [--tokens T] [--d-model D] [--d-ff F] [--gated] [--reps "
                  "N]\n"
-                 "                         [--k-block N]   (default: the tuning profile's block)");
+                 "                         [--k-block N]   (default: the tuning profile's block)\n"
+                 "                         [--gemv-sweep]  (the GEMV kernels' parameters at 1 "
+                 "token)");
             return 0;
         }
     }
-    int gated = 0;
-    for (int i = 1; i < argc; ++i) { gated |= strcmp(argv[i], "--gated") == 0; }
+    int gated = 0, sweep = 0;
+    for (int i = 1; i < argc; ++i) {
+        gated |= strcmp(argv[i], "--gated") == 0;
+        sweep |= strcmp(argv[i], "--gemv-sweep") == 0;
+    }
     size_t T = 2048, D = 1024, F = 2816, reps = 3, k_block = 0;
     const size_t big = (size_t)1 << 30;
     if (arg(argc, argv, "--tokens", 1, big, &T) || arg(argc, argv, "--d-model", 1, big, &D) ||
@@ -68,10 +201,9 @@ static int tool_main(int argc, char **argv) {
     cl_mem A = clCreateBuffer(cx, CL_MEM_READ_WRITE, na * 4, NULL, &err);
     cl_mem B = err == CL_SUCCESS ? clCreateBuffer(cx, CL_MEM_READ_WRITE, nw * 4, NULL, &err) : NULL;
     cl_mem C = err == CL_SUCCESS ? clCreateBuffer(cx, CL_MEM_READ_WRITE, nc * 4, NULL, &err) : NULL;
-    const float va = 0.37f, vb = -0.21f, vc = 0.1f;
-    if (err == CL_SUCCESS) { err = clEnqueueFillBuffer(q, A, &va, 4, 0, na * 4, 0, NULL, NULL); }
-    if (err == CL_SUCCESS) { err = clEnqueueFillBuffer(q, B, &vb, 4, 0, nw * 4, 0, NULL, NULL); }
-    if (err == CL_SUCCESS) { err = clEnqueueFillBuffer(q, C, &vc, 4, 0, nc * 4, 0, NULL, NULL); }
+    if (err == CL_SUCCESS) { err = clEnqueueFillBuffer(q, A, &VA, 4, 0, na * 4, 0, NULL, NULL); }
+    if (err == CL_SUCCESS) { err = clEnqueueFillBuffer(q, B, &VB, 4, 0, nw * 4, 0, NULL, NULL); }
+    if (err == CL_SUCCESS) { err = clEnqueueFillBuffer(q, C, &VC, 4, 0, nc * 4, 0, NULL, NULL); }
     if (err == CL_SUCCESS) { err = clFinish(q); }
     int rc = 0;
     if (err != CL_SUCCESS) {
@@ -90,9 +222,12 @@ static int tool_main(int argc, char **argv) {
         {"backward dW1|dV = dz^T·x", CLFFN_TRANS, CLFFN_NO_TRANS, N1, D, T, N1, D, D},
         {"backward dx = dz·[W1|V]", CLFFN_NO_TRANS, CLFFN_NO_TRANS, T, D, N1, N1, D, D},
     };
-    printf("%zu tokens, %zu -> %zu%s, K-block %zu, best of %zu after one untimed call\n", T, D, F,
-           gated ? " gated" : "", k_block, reps);
-    for (size_t i = 0; rc == 0 && i < sizeof g / sizeof g[0]; ++i) {
+    if (rc == 0 && sweep) { rc = gemv_sweep(ctx, A, B, C, D, F, N1, reps); }
+    if (rc == 0 && !sweep) {
+        printf("%zu tokens, %zu -> %zu%s, K-block %zu, best of %zu after one untimed call\n", T, D,
+               F, gated ? " gated" : "", k_block, reps);
+    }
+    for (size_t i = 0; rc == 0 && !sweep && i < sizeof g / sizeof g[0]; ++i) {
         double best = 1e30;
         for (size_t r = 0; r <= reps; ++r) {
             const double t0 = tool_now_s();

@@ -332,17 +332,25 @@ static cl_mem random_buffer(bench *b, size_t n, uint64_t seed) {
 
 /* The SGEMM under the parameters now applied, against a double-precision product, on an odd
  * shape (so no tile fits it exactly), run as gemm_time runs it: B transposed, and B as stored
- * too when the candidate times the backward's products. */
-static int verify_one(bench *b, clffn_transpose tb);
+ * too when the candidate times the backward's products. With GEMVs on, the odd shape reaches
+ * only CLBlast's general GEMV kernel: 2 rows of 2048 × 2048, which every candidate's tile
+ * divides, check its fast kernels (XgemvFastRot, say, computes wrong results with WPT3 > WGS3),
+ * both ways, as the weight layout phase runs either. */
+static int verify_one(bench *b, clffn_transpose tb, size_t m, size_t n, size_t k);
 static int verify(bench *b) {
-    return verify_one(b, CLFFN_TRANS) == 0 &&
-                   (!b->backward_inputs || verify_one(b, CLFFN_NO_TRANS) == 0)
-               ? 0
-               : -1;
+    const int gemv = clffn_context_gemv_max_tokens(b->cctx) > 0;
+    for (int i = 0; i < 2; ++i) {
+        const clffn_transpose tb = i ? CLFFN_NO_TRANS : CLFFN_TRANS;
+        if (i && !b->backward_inputs && !gemv) { break; }
+        if (verify_one(b, tb, 37, 131, 97) != 0 ||
+            (gemv && verify_one(b, tb, 2, 2048, 2048) != 0)) {
+            return -1;
+        }
+    }
+    return 0;
 }
 
-static int verify_one(bench *b, clffn_transpose tb) {
-    const size_t m = 37, n = 131, k = 97;
+static int verify_one(bench *b, clffn_transpose tb, size_t m, size_t n, size_t k) {
     int ok = 0;
     float *A = malloc(m * k * 4), *B = malloc(n * k * 4), *C = malloc(m * n * 4);
     double *R = malloc(m * n * sizeof *R);
@@ -946,14 +954,15 @@ static const char *gemv_spec(char *buf, size_t size, size_t tokens, const gemv_r
 }
 
 /* Phase 5: XgemvFastRot, then XgemvFast, each over a short list of work-group size, work per
- * item and vector width (the kernels have few parameters, and the list spans what the sweep on
- * POCL and CLBlast's GPU database pick: 32/32/8 is its NVIDIA default), scored at one token. Not
- * resumable: it is short. */
+ * item and vector width (the kernels have few parameters, and the list spans what the full
+ * sweep on POCL, clffn-bench-gemms --gemv-sweep, and CLBlast's GPU database pick: 32/32/8 is its
+ * NVIDIA default; the first two are POCL's, tried first when the budget is short), scored at
+ * one token. Not resumable: it is short. */
 static void phase_gemv(search *r, size_t min_indirect, size_t k_block, gemv_result *g) {
-    static const size_t cands[][3] = {{64, 4, 4},  {64, 8, 4},  {16, 8, 4},   {32, 8, 4},
-                                      {64, 1, 1},  {128, 1, 1}, {256, 1, 1},  {64, 2, 2},
-                                      {64, 16, 4}, {32, 16, 8}, {128, 4, 4},  {16, 16, 16},
-                                      {32, 32, 8}, {64, 32, 8}, {128, 16, 8}, {256, 2, 2}};
+    static const size_t cands[][3] = {
+        {16, 16, 16}, {8, 2, 2},   {64, 4, 4},  {16, 16, 8}, {4, 4, 4},    {4, 8, 4},  {16, 8, 8},
+        {64, 8, 4},   {32, 8, 4},  {64, 1, 1},  {128, 1, 1}, {256, 1, 1},  {64, 2, 2}, {64, 16, 4},
+        {32, 16, 8},  {128, 4, 4}, {32, 32, 8}, {64, 32, 8}, {128, 16, 8}, {256, 2, 2}};
     const size_t nc = sizeof cands / sizeof cands[0];
     gemv_sets(&g->fast, &g->rot);
     memcpy(g->fast.values, cands[0], sizeof cands[0]);
@@ -965,7 +974,9 @@ static void phase_gemv(search *r, size_t min_indirect, size_t k_block, gemv_resu
         memcpy(keep, p->values, sizeof keep);
         for (size_t i = 0; i < nc && !interrupted; ++i) {
             if (i >= 2 && spent(r) > r->budget) { break; }
-            if (cands[i][0] > r->lim.max_wg) { continue; }
+            /* CLBlast's own tuner constraint for the rotated kernel: a tile no longer than
+             * its work-group loads the whole vector */
+            if (cands[i][0] > r->lim.max_wg || (!which && cands[i][1] > cands[i][0])) { continue; }
             memcpy(p->values, cands[i], sizeof cands[i]);
             char spec[300];
             opts o = r->o;
