@@ -23,12 +23,13 @@
  * WEIGHT_LAYOUT 1 ([in, out]) and the Xgemm tile 128 x 8 (NWG 8, NDIMC 1, NDIMB 1, MDIMA 4, KWG
  * 64; the search's was 128 x 32 with KWG 32), 2026-11-22 on the AMD EPYC host: with the weights
  * kept [in, out] nothing is transposed per call, and the tokens are then padded to NWG, so the
- * forward at 8 tokens went 1.5-1.9 -> 0.45-0.8 ms (128 x 32 -> 128 x 8, alternated processes),
- * while the three compute-bound shapes moved within this host's noise (clffn-bench, forward and
- * backward, two to three alternated rounds; docs/PERFORMANCE.md). GEMV_MAX_TOKENS 1 (was 2): at
- * 1 token the GEMVs win forward and backward on both shapes; at 2, with the GEMV parameters
- * above, they win the seed shape but lose the decoding shape's forward (55 against 44 ms), the
- * case this crossover is for. */
+ * forward at 8 tokens went 1.5-1.9 -> 0.45-0.8 ms (128 x 32 -> 128 x 8, alternated processes).
+ * It costs the large shapes: in two to three alternated rounds the differences looked like
+ * noise, in three more the BERT and SwiGLU shapes ran 2-29% slower forward and 3-20% backward
+ * (seed shape level); one tile per device serves only one of the two (docs/PERFORMANCE.md).
+ * GEMV_MAX_TOKENS 1 (was 2): at 1 token the GEMVs win forward and backward on both shapes; at
+ * 2, with the GEMV parameters above, they win the seed shape but lose the decoding shape's
+ * forward (55 against 44 ms), the case this crossover is for. */
 // clang-format off: the JSON stays in the lines clffn-tune printed
 #define CLFFN_POCL_AVX512_PROFILE                                                                 \
     "{\"clblast\":{"                                                                              \

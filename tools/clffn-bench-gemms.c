@@ -65,17 +65,18 @@ static double time_gemv(const clffn_context *ctx, clffn_transpose tb, size_t n, 
     return best;
 }
 
-/* One GEMV kernel and the four products one token runs on it: {outputs, inputs}. */
+/* One GEMV kernel: its name, parameter names and the transpose of B that selects it. */
 typedef struct gemv_kernel {
     const char *name, *params[3];
     clffn_transpose tb;
-    size_t shapes[4][2];
 } gemv_kernel;
 
-/* Times candidate v of kernel g on its four products, prints a row (GB/s of weights read per
- * product, total ms) and returns the total seconds; < 0 on failure. */
-static double gemv_candidate(clffn_context *ctx, const gemv_kernel *g, const size_t v[3], cl_mem A,
-                             cl_mem B, cl_mem C, float *out, size_t reps) {
+/* Times candidate v of kernel g on the four products one token runs on it ({outputs, inputs}),
+ * prints a row (GB/s of weights read per product, total ms) and returns the total seconds; < 0
+ * on failure. */
+static double gemv_candidate(clffn_context *ctx, const gemv_kernel *g, const size_t v[3],
+                             const size_t shapes[4][2], cl_mem A, cl_mem B, cl_mem C, float *out,
+                             size_t reps) {
     const char *params[3] = {g->params[0], g->params[1], g->params[2]};
     if (CLBlastOverrideParameters(clffn_context_cl_device(ctx), g->name, CLBlastPrecisionSingle, 3,
                                   params, v) != CLBlastSuccess) {
@@ -86,7 +87,7 @@ static double gemv_candidate(clffn_context *ctx, const gemv_kernel *g, const siz
     printf("%-12s %3zu %2zu %2zu", g->name, v[0], v[1], v[2]);
     double total = 0;
     for (int i = 0; i < 4; ++i) {
-        const size_t n = g->shapes[i][0], k = g->shapes[i][1];
+        const size_t n = shapes[i][0], k = shapes[i][1];
         const double t = time_gemv(ctx, g->tb, n, k, A, B, C, out, reps);
         if (t < 0) {
             fprintf(stderr, "clffn-bench-gemms: %s %zu/%zu/%zu failed\n", g->name, v[0], v[1],
@@ -108,10 +109,11 @@ static double gemv_candidate(clffn_context *ctx, const gemv_kernel *g, const siz
  * Prints every candidate and the fastest by total time. */
 static int gemv_sweep(clffn_context *ctx, cl_mem A, cl_mem B, cl_mem C, size_t D, size_t F,
                       size_t N1, size_t reps) {
-    const gemv_kernel kernels[2] = {
-        {"XgemvFast", {"WGS2", "WPT2", "VW2"}, CLFFN_NO_TRANS, {{N1, D}, {D, F}, {F, D}, {D, N1}}},
-        {"XgemvFastRot", {"WGS3", "WPT3", "VW3"}, CLFFN_TRANS, {{N1, D}, {D, F}, {F, D}, {D, N1}}},
+    static const gemv_kernel kernels[2] = {
+        {"XgemvFast", {"WGS2", "WPT2", "VW2"}, CLFFN_NO_TRANS},
+        {"XgemvFastRot", {"WGS3", "WPT3", "VW3"}, CLFFN_TRANS},
     };
+    const size_t shapes[4][2] = {{N1, D}, {D, F}, {F, D}, {D, N1}};
     size_t max_wg = 0;
     clGetDeviceInfo(clffn_context_cl_device(ctx), CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof max_wg,
                     &max_wg, NULL);
@@ -122,7 +124,8 @@ static int gemv_sweep(clffn_context *ctx, cl_mem A, cl_mem B, cl_mem C, size_t D
     }
     printf("1 token, %zu -> %zu%s, best of %zu: GB/s of weights read on %zux%zu %zux%zu %zux%zu "
            "%zux%zu (outputs x inputs), and their total time\n",
-           D, F, N1 > F ? " gated" : "", reps, N1, D, D, F, F, D, D, N1);
+           D, F, N1 > F ? " gated" : "", reps, shapes[0][0], shapes[0][1], shapes[1][0],
+           shapes[1][1], shapes[2][0], shapes[2][1], shapes[3][0], shapes[3][1]);
     int rc = 0;
     for (int kind = 0; kind < 2 && rc == 0; ++kind) {
         const gemv_kernel *g = &kernels[kind];
@@ -134,7 +137,7 @@ static int gemv_sweep(clffn_context *ctx, cl_mem A, cl_mem B, cl_mem C, size_t D
             for (size_t wpt = 1; rc == 0 && wgs * wpt <= 256 && (!kind || wpt <= wgs); wpt *= 2) {
                 for (size_t vw = 1; rc == 0 && vw <= wpt && vw <= 16; vw *= 2) {
                     const size_t v[3] = {wgs, wpt, vw};
-                    const double t = gemv_candidate(ctx, g, v, A, B, C, out, reps);
+                    const double t = gemv_candidate(ctx, g, v, shapes, A, B, C, out, reps);
                     if (t < 0) {
                         rc = 1;
                     } else if (t < best) {
