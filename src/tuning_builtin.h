@@ -58,18 +58,25 @@
  * (4% slower; with no profile it measured 10.5-11.0 over five sittings). No K-blocks (every
  * block was slower than none on the GPU); the direct kernel below m·n·k = 1691^3 (it beat the
  * tiled one up to 1024 tokens on the BERT shape); GEMVs for one token only (0.24 against 0.61 ms
- * for the SGEMM there; at 2 tokens the SGEMM won in the search on the seed shape). WEIGHT_LAYOUT
- * 0: the weights were kept [out, in] in every measurement above. Applied to every H100 (PCIe,
- * SXM, NVL: one chip, SM 9.0). */
+ * for the SGEMM there; at 2 tokens the SGEMM won in the search on the seed shape).
+ * WEIGHT_LAYOUT 1 ([in, out]), XgemvFast 32/1/1 and XgemvFastRot 16/16/8: `clffn-bench-gemms
+ * --gemv-sweep` on 4096 -> 11008 gated at one token, then three alternated rounds against the
+ * profile before (weights [out, in], XgemvFast 256/1/1, XgemvFastRot 16/16/16), same H100 and
+ * driver, 2026-11-22: with the weights kept [in, out] one token's forward runs XgemvFast, which
+ * reads consecutive weights across a warp, 0.74-0.76 -> 0.42-0.43 ms (1.25 TB/s of weights;
+ * PyTorch 0.22 ms); its backward 1.15-1.17 -> 1.29-1.31 ms; forwards of the BERT and SwiGLU shapes
+ * 2-5% faster, the seed shape and the backwards within 2% (docs/PERFORMANCE.md, "NVIDIA H100").
+ * GEMVs for 2 tokens too would make that forward 1.08 -> 0.81 ms but its backward 1.69 -> 2.41,
+ * so the crossover stays 1. Applied to every H100 (PCIe, SXM, NVL: one chip, SM 9.0). */
 #define CLFFN_NVIDIA_H100_PROFILE                                                                  \
     "{\"clblast\":{"                                                                               \
     "\"Xgemm\":{\"GEMMK\":0,\"KREG\":1,\"KWG\":16,\"KWI\":2,\"MDIMA\":16,\"MDIMC\":16,\"MWG\":64," \
     "\"NDIMB\":16,\"NDIMC\":8,\"NWG\":128,\"SA\":1,\"SB\":1,\"STRM\":1,\"STRN\":1,\"VWM\":4,"      \
     "\"VWN\":4},"                                                                                  \
     "\"GemmRoutine\":{\"XGEMM_MIN_INDIRECT_SIZE\":1691},"                                          \
-    "\"XgemvFast\":{\"WGS2\":256,\"WPT2\":1,\"VW2\":1},"                                           \
-    "\"XgemvFastRot\":{\"WGS3\":16,\"WPT3\":16,\"VW3\":16}},"                                      \
-    "\"clffn\":{\"GEMM_K_BLOCK\":0,\"GEMV_MAX_TOKENS\":1,\"WEIGHT_LAYOUT\":0}}"
+    "\"XgemvFast\":{\"WGS2\":32,\"WPT2\":1,\"VW2\":1},"                                            \
+    "\"XgemvFastRot\":{\"WGS3\":16,\"WPT3\":16,\"VW3\":8}},"                                       \
+    "\"clffn\":{\"GEMM_K_BLOCK\":0,\"GEMV_MAX_TOKENS\":1,\"WEIGHT_LAYOUT\":1}}"
 // clang-format on
 
 static const builtin_profile builtin_profiles[] = {

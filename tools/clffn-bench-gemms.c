@@ -6,7 +6,7 @@
  * --gemv-sweep instead times CLBlast's two fast GEMV kernels over a grid of their parameters on
  * the products one token runs as GEMVs (docs/PERFORMANCE.md has the search it made).
  *   clffn-bench-gemms [--tokens T] [--d-model D] [--d-ff F] [--gated] [--reps N] [--k-block N]
- *                     [--gemv-sweep] */
+ *                     [--gemv-sweep [fast|rot]] */
 #define CLFFN_HOOKS /* clffn_sgemm, the path the library runs */
 #include "clffn.h"
 #include "common.h"
@@ -106,9 +106,9 @@ static double gemv_candidate(clffn_context *ctx, const gemv_kernel *g, const siz
  * forward's two with the weights kept one way, the backward's input products with them kept the
  * other). Work-group size × work per item stays ≤ 256: CLBlast runs a fast kernel only where it
  * divides the output count, and larger tiles would leave it for counts like 11008 (43 × 256).
- * Prints every candidate and the fastest by total time. */
+ * Prints every candidate and the fastest by total time; only >= 0 sweeps that kernel alone. */
 static int gemv_sweep(clffn_context *ctx, cl_mem A, cl_mem B, cl_mem C, size_t D, size_t F,
-                      size_t N1, size_t reps) {
+                      size_t N1, size_t reps, int only) {
     static const gemv_kernel kernels[2] = {
         {"XgemvFast", {"WGS2", "WPT2", "VW2"}, CLFFN_NO_TRANS},
         {"XgemvFastRot", {"WGS3", "WPT3", "VW3"}, CLFFN_TRANS},
@@ -128,6 +128,7 @@ static int gemv_sweep(clffn_context *ctx, cl_mem A, cl_mem B, cl_mem C, size_t D
            shapes[1][1], shapes[2][0], shapes[2][1], shapes[3][0], shapes[3][1]);
     int rc = 0;
     for (int kind = 0; kind < 2 && rc == 0; ++kind) {
+        if (only >= 0 && kind != only) { continue; }
         const gemv_kernel *g = &kernels[kind];
         double best = 1e30;
         size_t win[3] = {0, 0, 0};
@@ -163,15 +164,19 @@ static int tool_main(int argc, char **argv) {
             puts("usage: clffn-bench-gemms [--tokens T] [--d-model D] [--d-ff F] [--gated] [--reps "
                  "N]\n"
                  "                         [--k-block N]   (default: the tuning profile's block)\n"
-                 "                         [--gemv-sweep]  (the GEMV kernels' parameters at 1 "
-                 "token)");
+                 "                         [--gemv-sweep [fast|rot]]  (the GEMV kernels' "
+                 "parameters at 1 token;\n"
+                 "                                                   one kernel or both)");
             return 0;
         }
     }
-    int gated = 0, sweep = 0;
+    int gated = 0, sweep = 0, only = -1;
     for (int i = 1; i < argc; ++i) {
         gated |= strcmp(argv[i], "--gated") == 0;
-        sweep |= strcmp(argv[i], "--gemv-sweep") == 0;
+        if (strcmp(argv[i], "--gemv-sweep") != 0) { continue; }
+        sweep = 1;
+        if (i + 1 < argc && strcmp(argv[i + 1], "fast") == 0) { only = 0; }
+        if (i + 1 < argc && strcmp(argv[i + 1], "rot") == 0) { only = 1; }
     }
     size_t T = 2048, D = 1024, F = 2816, reps = 3, k_block = 0;
     const size_t big = (size_t)1 << 30;
@@ -225,7 +230,7 @@ static int tool_main(int argc, char **argv) {
         {"backward dW1|dV = dz^T·x", CLFFN_TRANS, CLFFN_NO_TRANS, N1, D, T, N1, D, D},
         {"backward dx = dz·[W1|V]", CLFFN_NO_TRANS, CLFFN_NO_TRANS, T, D, N1, N1, D, D},
     };
-    if (rc == 0 && sweep) { rc = gemv_sweep(ctx, A, B, C, D, F, N1, reps); }
+    if (rc == 0 && sweep) { rc = gemv_sweep(ctx, A, B, C, D, F, N1, reps, only); }
     if (rc == 0 && !sweep) {
         printf("%zu tokens, %zu -> %zu%s, K-block %zu, best of %zu after one untimed call\n", T, D,
                F, gated ? " gated" : "", k_block, reps);

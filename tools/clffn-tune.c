@@ -955,14 +955,14 @@ static const char *gemv_spec(char *buf, size_t size, size_t tokens, const gemv_r
 
 /* Phase 5: XgemvFastRot, then XgemvFast, each over a short list of work-group size, work per
  * item and vector width (the kernels have few parameters, and the list spans what the full
- * sweep on POCL, clffn-bench-gemms --gemv-sweep, and CLBlast's GPU database pick: 32/32/8 is its
- * NVIDIA default; the first two are POCL's, tried first when the budget is short), scored at
- * one token. Not resumable: it is short. */
+ * sweeps, clffn-bench-gemms --gemv-sweep, and CLBlast's GPU database pick: 32/32/8 is its
+ * NVIDIA default, 32/1/1 the H100's XgemvFast; the first two are POCL's, tried first when the
+ * budget is short), scored at one token. Not resumable: it is short. */
 static void phase_gemv(search *r, size_t min_indirect, size_t k_block, gemv_result *g) {
     static const size_t cands[][3] = {
-        {16, 16, 16}, {8, 2, 2},   {64, 4, 4},  {16, 16, 8}, {4, 4, 4},    {4, 8, 4},  {16, 8, 8},
-        {64, 8, 4},   {32, 8, 4},  {64, 1, 1},  {128, 1, 1}, {256, 1, 1},  {64, 2, 2}, {64, 16, 4},
-        {32, 16, 8},  {128, 4, 4}, {32, 32, 8}, {64, 32, 8}, {128, 16, 8}, {256, 2, 2}};
+        {16, 16, 16}, {8, 2, 2},   {64, 4, 4},  {16, 16, 8}, {4, 4, 4},    {4, 8, 4},   {16, 8, 8},
+        {64, 8, 4},   {32, 8, 4},  {64, 1, 1},  {128, 1, 1}, {256, 1, 1},  {64, 2, 2},  {64, 16, 4},
+        {32, 16, 8},  {128, 4, 4}, {32, 32, 8}, {64, 32, 8}, {128, 16, 8}, {256, 2, 2}, {32, 1, 1}};
     const size_t nc = sizeof cands / sizeof cands[0];
     gemv_sets(&g->fast, &g->rot);
     memcpy(g->fast.values, cands[0], sizeof cands[0]);
