@@ -694,9 +694,10 @@ CLFFN_API size_t clffn_gemm_k_split(size_t k, size_t k_block, size_t *block);
  *  row-major, A [m,k] (trans_a: [k,m]) and B [k,n] (trans_b: [n,k]) at element offsets with
  *  leading dimensions a_ld, b_ld, c_ld, enqueued on queue (in order) and split along K by the
  *  context's block (clffn_gemm_k_split), each block a column-major CLBlast call; CLBlast takes
- *  its scratch per call. With trans_a NO_TRANS and m at most the context's small-batch
- *  crossover (clffn_context_set_gemv_max_tokens), it runs as one CLBlast GEMV per row of A
- *  instead. event (may be NULL) completes with the last call. Errors:
+ *  its scratch per call, with the context's Xgemm set for its token count (m, or k when A is
+ *  transposed; clffn_context_set_xgemm). With trans_a NO_TRANS and m at most the context's
+ *  small-batch crossover (clffn_context_set_gemv_max_tokens), it runs as one CLBlast GEMV per
+ *  row of A instead. event (may be NULL) completes with the last call. Errors:
  *  NULL_ARGUMENT; INVALID_ARGUMENT (a transpose other than the two); INVALID_QUEUE; CLBlast's
  *  and OpenCL's statuses (bad sizes, short buffers). */
 CLFFN_API clffn_status clffn_sgemm(const clffn_context *ctx, clffn_transpose trans_a,
@@ -704,6 +705,37 @@ CLFFN_API clffn_status clffn_sgemm(const clffn_context *ctx, clffn_transpose tra
                                    float alpha, cl_mem a, size_t a_off, size_t a_ld, cl_mem b,
                                    size_t b_off, size_t b_ld, float beta, cl_mem c, size_t c_off,
                                    size_t c_ld, cl_command_queue queue, cl_event *event);
+
+/** Largest row count clffn_context_set_xgemm() takes for few_rows. */
+#define CLFFN_MAX_XGEMM_FEW_ROWS ((size_t)1 << 24)
+
+/** Sets the CLBlast Xgemm parameter sets the context's SGEMMs run with: `few` for products of
+ *  fewer than few_rows tokens, `large` for the rest. A product's tokens are its m (the token rows
+ *  of the forward's and the input-gradient products), or its k when A is transposed (the weight
+ *  gradients sum over the tokens), so that all products of one pass take the same set: switching
+ *  within a pass would cost more than the better tile saves. One tile cannot serve
+ *  both: a few tokens want it narrow along the tokens (they are padded to it), many want it wide
+ *  (on POCL, 8 tokens ran 2× faster forward on a 128 × 8 tile than on 128 × 32, which is up to
+ *  29% faster on the large shapes; docs/PERFORMANCE.md). Each is n = 16 values named by CLBlast
+ *  1.5's Xgemm parameters (GEMMK, KREG, KWG, KWI, MDIMA, MDIMC, MWG, NDIMB, NDIMC, NWG, SA, SB,
+ *  STRM, STRN, VWM, VWN) in names, each once, in any order; CLBlast's constraints on them are
+ *  the caller's to meet (clffn-tune does). CLBlast keeps one set per device for the whole
+ *  process, so each product applies the set it wants when the device has the other, holding the
+ *  device against other threads while it enqueues (about 1.5 ms on POCL per change, none while
+ *  the row counts stay on one side). large NULL: no set of the context's own, its products run
+ *  with whatever the device has (few must be NULL then); few NULL or few_rows 0: large for all.
+ *  The tuning profile sets both ("clblast": {"Xgemm": ...}, "clblast_few_rows": {"Xgemm": ...},
+ *  "clffn": {"XGEMM_FEW_ROWS": n}). Nothing is applied until a product needs it. Same rules of
+ *  effect as clffn_context_set_gemm_k_block(). Errors: NULL_ARGUMENT (ctx, or names with a set);
+ *  INVALID_ARGUMENT (a name missing, repeated or unknown, n not 16, few without large);
+ *  few_rows > CLFFN_MAX_XGEMM_FEW_ROWS → INVALID_SIZE; on error nothing changes. */
+CLFFN_API clffn_status clffn_context_set_xgemm(clffn_context *ctx, size_t n,
+                                               const char *const *names, const size_t *large,
+                                               const size_t *few, size_t few_rows);
+
+/** The token count below which the context's products use its few-rows Xgemm set (see
+ *  clffn_context_set_xgemm); 0 when it has none, or for NULL. */
+CLFFN_API size_t clffn_context_xgemm_few_rows(const clffn_context *ctx);
 
 /* ---------------------------------------------------------------------------------------------
  * CPU reference and the dropout generator, in plain C

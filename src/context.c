@@ -47,6 +47,9 @@ static clffn_status context_init(clffn_context *ctx, cl_context context, cl_devi
         ctx->gemv_max_tokens = ctx->tuning.gemv_max_tokens;
         ctx->gemm_k_block_min_rows = ctx->tuning.gemm_k_block_min_rows;
         ctx->weight_layout = ctx->tuning.weight_layout;
+        ctx->xgemm = ctx->tuning.xgemm;
+        ctx->xgemm_few = ctx->tuning.xgemm_few;
+        ctx->xgemm_few_rows = ctx->tuning.xgemm_few_rows;
     } else {
         pthread_mutex_destroy(&ctx->lock);
         clReleaseCommandQueue(ctx->queue);
@@ -236,4 +239,23 @@ clffn_status clffn_context_set_weight_layout(clffn_context *ctx, clffn_layout la
 
 clffn_layout clffn_context_weight_layout(const clffn_context *ctx) {
     return ctx ? ctx->weight_layout : CLFFN_DEFAULT_WEIGHT_LAYOUT;
+}
+
+clffn_status clffn_context_set_xgemm(clffn_context *ctx, size_t n, const char *const *names,
+                                     const size_t *large, const size_t *few, size_t few_rows) {
+    if (!ctx || ((large || few) && !names)) { return CLFFN_ERROR_NULL_ARGUMENT; }
+    if (few && !large) { return CLFFN_ERROR_INVALID_ARGUMENT; }
+    if (few_rows > CLFFN_MAX_XGEMM_FEW_ROWS) { return CLFFN_ERROR_INVALID_SIZE; }
+    clffn_xgemm_set l = {0, {0}}, f = {0, {0}};
+    clffn_status st = large ? clffn__xgemm_set_from(n, names, large, &l) : CLFFN_SUCCESS;
+    if (st == CLFFN_SUCCESS && few) { st = clffn__xgemm_set_from(n, names, few, &f); }
+    if (st != CLFFN_SUCCESS) { return st; }
+    ctx->xgemm = l;
+    ctx->xgemm_few = f;
+    ctx->xgemm_few_rows = f.have ? few_rows : 0;
+    return CLFFN_SUCCESS;
+}
+
+size_t clffn_context_xgemm_few_rows(const clffn_context *ctx) {
+    return ctx ? ctx->xgemm_few_rows : 0;
 }

@@ -51,6 +51,10 @@ struct clffn_context {
     /* the layout uploads keep W1, V and W2 in; from the tuning profile, or
      * clffn_context_set_weight_layout() */
     clffn_layout weight_layout;
+    /* the Xgemm sets products run with: xgemm_few below xgemm_few_rows token rows, xgemm for
+     * the rest (clffn__sgemm); from the tuning profile, or clffn_context_set_xgemm() */
+    clffn_xgemm_set xgemm, xgemm_few;
+    size_t xgemm_few_rows;
 };
 
 #endif

@@ -110,11 +110,8 @@ static cl_int gemv_rows(const clffn_context *ctx, const clffn_gemm_op *op, cl_co
  * CLBlast's Xgemm also walks the whole inner dimension for each tile of C; on a CPU a long K
  * streams operand panels that no longer fit in cache. Summing K-blocks into C costs one more
  * pass over C per block and can be much faster (docs/PERFORMANCE.md). */
-cl_int clffn__sgemm(const clffn_context *ctx, clffn_scratch *scratch, const clffn_gemm_op *op,
-                    cl_command_queue *queue, cl_event *event) {
-    if (op->ta == CLFFN_NO_TRANS && op->m <= ctx->gemv_max_tokens && op->m > 0) {
-        return scratch && scratch->planning ? CL_SUCCESS : gemv_rows(ctx, op, queue, event);
-    }
+static cl_int sgemm_blocks(const clffn_context *ctx, clffn_scratch *scratch,
+                           const clffn_gemm_op *op, cl_command_queue *queue, cl_event *event) {
     const CLBlastLayout L = CLBlastLayoutColMajor;
     const CLBlastTranspose ta = blas_transpose(op->ta), tb = blas_transpose(op->tb);
     /* few token rows: the operand panels fit in cache anyway, and each block's extra CLBlast
@@ -143,6 +140,26 @@ cl_int clffn__sgemm(const clffn_context *ctx, clffn_scratch *scratch, const clff
             b.a_off, op->a.ld, j ? 1.0f : op->beta, op->c.mem, op->c.off, op->c.ld, queue,
             j + 1 == blocks ? event : NULL, need ? scratch->mem : NULL);
     }
+    return err;
+}
+
+cl_int clffn__sgemm(const clffn_context *ctx, clffn_scratch *scratch, const clffn_gemm_op *op,
+                    cl_command_queue *queue, cl_event *event) {
+    if (op->ta == CLFFN_NO_TRANS && op->m <= ctx->gemv_max_tokens && op->m > 0) {
+        return scratch && scratch->planning ? CL_SUCCESS : gemv_rows(ctx, op, queue, event);
+    }
+    /* The set goes by the product's token count: its rows, or its inner dimension for a
+     * transposed A (the weight gradients), so that every product of one pass wants the same set
+     * and nothing switches within it (switching per product made the backward at 16 tokens
+     * 1.4x slower on POCL). The scratch a product needs depends on the tile, so it is planned
+     * under the same set. */
+    const size_t tokens = op->ta == CLFFN_TRANS ? op->k : op->m;
+    const clffn_xgemm_set *set = tokens < ctx->xgemm_few_rows ? &ctx->xgemm_few : &ctx->xgemm;
+    if (!set->have) { return sgemm_blocks(ctx, scratch, op, queue, event); }
+    clffn_xgemm_hold *held = NULL;
+    cl_int err = (cl_int)clffn__xgemm_hold(ctx->device, set, &held);
+    if (err == CL_SUCCESS) { err = sgemm_blocks(ctx, scratch, op, queue, event); }
+    clffn__xgemm_release(held);
     return err;
 }
 

@@ -42,7 +42,9 @@ cl_int clffn__scratch_reserve(const clffn_context *ctx, clffn_scratch *scratch,
                               cl_command_queue queue);
 
 /* Enqueues op on *queue (in order), split along K by ctx's block (clffn_gemm_k_split), or, for
- * an A of at most ctx->gemv_max_tokens rows used as stored, as one GEMV per row. With a
+ * an A of at most ctx->gemv_max_tokens rows used as stored, as one GEMV per row. An SGEMM runs
+ * with ctx's Xgemm set for its token count (clffn_context_set_xgemm), holding the device while
+ * it enqueues. With a
  * scratch, every block runs through CLBlastSgemmWithTempBuffer on it, grown first, so CLBlast
  * allocates nothing behind our back: a copy that does not fit fails here with a status, before
  * anything is enqueued, and no call pays for a temporary allocation. Without one (NULL), CLBlast

@@ -13,6 +13,7 @@
 #include <cjson/cJSON.h>
 #include <clblast_c.h>
 #include <ctype.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,6 +90,9 @@ static void own_defaults(clffn_tuning *t) {
     t->gemv_max_tokens = CLFFN_DEFAULT_GEMV_MAX_TOKENS;
     t->gemm_k_block_min_rows = 0;
     t->weight_layout = CLFFN_DEFAULT_WEIGHT_LAYOUT;
+    t->xgemm.have = 0;
+    t->xgemm_few.have = 0;
+    t->xgemm_few_rows = 0;
 }
 
 /* Takes a parsed profile's own values, keeping what *out says was applied. */
@@ -100,9 +104,10 @@ static void own_take(clffn_tuning *out, const clffn_tuning *own) {
 }
 
 /* The profile's own "clffn" section: {"GEMM_K_BLOCK": n, "GEMM_K_BLOCK_MIN_ROWS": n,
- * "GEMV_MAX_TOKENS": n, "WEIGHT_LAYOUT": n} (clffn__sgemm's inner-dimension block, 0 for none;
- * the fewest token rows a product needs to be blocked; the most tokens that run as
- * matrix-vector products; the clffn_layout uploads keep weights in). A missing name keeps its
+ * "GEMV_MAX_TOKENS": n, "WEIGHT_LAYOUT": n, "XGEMM_FEW_ROWS": n} (clffn__sgemm's inner-dimension
+ * block, 0 for none; the fewest token rows a product needs to be blocked; the most tokens that
+ * run as matrix-vector products; the clffn_layout uploads keep weights in; the row count below
+ * which products run with the "clblast_few_rows" Xgemm set, 0 for none). A missing name keeps its
  * default (own_defaults); an unknown name or a bad value makes the whole profile invalid, so a
  * typo is reported instead of silently doing nothing. */
 static clffn_status parse_clffn_section(const cJSON *root, clffn_tuning *out) {
@@ -122,6 +127,9 @@ static clffn_status parse_clffn_section(const cJSON *root, clffn_tuning *out) {
         } else if (!strcmp(p->string, "GEMM_K_BLOCK_MIN_ROWS") &&
                    (v = whole_in(p, (double)CLFFN_MAX_GEMM_K_BLOCK_MIN_ROWS)) >= 0) {
             out->gemm_k_block_min_rows = (size_t)v;
+        } else if (!strcmp(p->string, "XGEMM_FEW_ROWS") &&
+                   (v = whole_in(p, (double)CLFFN_MAX_XGEMM_FEW_ROWS)) >= 0) {
+            out->xgemm_few_rows = (size_t)v;
         } else if (!strcmp(p->string, "WEIGHT_LAYOUT") &&
                    (v = whole_in(p, (double)CLFFN_LAYOUT_IN_OUT)) >= 0) {
             out->weight_layout = v > 0 ? CLFFN_LAYOUT_IN_OUT : CLFFN_LAYOUT_OUT_IN;
@@ -132,10 +140,135 @@ static clffn_status parse_clffn_section(const cJSON *root, clffn_tuning *out) {
     return CLFFN_SUCCESS;
 }
 
-/* Applies {"clblast": {"Kernel": {"PARAM": value, …}, …}, "clffn": {…}}: every kernel's
- * parameters at once, since CLBlast wants a kernel's full set, and the clffn section into
- * *own. Returns the first refusal, if any; the clffn section is checked before anything
- * reaches CLBlast. */
+/* ------------------------------------------------------------------------------------------ */
+/* Xgemm parameter sets, and which one each device has */
+
+const char *const clffn__xgemm_names[CLFFN_XGEMM_PARAMS] = {
+    "GEMMK", "KREG", "KWG", "KWI", "MDIMA", "MDIMC", "MWG", "NDIMB",
+    "NDIMC", "NWG",  "SA",  "SB",  "STRM",  "STRN",  "VWM", "VWN"};
+
+clffn_status clffn__xgemm_set_from(size_t n, const char *const *names, const size_t *values,
+                                   clffn_xgemm_set *out) {
+    if (!names || !values || !out) { return CLFFN_ERROR_NULL_ARGUMENT; }
+    if (n != CLFFN_XGEMM_PARAMS) { return CLFFN_ERROR_INVALID_ARGUMENT; }
+    clffn_xgemm_set set = {1, {0}};
+    unsigned seen = 0;
+    for (size_t i = 0; i < n; ++i) {
+        size_t j = 0;
+        while (j < CLFFN_XGEMM_PARAMS && (!names[i] || strcmp(names[i], clffn__xgemm_names[j]))) {
+            ++j;
+        }
+        if (j == CLFFN_XGEMM_PARAMS || (seen & (1u << j))) { return CLFFN_ERROR_INVALID_ARGUMENT; }
+        seen |= 1u << j;
+        set.values[j] = values[i];
+    }
+    *out = set;
+    return CLFFN_SUCCESS;
+}
+
+/* One device's lock and the set clffn last applied to it. Entries are never removed: a device
+ * id that comes back is the same key in CLBlast's own cache of overrides. */
+struct clffn_xgemm_hold {
+    cl_device_id device;
+    pthread_mutex_t lock;
+    int known; /* values is what the device has */
+    size_t values[CLFFN_XGEMM_PARAMS];
+};
+
+#define MAX_XGEMM_DEVICES 64
+static pthread_mutex_t xgemm_table_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct clffn_xgemm_hold xgemm_devices[MAX_XGEMM_DEVICES];
+static size_t xgemm_n_devices;
+/* shared by devices beyond the table: never known, so every product applies its set */
+static struct clffn_xgemm_hold xgemm_overflow = {NULL, PTHREAD_MUTEX_INITIALIZER, 0, {0}};
+static unsigned long xgemm_n_changes;
+
+static struct clffn_xgemm_hold *xgemm_entry(cl_device_id device) {
+    pthread_mutex_lock(&xgemm_table_lock);
+    struct clffn_xgemm_hold *e = &xgemm_overflow;
+    size_t i = 0;
+    while (i < xgemm_n_devices && xgemm_devices[i].device != device) { ++i; }
+    if (i < xgemm_n_devices) {
+        e = &xgemm_devices[i];
+    } else if (i < MAX_XGEMM_DEVICES && pthread_mutex_init(&xgemm_devices[i].lock, NULL) == 0) {
+        e = &xgemm_devices[i];
+        e->device = device;
+        e->known = 0;
+        xgemm_n_devices = i + 1;
+    }
+    pthread_mutex_unlock(&xgemm_table_lock);
+    return e;
+}
+
+clffn_status clffn__xgemm_hold(cl_device_id device, const clffn_xgemm_set *set,
+                               clffn_xgemm_hold **held) {
+    *held = NULL;
+    struct clffn_xgemm_hold *e = xgemm_entry(device);
+    pthread_mutex_lock(&e->lock);
+    if (!e->known || memcmp(e->values, set->values, sizeof e->values) != 0) {
+        const CLBlastStatusCode cs =
+            CLBlastOverrideParameters(device, "Xgemm", CLBlastPrecisionSingle, CLFFN_XGEMM_PARAMS,
+                                      (const char **)clffn__xgemm_names, set->values);
+        pthread_mutex_lock(&xgemm_table_lock);
+        ++xgemm_n_changes;
+        pthread_mutex_unlock(&xgemm_table_lock);
+        e->known = cs == CLBlastSuccess && e != &xgemm_overflow;
+        if (cs != CLBlastSuccess) {
+            pthread_mutex_unlock(&e->lock);
+            return (clffn_status)cs;
+        }
+        memcpy(e->values, set->values, sizeof e->values);
+    }
+    *held = e;
+    return CLFFN_SUCCESS;
+}
+
+void clffn__xgemm_release(clffn_xgemm_hold *held) {
+    if (held) { pthread_mutex_unlock(&held->lock); }
+}
+
+unsigned long clffn__xgemm_changes(void) {
+    pthread_mutex_lock(&xgemm_table_lock);
+    const unsigned long n = xgemm_n_changes;
+    pthread_mutex_unlock(&xgemm_table_lock);
+    return n;
+}
+
+/* A profile's {"PARAM": value, ...} for Xgemm into *out. */
+static clffn_status xgemm_from_json(const cJSON *k, clffn_xgemm_set *out) {
+    const char *names[CLFFN_XGEMM_PARAMS];
+    size_t values[CLFFN_XGEMM_PARAMS], n = 0;
+    const cJSON *p;
+    cJSON_ArrayForEach(p, k) {
+        if (n == CLFFN_XGEMM_PARAMS || !cJSON_IsNumber(p) || p->valuedouble < 0 ||
+            p->valuedouble > 1e9) {
+            return CLFFN_ERROR_INVALID_ARGUMENT;
+        }
+        names[n] = p->string;
+        values[n++] = (size_t)p->valuedouble;
+    }
+    return cJSON_IsObject(k) ? clffn__xgemm_set_from(n, names, values, out)
+                             : CLFFN_ERROR_INVALID_ARGUMENT;
+}
+
+/* "clblast_few_rows": {"Xgemm": {...}}, which must come with "XGEMM_FEW_ROWS" > 0 and a main
+ * Xgemm set to return to (and neither without it), so that a half-written pair is reported. */
+static clffn_status parse_few_rows(const cJSON *root, const cJSON *kernels, clffn_tuning *own) {
+    const cJSON *few = cJSON_GetObjectItemCaseSensitive(root, "clblast_few_rows");
+    const int main_set = cJSON_GetObjectItemCaseSensitive(kernels, "Xgemm") != NULL;
+    if (!few) { return own->xgemm_few_rows == 0 ? CLFFN_SUCCESS : CLFFN_ERROR_INVALID_ARGUMENT; }
+    if (!cJSON_IsObject(few) || cJSON_GetArraySize(few) != 1 || !main_set ||
+        own->xgemm_few_rows == 0) {
+        return CLFFN_ERROR_INVALID_ARGUMENT;
+    }
+    return xgemm_from_json(cJSON_GetObjectItemCaseSensitive(few, "Xgemm"), &own->xgemm_few);
+}
+
+/* Applies {"clblast": {"Kernel": {"PARAM": value, …}, …}, "clblast_few_rows": {"Xgemm": {…}},
+ * "clffn": {…}}: every kernel's parameters at once, since CLBlast wants a kernel's full set, and
+ * the clffn section and both Xgemm sets into *own. Returns the first refusal, if any; the clffn
+ * section and the few-rows set are checked before anything reaches CLBlast. Xgemm goes through
+ * clffn__xgemm_hold, so that contexts switching sets know what the device has. */
 static clffn_status apply_json(cl_device_id device, const char *text, int trusted,
                                clffn_tuning *own) {
     cJSON *root = cJSON_Parse(text);
@@ -145,6 +278,7 @@ static clffn_status apply_json(cl_device_id device, const char *text, int truste
     const cJSON *kernels = cJSON_GetObjectItemCaseSensitive(root, "clblast");
     clffn_status st =
         cJSON_IsObject(kernels) ? parse_clffn_section(root, own) : CLFFN_ERROR_INVALID_ARGUMENT;
+    if (st == CLFFN_SUCCESS) { st = parse_few_rows(root, kernels, own); }
     const cJSON *k;
     cJSON_ArrayForEach(k, kernels) {
         if (st != CLFFN_SUCCESS) { break; }
@@ -152,6 +286,13 @@ static clffn_status apply_json(cl_device_id device, const char *text, int truste
         if (!cJSON_IsObject(k) || n <= 0 || n > 64) {
             st = CLFFN_ERROR_INVALID_ARGUMENT;
             break;
+        }
+        if (!strcmp(k->string, "Xgemm")) {
+            clffn_xgemm_hold *held = NULL;
+            st = xgemm_from_json(k, &own->xgemm);
+            if (st == CLFFN_SUCCESS) { st = clffn__xgemm_hold(device, &own->xgemm, &held); }
+            clffn__xgemm_release(held);
+            continue;
         }
         const char *names[64];
         size_t values[64];

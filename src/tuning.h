@@ -5,6 +5,15 @@
 
 #include "common.h"
 
+/* CLBlast 1.5's Xgemm kernel takes 16 parameters (GEMMK ... VWN). */
+#define CLFFN_XGEMM_PARAMS 16
+
+/* One Xgemm parameter set, values in clffn__xgemm_names' order. */
+typedef struct clffn_xgemm_set {
+    int have; /* 0: no set (CLBlast's database, or whatever was applied last, decides) */
+    size_t values[CLFFN_XGEMM_PARAMS];
+} clffn_xgemm_set;
+
 /* What applying a device's profile gave. */
 typedef struct clffn_tuning {
     char applied[1300];  /* "profile <path>", "built-in profile" or "none (…)" */
@@ -13,12 +22,43 @@ typedef struct clffn_tuning {
     size_t gemv_max_tokens;
     size_t gemm_k_block_min_rows; /* "GEMM_K_BLOCK_MIN_ROWS": n; 0 without one */
     clffn_layout weight_layout;   /* "WEIGHT_LAYOUT": n; CLFFN_DEFAULT_WEIGHT_LAYOUT without */
+    clffn_xgemm_set xgemm;        /* "clblast": {"Xgemm": {...}} */
+    clffn_xgemm_set xgemm_few;    /* "clblast_few_rows": {"Xgemm": {...}} */
+    size_t xgemm_few_rows;        /* "XGEMM_FEW_ROWS": n: products of fewer tokens use xgemm_few */
 } clffn_tuning;
 
 /* Applies the device's profile file, else its built-in profile, else nothing (CLBlast's own
  * database decides), and says which in *out. CLFFN_NO_TUNING=1 skips it all. A missing or
  * damaged file falls back and says so; OUT_OF_HOST_MEMORY is the only failure. */
 clffn_status clffn__tuning_apply(cl_device_id device, clffn_tuning *out);
+
+/* The Xgemm parameter names, in the order clffn_xgemm_set keeps values. */
+extern const char *const clffn__xgemm_names[CLFFN_XGEMM_PARAMS];
+
+/* n name/value pairs into *out: every Xgemm parameter exactly once, in any order, else
+ * INVALID_ARGUMENT with *out unchanged. */
+clffn_status clffn__xgemm_set_from(size_t n, const char *const *names, const size_t *values,
+                                   clffn_xgemm_set *out);
+
+/* A device's Xgemm parameters are CLBlast's, process-wide (CLBlastOverrideParameters), and read
+ * when an SGEMM is enqueued. A context that runs two sets (one for few token rows, one for the
+ * rest) holds the device while it applies the set a product wants and enqueues it, so that no
+ * other thread changes the parameters in between; the set is applied only when the device has
+ * another, since each change costs about a millisecond on POCL. */
+typedef struct clffn_xgemm_hold clffn_xgemm_hold;
+
+/* Makes set (have) the device's Xgemm parameters unless they are already, and holds the device
+ * until clffn__xgemm_release(*held). On failure (CLBlast's status) nothing is held and *held is
+ * NULL. */
+clffn_status clffn__xgemm_hold(cl_device_id device, const clffn_xgemm_set *set,
+                               clffn_xgemm_hold **held);
+
+/* Lets other threads change the device's parameters again; NULL does nothing. */
+void clffn__xgemm_release(clffn_xgemm_hold *held);
+
+/* How many times clffn has changed a device's Xgemm parameters in this process (for the tests:
+ * steady work must not switch). */
+unsigned long clffn__xgemm_changes(void);
 
 /* The built-in profile's JSON for the device, or NULL. */
 const char *clffn__builtin_profile(cl_device_id device);

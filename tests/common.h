@@ -5,6 +5,7 @@
 
 #include "clffn.h"
 #include "internal.h"
+#include "xgemm_sets.h"
 
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>

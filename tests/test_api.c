@@ -519,12 +519,97 @@ Test(api, gemv_max_tokens_setting) {
     clffn_context_destroy(ctx);
 }
 
+/* clffn_context_set_xgemm takes whole sets by name in any order; a missing, repeated or unknown
+ * name, a wrong count, a few-rows set without a main one, or a threshold too large changes
+ * nothing. */
+Test(api, xgemm_sets_setting) {
+    clffn_context *ctx = untuned_context();
+    cr_assert_eq(clffn_context_xgemm_few_rows(ctx), 0);
+    const char *const *n = test_xgemm_names;
+    ASSERT_OK(clffn_context_set_xgemm(ctx, 16, n, test_xgemm_wide, test_xgemm_narrow, 40));
+    cr_assert_eq(clffn_context_xgemm_few_rows(ctx), 40);
+    const char *swapped[16], *repeated[16], *unknown[16];
+    size_t wide_swapped[16];
+    for (int i = 0; i < 16; ++i) {
+        swapped[i] = n[15 - i], wide_swapped[i] = test_xgemm_wide[15 - i];
+        repeated[i] = unknown[i] = n[i];
+    }
+    repeated[3] = n[2], unknown[7] = "NDIMX";
+    ASSERT_OK(clffn_context_set_xgemm(ctx, 16, swapped, wide_swapped, wide_swapped, 41));
+    cr_assert_eq(clffn_context_xgemm_few_rows(ctx), 41);
+    const size_t *w = test_xgemm_wide;
+    ASSERT_STATUS(clffn_context_set_xgemm(ctx, 16, repeated, w, w, 9),
+                  CLFFN_ERROR_INVALID_ARGUMENT);
+    ASSERT_STATUS(clffn_context_set_xgemm(ctx, 16, unknown, w, NULL, 9),
+                  CLFFN_ERROR_INVALID_ARGUMENT);
+    ASSERT_STATUS(clffn_context_set_xgemm(ctx, 15, n, w, w, 9), CLFFN_ERROR_INVALID_ARGUMENT);
+    ASSERT_STATUS(clffn_context_set_xgemm(ctx, 16, n, NULL, w, 9), CLFFN_ERROR_INVALID_ARGUMENT);
+    ASSERT_STATUS(clffn_context_set_xgemm(ctx, 16, NULL, w, w, 9), CLFFN_ERROR_NULL_ARGUMENT);
+    ASSERT_STATUS(clffn_context_set_xgemm(ctx, 16, n, w, w, CLFFN_MAX_XGEMM_FEW_ROWS + 1),
+                  CLFFN_ERROR_INVALID_SIZE);
+    ASSERT_STATUS(clffn_context_set_xgemm(NULL, 16, n, w, w, 9), CLFFN_ERROR_NULL_ARGUMENT);
+    cr_assert_eq(clffn_context_xgemm_few_rows(ctx), 41, "a refused call changed the context");
+    ASSERT_OK(clffn_context_set_xgemm(ctx, 16, n, w, NULL, 41)); /* no few set: no threshold */
+    cr_assert_eq(clffn_context_xgemm_few_rows(ctx), 0);
+    ASSERT_OK(clffn_context_set_xgemm(ctx, 0, NULL, NULL, NULL, 0)); /* none of its own */
+    cr_assert_eq(clffn_context_xgemm_few_rows(NULL), 0);
+    clffn_context_destroy(ctx);
+}
+
+/* A profile's few-rows set comes with its threshold and a main set, or the profile is damaged
+ * (and the device falls back to what it has without the file, saying so) rather than half
+ * applied. */
+Test(api, xgemm_few_rows_profile) {
+    char dir[] = "/tmp/clffn-few-XXXXXX", path[1400];
+    cr_assert(mkdtemp(dir));
+    setenv("CLFFN_TUNE_DIR", dir, 1);
+    unsetenv("CLFFN_NO_TUNING");
+    clffn_context *ctx = test_context();
+    ASSERT_OK(clffn_tuning_profile_path(clffn_context_cl_device(ctx), path, sizeof path));
+    const size_t fallback = clffn_context_xgemm_few_rows(ctx); /* the built-in's, if any */
+    clffn_context_destroy(ctx);
+    const char *xg = "{\"GEMMK\":0,\"KREG\":1,\"KWG\":64,\"KWI\":8,\"MDIMA\":4,\"MDIMC\":4,"
+                     "\"MWG\":128,\"NDIMB\":1,\"NDIMC\":1,\"NWG\":8,\"SA\":0,\"SB\":0,"
+                     "\"STRM\":0,\"STRN\":1,\"VWM\":16,\"VWN\":8}";
+    char good[1200], no_rows[1200], no_set[1200], no_main[1200];
+    snprintf(good, sizeof good,
+             "{\"clblast\":{\"Xgemm\":%s},\"clblast_few_rows\":{\"Xgemm\":%s},"
+             "\"clffn\":{\"XGEMM_FEW_ROWS\":48}}",
+             xg, xg);
+    snprintf(no_rows, sizeof no_rows,
+             "{\"clblast\":{\"Xgemm\":%s},\"clblast_few_rows\":{\"Xgemm\":%s}}", xg, xg);
+    snprintf(no_set, sizeof no_set, "{\"clblast\":{\"Xgemm\":%s},\"clffn\":{\"XGEMM_FEW_ROWS\":4}}",
+             xg);
+    snprintf(
+        no_main, sizeof no_main,
+        "{\"clblast\":{},\"clblast_few_rows\":{\"Xgemm\":%s},\"clffn\":{\"XGEMM_FEW_ROWS\":4}}",
+        xg);
+    const char *texts[4] = {good, no_rows, no_set, no_main};
+    for (int i = 0; i < 4; ++i) {
+        write_text(path, texts[i]);
+        ctx = test_context();
+        const char *applied = clffn_context_tuning(ctx);
+        if (i == 0) {
+            cr_assert(strncmp(applied, "profile", 7) == 0, "not applied: %s", applied);
+            cr_assert_eq(clffn_context_xgemm_few_rows(ctx), 48);
+        } else {
+            cr_assert(strstr(applied, "could not be applied"), "text %d: %s", i, applied);
+            cr_assert_eq(clffn_context_xgemm_few_rows(ctx), fallback, "text %d", i);
+        }
+        clffn_context_destroy(ctx);
+    }
+    remove(path);
+    rmdir(dir);
+    unsetenv("CLFFN_TUNE_DIR");
+}
+
 /* Every built-in profile (POCL's, the H100's, ...) is accepted whole by CLBlast and computes the
  * FFN right on the device at hand, so a typo or a parameter set that breaks a kernel shows on
  * POCL in CI, not first on the machine the profile is for. Each text is written as this device's
- * profile file; the forward runs at 1 token (the GEMVs) and 37 (the direct kernel, or the tiled
- * one, by the profile's crossover), then with the crossover moved so the tiled kernel takes
- * every product. */
+ * profile file; the forward runs at 1 token (the GEMVs), 37 (the direct kernel, or the tiled
+ * one, by the profile's crossover; a few-rows Xgemm set's side) and 130 (above the few-rows
+ * threshold, 128 on POCL), then with the crossover moved so the tiled kernel takes every
+ * product. */
 Test(api, every_builtin_profile_computes_here, .timeout = 300) {
     char dir[] = "/tmp/clffn-builtin-XXXXXX", path[1400];
     cr_assert(mkdtemp(dir));
@@ -560,6 +645,8 @@ Test(api, every_builtin_profile_computes_here, .timeout = 300) {
         assert_host_forward(ffn, &c, &w, 1, what);
         snprintf(what, sizeof what, "built-in profile %zu, 37 tokens", i);
         assert_host_forward(ffn, &c, &w, 37, what);
+        snprintf(what, sizeof what, "built-in profile %zu, 130 tokens", i);
+        assert_host_forward(ffn, &c, &w, 130, what);
         const char *name = "XGEMM_MIN_INDIRECT_SIZE";
         const size_t one = 1;
         cr_assert_eq(

@@ -252,6 +252,36 @@ Test(backward_device, gemv_fast_kernels) {
     clffn_context_destroy(ctx);
 }
 
+/* Two Xgemm sets (clffn_context_set_xgemm): forward and backward at token counts on both sides
+ * of the threshold, in turns, each against the reference. The device's set changes once per
+ * crossing, never within a pass (the weight gradients go by their token count too) and never
+ * while the count stays on one side. */
+Test(backward_device, xgemm_sets_by_tokens, .timeout = 180) {
+    clffn_context *ctx = test_context();
+    ASSERT_OK(clffn_context_set_gemv_max_tokens(ctx, 0));
+    ASSERT_OK(clffn_context_set_gemm_k_block(ctx, 64)); /* blocks of both sets' KWG */
+    ASSERT_OK(clffn_context_set_weight_layout(ctx, CLFFN_LAYOUT_OUT_IN));
+    ASSERT_OK(
+        clffn_context_set_xgemm(ctx, 16, test_xgemm_names, test_xgemm_wide, test_xgemm_narrow, 12));
+    clffn_config c = clffn_config_default(40, 136);
+    c.activation = CLFFN_ACT_GELU, c.gated = 1;
+    const size_t T[] = {3, 3, 25, 25, 3, 11, 12};
+    const unsigned long want[] = {1, 0, 1, 0, 1, 0, 1}; /* the first: from whatever was there */
+    for (size_t i = 0; i < sizeof T / sizeof T[0]; ++i) {
+        const unsigned long before = clffn__xgemm_changes();
+        char what[64];
+        snprintf(what, sizeof what, "two Xgemm sets, %zu tokens (%zu)", T[i], i);
+        device_case(ctx, &c, CLFFN_LAYOUT_OUT_IN, T[i], 0, what);
+        const unsigned long changes = clffn__xgemm_changes() - before;
+        if (i == 0) {
+            cr_assert_leq(changes, want[i], "%s: %lu changes", what, changes);
+        } else {
+            cr_assert_eq(changes, want[i], "%s: %lu changes, not %lu", what, changes, want[i]);
+        }
+    }
+    clffn_context_destroy(ctx);
+}
+
 /* Dropout's backward uses exactly the forward's mask; the residual passes dy through. */
 Test(backward_device, dropout_and_residual) {
     clffn_context *ctx = test_context();

@@ -607,6 +607,14 @@ Test(clffn_tune, short_search, .timeout = 400) {
         const cJSON *wl = cJSON_GetObjectItemCaseSensitive(
             cJSON_GetObjectItemCaseSensitive(o, "clffn"), "WEIGHT_LAYOUT");
         cr_assert(cJSON_IsNumber(wl) && (wl->valuedouble == 0 || wl->valuedouble == 1), "%s", text);
+        /* a few-tokens Xgemm set comes with its threshold, or neither is written */
+        const cJSON *few = cJSON_GetObjectItemCaseSensitive(o, "clblast_few_rows");
+        const cJSON *fr = cJSON_GetObjectItemCaseSensitive(
+            cJSON_GetObjectItemCaseSensitive(o, "clffn"), "XGEMM_FEW_ROWS");
+        cr_assert((few == NULL) == (fr == NULL), "%s", text);
+        cr_assert(!few || (cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(few, "Xgemm")) &&
+                           cJSON_IsNumber(fr) && fr->valuedouble > 1),
+                  "%s", text);
         const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "tuned_for");
         cr_assert(num(t, "gemm_gflops") > num(t, "gemm_gflops_before"));
         cJSON_Delete(o);
@@ -633,6 +641,30 @@ Test(clffn_tune, gemv_candidate_checked, .timeout = 120) {
             cr_assert(sscanf(out, "%lf", &t) == 1 && t > 0, "%s", out);
         } else {
             cr_assert_eq(rc, 3, "%s", out);
+        }
+    }
+}
+
+/* An evaluation with a few-tokens Xgemm set beside the candidate's runs both (the child checks
+ * a product on each side of the threshold before it times); a malformed set fails it. */
+Test(clffn_tune, few_tokens_set_evaluated, .timeout = 120) {
+    char cmd[1024], out[4096], wide[128] = "", narrow[128] = "";
+    for (int i = 0; i < 16; ++i) {
+        const size_t n = strlen(wide), m = strlen(narrow);
+        snprintf(wide + n, sizeof wide - n, "%s%zu", i ? "," : "", test_xgemm_wide[i]);
+        snprintf(narrow + m, sizeof narrow - m, "%s%zu", i ? "," : "", test_xgemm_narrow[i]);
+    }
+    for (int i = 0; i < 2; ++i) {
+        snprintf(cmd, sizeof cmd,
+                 "'%s' --eval %s - 0 - --tokens 8 --d-model 64 --d-ff 128 --few 12:%s",
+                 CLFFN_TUNE_PATH, wide, i ? "8,1,64" : narrow);
+        const int rc = run(cmd, out, sizeof out);
+        double t = 0;
+        if (i == 0) {
+            cr_assert_eq(rc, 0, "%s", out);
+            cr_assert(sscanf(out, "%lf", &t) == 1 && t > 0, "%s", out);
+        } else {
+            cr_assert_eq(rc, 1, "%s", out);
         }
     }
 }

@@ -19,6 +19,7 @@
  * copy counts them).
  *
  * Exit status: 0 success, 1 device or runtime failure, 2 usage. */
+#define CLFFN_HOOKS /* clffn_context_xgemm_few_rows: what the run used */
 #include "clffn.h"
 #include "common.h"
 
@@ -599,7 +600,7 @@ static int tool_main(int argc, char **argv) {
     su.first = tool_now_s() - first_start;
     su.before_main = before_main >= 0 ? before_main : -1;
     const double startup = tool_now_s() - process_start + (su.before_main > 0 ? su.before_main : 0);
-    timing t;
+    timing t = {0.0, 0.0}; /* device_time fills it; -O3 cannot see that it always does */
     clffn_stage_times s;
     if (device_time(&r, a.tokens, a.reps, &t, &s) != 0) {
         device_teardown(&r);
@@ -646,6 +647,7 @@ static int tool_main(int argc, char **argv) {
         cJSON_AddStringToObject(o, "tuning", clffn_context_tuning(r.ctx));
         cJSON_AddNumberToObject(o, "gemm_k_block", (double)clffn_context_gemm_k_block(r.ctx));
         cJSON_AddNumberToObject(o, "gemv_max_tokens", (double)clffn_context_gemv_max_tokens(r.ctx));
+        cJSON_AddNumberToObject(o, "xgemm_few_rows", (double)clffn_context_xgemm_few_rows(r.ctx));
         cJSON_AddStringToObject(o, "weight_layout",
                                 layout_name(clffn_context_weight_layout(r.ctx)));
         cJSON_AddNumberToObject(o, "weights_gbps", wgbps);
@@ -692,6 +694,10 @@ static int tool_main(int argc, char **argv) {
                a.set_k_block ? "--k-block" : clffn_context_tuning(r.ctx));
         printf("GEMVs up to:   %zu tokens (%s)\n", clffn_context_gemv_max_tokens(r.ctx),
                a.set_gemv_max ? "--gemv-max" : clffn_context_tuning(r.ctx));
+        if (clffn_context_xgemm_few_rows(r.ctx)) {
+            printf("Xgemm sets:    a few-tokens one below %zu tokens (%s)\n",
+                   clffn_context_xgemm_few_rows(r.ctx), clffn_context_tuning(r.ctx));
+        }
         printf("weights kept:  %s (%s)\n", layout_name(clffn_context_weight_layout(r.ctx)),
                a.set_layout ? "--weight-layout" : clffn_context_tuning(r.ctx));
         printf("forward:       best %.3f ms, median %.3f ms over %d reps: %.1f GFLOP/s\n",

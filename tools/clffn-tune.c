@@ -21,7 +21,10 @@
  *   7. clffn's GEMV_MAX_TOKENS (clffn_context_set_gemv_max_tokens): the forward's and the
  *      backward's input products at 1, 2, 4, … 64 tokens as GEMVs and as SGEMMs, the weights
  *      kept as phase 6 chose; the crossover is the largest count up to which the GEMVs win at
- *      every count measured.
+ *      every count measured;
+ *   8. a second Xgemm set for few tokens and XGEMM_FEW_ROWS, the count below which it runs
+ *      (clffn_context_set_xgemm): the winner narrowed along the tokens, scored by the forward at
+ *      16 tokens, and the threshold where the winner alone catches up.
  * Phases 1-3 run the GEMMs split along K as the library would with a first guess of the block
  * (256 on CPUs, where it pays, none on GPUs); phase 4 then tries every block with the winners.
  * Times come from OpenCL profiling events around each GEMM. Progress is saved after every
@@ -338,16 +341,23 @@ static cl_mem random_buffer(bench *b, size_t n, uint64_t seed) {
  * computes wrong results with WPT3 > WGS3), both ways, as the weight layout phase runs either. */
 static int verify_one(bench *b, clffn_transpose tb, size_t m, size_t n, size_t k);
 static int verify(bench *b) {
-    const int gemv = clffn_context_gemv_max_tokens(b->cctx) > 0;
-    for (int i = 0; i < 2; ++i) {
+    const size_t gemv = clffn_context_gemv_max_tokens(b->cctx);
+    /* with a few-tokens Xgemm set, its side too: the rows just below its threshold, as an
+     * SGEMM whatever the GEMV crossover */
+    const size_t few = clffn_context_xgemm_few_rows(b->cctx);
+    int rc = 0;
+    for (int i = 0; i < 2 && rc == 0; ++i) {
         const clffn_transpose tb = i ? CLFFN_NO_TRANS : CLFFN_TRANS;
         if (i && !b->backward_inputs && !gemv) { break; }
-        if (verify_one(b, tb, 37, 131, 97) != 0 ||
-            (gemv && verify_one(b, tb, 1, 2048, 2048) != 0)) {
-            return -1;
+        rc = verify_one(b, tb, few > 37 ? few : 37, 131, 97);
+        if (rc == 0 && gemv) { rc = verify_one(b, tb, 1, 2048, 2048); }
+        if (rc == 0 && few > 1) {
+            clffn_context_set_gemv_max_tokens(b->cctx, 0);
+            rc = verify_one(b, tb, few - 1, 131, 97);
+            clffn_context_set_gemv_max_tokens(b->cctx, gemv);
         }
     }
-    return 0;
+    return rc;
 }
 
 static int verify_one(bench *b, clffn_transpose tb, size_t m, size_t n, size_t k) {
@@ -505,6 +515,9 @@ typedef struct opts {
      * layout phase on; -1 before it: [out, in] */
     int kept;
     int forward_only; /* the weight layout phase: the backward's input products are not timed */
+    /* a few-tokens Xgemm set beside the candidate's (clffn_context_set_xgemm): NULL, or
+     * "ROWS:v1,...,v16", the threshold and the set's values in XGEMM_NAMES' order */
+    const char *few;
 } opts;
 
 static const char *const GEMV_FAST_NAMES[] = {"WGS2", "WPT2", "VW2"};
@@ -536,6 +549,19 @@ static int apply_gemv(clffn_context *cctx, const char *spec) {
     memcpy(rot.values, all.values + 3, 3 * sizeof(size_t));
     const cl_device_id d = clffn_context_cl_device(cctx);
     return apply(d, &fast) == 0 && apply(d, &rot) == 0 ? 0 : -1;
+}
+
+/* The candidate's Xgemm set (and a few-tokens one, "ROWS:values") as the context's own: a
+ * context whose profile has two sets would otherwise apply its own over a bare override. */
+static int set_xgemm(clffn_context *cctx, const pset *x, const char *few) {
+    pset f = *x;
+    char *end = NULL;
+    const size_t rows = few ? strtoul(few, &end, 10) : 0;
+    if (few && (end == few || *end != ':' || parse_values(end + 1, &f) != 0)) { return -1; }
+    return clffn_context_set_xgemm(cctx, 16, XGEMM_NAMES, x->values, few ? f.values : NULL, rows) ==
+                   CLFFN_SUCCESS
+               ? 0
+               : -1;
 }
 
 /* Child: applies the sets, checks the SGEMM on an odd shape, and prints the device seconds of the
@@ -575,7 +601,7 @@ static int eval_run(clffn_context *cctx, const opts *o, const char *xg, const ch
     for (int i = 0; i < 16; ++i) { x.names[i] = XGEMM_NAMES[i]; }
     for (int i = 0; i < 10; ++i) { d.names[i] = DIRECT_NAMES[i]; }
     const pset r = routine_set(routine);
-    if ((strcmp(xg, "-") && (parse_values(xg, &x) != 0 || apply(b.dev, &x) != 0)) ||
+    if ((strcmp(xg, "-") && (parse_values(xg, &x) != 0 || set_xgemm(cctx, &x, o->few) != 0)) ||
         (strcmp(dir, "-") && (parse_values(dir, &d) != 0 || apply(b.dev, &d) != 0)) ||
         (routine && apply(b.dev, &r) != 0)) {
         return 1;
@@ -631,6 +657,7 @@ static int eval_child(const opts *o, size_t T, const pset *xg, const pset *dir, 
     if (o->gemv) { argv[n++] = "--gemv", argv[n++] = (char *)o->gemv; }
     if (o->kept >= 0) { argv[n++] = "--kept", argv[n++] = o->kept ? "1" : "0"; }
     if (o->forward_only) { argv[n++] = "--forward-only"; }
+    if (o->few) { argv[n++] = "--few", argv[n++] = (char *)o->few; }
     if (o->device) { argv[n++] = "--device", argv[n++] = (char *)o->device; }
     argv[n] = NULL;
     int out[2];
@@ -704,6 +731,8 @@ static int parse_options(int argc, char **argv, search *r, int *fresh, int *prin
             r->o.gemv = v, ++i;
         } else if (!strcmp(a, "--kept") && v) { /* internal: the weight layout phase */
             r->o.kept = strcmp(v, "1") ? CLFFN_LAYOUT_OUT_IN : CLFFN_LAYOUT_IN_OUT, ++i;
+        } else if (!strcmp(a, "--few") && v) { /* internal: a few-tokens Xgemm set */
+            r->o.few = v, ++i;
         } else if (!strcmp(a, "--forward-only")) { /* internal: the weight layout phase */
             r->o.forward_only = 1;
         } else if (!strcmp(a, "--eval") && i + 4 < argc) { /* internal: one candidate */
@@ -1056,10 +1085,103 @@ static size_t phase_gemv_crossover(search *r, size_t min_indirect, size_t k_bloc
     return max_tokens;
 }
 
+/* A few-tokens Xgemm set found by phase 8: rows 0 when there is none. */
+typedef struct few_result {
+    pset set;
+    size_t rows;    /* XGEMM_FEW_ROWS: products of fewer tokens use set */
+    char spec[300]; /* as opts.few gives it to a child */
+} few_result;
+
+static const char *few_spec(few_result *f, size_t rows) {
+    char v[256];
+    format_values(&f->set, v, sizeof v);
+    snprintf(f->spec, sizeof f->spec, "%zu:%s", rows, v);
+    return f->spec;
+}
+
+/* Phase 8: a second Xgemm set for few tokens (clffn_context_set_xgemm). The tokens are padded
+ * to the tile's width along them (NWG), so a tile that is best for many tokens wastes most of
+ * its work on a few; one that is narrow there is slow on many (docs/PERFORMANCE.md). Candidates:
+ * the winner narrowed to 8 and 16 tokens (vectors and work-items along them cut to fit), with
+ * its own KWG and with 64, and POCL's few-tokens set; each scored by the forward at 16 tokens
+ * (or the tuned count, if fewer) against the winner alone, kept only if it beats it by more than
+ * 3%. The threshold is then the first doubling of that count at which the winner alone is at
+ * least as fast. Not resumable: it is short. */
+static void phase_few_rows(search *r, size_t min_indirect, size_t k_block, size_t k_min_rows,
+                           const gemv_result *g, clffn_layout kept, few_result *f) {
+    static const size_t pocl_few[16] = {0, 1, 64, 8, 4, 4, 128, 1, 1, 8, 0, 0, 0, 1, 16, 8};
+    f->rows = 0;
+    f->set = r->s.xgemm;
+    const size_t tf = r->o.T < 16 ? r->o.T : 16;
+    if (tf <= g->max_tokens || interrupted) { return; } /* GEMVs run those */
+    char gspec[300];
+    opts o = r->o;
+    o.gemv = g->have ? gemv_spec(gspec, sizeof gspec, g->max_tokens, g) : NULL;
+    o.kept = (int)kept;
+    o.forward_only = 1;
+    double t_large, best = INFINITY;
+    if (eval_child(&o, tf, &r->s.xgemm, &r->s.direct, min_indirect,
+                   k_block_at(tf, k_block, k_min_rows), &t_large) != 0) {
+        return;
+    }
+    pset cands[5];
+    size_t nc = 0;
+    for (int i = 0; i < 4; ++i) {
+        pset c = r->s.xgemm;
+        size_t *v = c.values;
+        v[NWG] = i % 2 ? 16 : 8;
+        if (v[VWN] > v[NWG]) { v[VWN] = v[NWG]; }
+        while (v[NDIMC] > 1 && v[NWG] % (v[NDIMC] * v[VWN])) { v[NDIMC] /= 2; }
+        while (v[NDIMB] > 1 && v[NWG] % (v[NDIMB] * v[VWN])) { v[NDIMB] /= 2; }
+        if (i >= 2) { v[KWG] = 64; }
+        if (xgemm_valid(v, &r->lim)) { cands[nc++] = c; }
+    }
+    cands[nc] = r->s.xgemm;
+    memcpy(cands[nc].values, pocl_few, sizeof pocl_few);
+    if (xgemm_valid(cands[nc].values, &r->lim)) { ++nc; }
+    for (size_t i = 0; i < nc && !interrupted; ++i) {
+        if (i >= 1 && spent(r) > r->budget) { break; }
+        few_result c = {cands[i], 0, ""};
+        o.few = few_spec(&c, tf + 1);
+        double t;
+        if (eval_child(&o, tf, &r->s.xgemm, &r->s.direct, min_indirect,
+                       k_block_at(tf, k_block, k_min_rows), &t) == 0 &&
+            t < best) {
+            best = t, f->set = cands[i];
+        }
+    }
+    printf("%3zu tokens, forward: one Xgemm set %.3f ms, with a few-tokens set %.3f ms\n", tf,
+           t_large * 1e3, best * 1e3);
+    if (!(best < 0.97 * t_large)) { return; }
+    size_t rows = tf + 1; /* the set won there */
+    for (size_t T = 2 * tf; T <= r->o.T && T <= 1024 && !interrupted; T *= 2) {
+        double tl, tw;
+        const size_t kb = k_block_at(T, k_block, k_min_rows);
+        opts ol = o;
+        ol.few = NULL;
+        o.few = few_spec(f, T + 1);
+        if (eval_child(&ol, T, &r->s.xgemm, &r->s.direct, min_indirect, kb, &tl) != 0 ||
+            eval_child(&o, T, &r->s.xgemm, &r->s.direct, min_indirect, kb, &tw) != 0) {
+            break;
+        }
+        printf("%3zu tokens, forward: one Xgemm set %.3f ms, the few-tokens set %.3f ms\n", T,
+               tl * 1e3, tw * 1e3);
+        fflush(stdout);
+        if (tl <= tw) {
+            rows = T;
+            break;
+        }
+        rows = T + 1;
+        if (spent(r) > r->budget) { break; }
+    }
+    f->rows = rows;
+    few_spec(f, rows);
+}
+
 /* The winners as a profile, written atomically. */
 static int write_profile(const search *r, size_t min_indirect, size_t k_block, size_t k_min_rows,
-                         const gemv_result *g, clffn_layout kept, double after_s, int have_before,
-                         double before_s) {
+                         const gemv_result *g, const few_result *few, clffn_layout kept,
+                         double after_s, int have_before, double before_s) {
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "platform", r->platform);
     cJSON_AddStringToObject(root, "device", r->name);
@@ -1082,11 +1204,16 @@ static int write_profile(const search *r, size_t min_indirect, size_t k_block, s
         cJSON_AddItemToObject(k, "XgemvFast", pset_json(&g->fast));
         cJSON_AddItemToObject(k, "XgemvFastRot", pset_json(&g->rot));
     }
+    if (few->rows) {
+        cJSON *fk = cJSON_AddObjectToObject(root, "clblast_few_rows");
+        cJSON_AddItemToObject(fk, "Xgemm", pset_json(&few->set));
+    }
     cJSON *own = cJSON_AddObjectToObject(root, "clffn");
     cJSON_AddNumberToObject(own, "GEMM_K_BLOCK", (double)k_block);
     cJSON_AddNumberToObject(own, "GEMM_K_BLOCK_MIN_ROWS", (double)k_min_rows);
     cJSON_AddNumberToObject(own, "GEMV_MAX_TOKENS", (double)g->max_tokens);
     cJSON_AddNumberToObject(own, "WEIGHT_LAYOUT", (double)kept);
+    if (few->rows) { cJSON_AddNumberToObject(own, "XGEMM_FEW_ROWS", (double)few->rows); }
     char *text = cJSON_Print(root);
     cJSON_Delete(root);
     char err[CLFFN_IO_ERR] = "out of memory";
@@ -1103,9 +1230,9 @@ static int write_profile(const search *r, size_t min_indirect, size_t k_block, s
                r->flops / before_s * 1e-9, r->flops / after_s * 1e-9, spent(r));
     }
     printf("direct kernel below m*n*k = %zu^3; K-block %zu from %zu tokens; GEMVs up to %zu "
-           "tokens; weights kept %s\nprofile: %s\n%s\n",
+           "tokens; weights kept %s; a few-tokens Xgemm set below %zu tokens\nprofile: %s\n%s\n",
            min_indirect, k_block, k_min_rows, g->max_tokens,
-           kept == CLFFN_LAYOUT_IN_OUT ? "[in, out]" : "[out, in]", r->path, text);
+           kept == CLFFN_LAYOUT_IN_OUT ? "[in, out]" : "[out, in]", few->rows, r->path, text);
     free(text);
     return 0;
 }
@@ -1120,10 +1247,14 @@ static int finish(search *r, size_t small_t, int have_before, double before_s) {
     phase_gemv(r, min_indirect, k_block, &g);
     const clffn_layout kept = phase_weight_layout(r, min_indirect, k_block, k_min_rows, &g);
     g.max_tokens = phase_gemv_crossover(r, min_indirect, k_block, k_min_rows, &g, kept);
+    few_result few;
+    phase_few_rows(r, min_indirect, k_block, k_min_rows, &g, kept, &few);
     double after_s = 0, small_s = 0;
     const state *s = &r->s;
-    if (eval_child(&r->o, r->o.T, &s->xgemm, &s->direct, min_indirect, k_block, &after_s) ||
-        eval_child(&r->o, small_t, &s->xgemm, &s->direct, min_indirect,
+    opts o = r->o; /* with a few-tokens set, each child checks both sets */
+    o.few = few.rows ? few.spec : NULL;
+    if (eval_child(&o, r->o.T, &s->xgemm, &s->direct, min_indirect, k_block, &after_s) ||
+        eval_child(&o, small_t, &s->xgemm, &s->direct, min_indirect,
                    k_block_at(small_t, k_block, k_min_rows), &small_s)) {
         fprintf(stderr, "clffn-tune: the winning parameters fail the check against the CPU; "
                         "no profile written\n");
@@ -1136,7 +1267,7 @@ static int finish(search *r, size_t small_t, int have_before, double before_s) {
         remove(r->progress);
         return 0;
     }
-    return write_profile(r, min_indirect, k_block, k_min_rows, &g, kept, after_s, have_before,
+    return write_profile(r, min_indirect, k_block, k_min_rows, &g, &few, kept, after_s, have_before,
                          before_s);
 }
 
@@ -1156,7 +1287,7 @@ static void state_init(state *s, const char *progress_path, int fresh) {
 
 static int tool_main(int argc, char **argv) {
     static search r; /* large: path buffers */
-    r.o = (opts){NULL, 640, 512, 2048, 0, NULL, -1, 0};
+    r.o = (opts){NULL, 640, 512, 2048, 0, NULL, -1, 0, NULL};
     r.budget = 180;
     int fresh = 0, print_only = 0;
     const char *eval[4] = {NULL, NULL, NULL, NULL};
