@@ -20,21 +20,22 @@
  * XGEMM_MIN_INDIRECT_SIZE 1 (was 102, found before K-blocking): every product on the tiled
  * kernel; with 256-long K-blocks the direct kernel took GEMM 2 up to 8 tokens and ran it 2-4x
  * slower (clffn-bench --gemv-max 0 at 2, 4, 8, 16 tokens, one sitting).
- * WEIGHT_LAYOUT 1 ([in, out]) and the Xgemm tile 128 x 8 (NWG 8, NDIMC 1, NDIMB 1, MDIMA 4, KWG
- * 64; the search's was 128 x 32 with KWG 32), 2026-11-22 on the AMD EPYC host: with the weights
- * kept [in, out] nothing is transposed per call, and the tokens are then padded to NWG, so the
- * forward at 8 tokens went 1.5-1.9 -> 0.45-0.8 ms (128 x 32 -> 128 x 8, alternated processes).
- * It costs the large shapes: in two to three alternated rounds the differences looked like
- * noise, in three more the BERT and SwiGLU shapes ran 2-29% slower forward and 3-20% backward
- * (seed shape level); one tile per device serves only one of the two (docs/PERFORMANCE.md).
+ * WEIGHT_LAYOUT 1 ([in, out]), 2026-11-22 on the AMD EPYC host: with the weights kept [in, out]
+ * nothing is transposed per call. The tokens are then padded to the tile's NWG, so few tokens
+ * want a narrow tile and many a wide one: two Xgemm sets, the search's 128 x 32 (KWG 32) and,
+ * below XGEMM_FEW_ROWS 128 tokens, 128 x 8 (NDIMC 1, NDIMB 1, MDIMA 4, KWG 64; the forward at
+ * 8 tokens 1.5-1.9 -> 0.45-0.8 ms against 128 x 32). One 128 x 8 tile for everything made the
+ * BERT and SwiGLU shapes 2-29% slower forward and 3-20% backward in three alternated rounds;
+ * the two sets against it, three more: the large shapes' backwards faster in eight of nine, the
+ * forwards in six; the tiles tie at 64 and 128 tokens on the seed shape (docs/PERFORMANCE.md).
  * GEMV_MAX_TOKENS 1 (was 2): at 1 token the GEMVs win forward and backward on both shapes; at
  * 2, with the GEMV parameters above, they win the seed shape but lose the decoding shape's
  * forward (55 against 44 ms), the case this crossover is for. */
 // clang-format off: the JSON stays in the lines clffn-tune printed
 #define CLFFN_POCL_AVX512_PROFILE                                                                 \
     "{\"clblast\":{"                                                                              \
-    "\"Xgemm\":{\"GEMMK\":0,\"KREG\":1,\"KWG\":64,\"KWI\":8,\"MDIMA\":4,\"MDIMC\":4,\"MWG\":128," \
-    "\"NDIMB\":1,\"NDIMC\":1,\"NWG\":8,\"SA\":0,\"SB\":0,\"STRM\":0,\"STRN\":1,\"VWM\":16,"       \
+    "\"Xgemm\":{\"GEMMK\":0,\"KREG\":1,\"KWG\":32,\"KWI\":8,\"MDIMA\":8,\"MDIMC\":4,\"MWG\":128," \
+    "\"NDIMB\":4,\"NDIMC\":4,\"NWG\":32,\"SA\":0,\"SB\":0,\"STRM\":0,\"STRN\":1,\"VWM\":16,"      \
     "\"VWN\":8},"                                                                                 \
     "\"XgemmDirect\":{\"KWID\":2,\"MDIMAD\":8,\"MDIMCD\":8,\"NDIMBD\":16,\"NDIMCD\":16,\"PADA\":" \
     "0,"                                                                                          \
@@ -43,8 +44,12 @@
     "\"Xgemv\":{\"WGS1\":128,\"WPT1\":2},"                                                        \
     "\"XgemvFast\":{\"WGS2\":16,\"WPT2\":16,\"VW2\":16},"                                         \
     "\"XgemvFastRot\":{\"WGS3\":8,\"WPT3\":2,\"VW3\":2}},"                                        \
+    "\"clblast_few_rows\":{"                                                                      \
+    "\"Xgemm\":{\"GEMMK\":0,\"KREG\":1,\"KWG\":64,\"KWI\":8,\"MDIMA\":4,\"MDIMC\":4,\"MWG\":128," \
+    "\"NDIMB\":1,\"NDIMC\":1,\"NWG\":8,\"SA\":0,\"SB\":0,\"STRM\":0,\"STRN\":1,\"VWM\":16,"       \
+    "\"VWN\":8}},"                                                                                \
     "\"clffn\":{\"GEMM_K_BLOCK\":256,\"GEMM_K_BLOCK_MIN_ROWS\":512,\"GEMV_MAX_TOKENS\":1,"        \
-    "\"WEIGHT_LAYOUT\":1}}"
+    "\"WEIGHT_LAYOUT\":1,\"XGEMM_FEW_ROWS\":128}}"
 
 /* NVIDIA H100 through NVIDIA's OpenCL driver (580.159.04, "NVIDIA CUDA" platform):
  * `clffn-tune --budget 210 --tokens 4096 --d-model 768 --d-ff 3072` on 2026-11-22 on an H100 80GB
