@@ -3,7 +3,7 @@
 # but none of Debian's OpenCL packages: a build made elsewhere, with its shared libraries bundled
 # in BUILD/gpu-lib and a BUILD/gpu-env.sh that points the bundled ICD loader at the vendor's
 # OpenCL driver, is run here through that driver.
-#   tools/gpu-report.sh BUILD OUT STEPS...
+#   scripts/gpu-report.sh BUILD OUT STEPS...
 # STEPS, in the order given: env (driver, clffn-devices, --check), tests (every Criterion program
 # run directly, as ctest's files hold the building machine's paths; the logs of failing ones
 # kept), erf (the exhaustive erf sweep, in the background; `wait` ends it), bench (clffn-bench
@@ -50,7 +50,7 @@ print(json.dumps({"shape": "%d,%d,%d,%s" % (j["tokens"], j["d_model"], j["d_ff"]
 torch_bench() {
     local args=()
     for s in "$@"; do read -r t d f act <<<"$s"; args+=("$t,$d,$f,$act"); done
-    timeout 180 python3 tools/torch-ffn-bench.py --json --reps "$reps" "${args[@]}"
+    timeout 180 python3 scripts/torch-ffn-bench.py --json --reps "$reps" "${args[@]}"
 }
 
 for step in "$@"; do

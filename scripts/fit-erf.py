@@ -3,7 +3,7 @@
 #defines, with an estimate of the float error (the measured figure comes from tests/test_erf.c on
 the device).
 
-    /usr/bin/python3 tools/fit-erf.py        (needs numpy: Debian's python3-numpy)
+    /usr/bin/python3 scripts/fit-erf.py        (needs numpy: Debian's python3-numpy)
 
 The form, chosen so that a float evaluation rounds little:
     |x| < 1:      erf(x) = x + x * P(s)/Q(s),  s = x^2       P degree 3, Q degree 3 (Q(0) = 1)

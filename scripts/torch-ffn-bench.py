@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """PyTorch's fp32 FFN on a CUDA GPU, timed the way clffn-bench times clffn's.
 
-The comparison of the GPU section of docs/PERFORMANCE.md (tools/gpu-report.sh runs it).
+The comparison of the GPU section of docs/PERFORMANCE.md (scripts/gpu-report.sh runs it).
 
-    tools/torch-ffn-bench.py [--reps N] [--json] SHAPE ...
+    scripts/torch-ffn-bench.py [--reps N] [--json] SHAPE ...
 
 SHAPE is TOKENS,D_MODEL,D_FF,ACTIVATION with ACTIVATION one of relu, gelu, gelu_tanh, silu,
 sigmoid, identity, or a GLU name (swiglu, geglu, reglu): the seed modules' FeedForward,

@@ -2,7 +2,7 @@
 # a second panel, the weights read per second beside the device's copy bandwidth (the limit for
 # few tokens, where every weight is read once per forward).
 #   clffn-bench --sweep --compare-cpu > sweep.csv
-#   gnuplot -e "in='sweep.csv'; out='sweep.png'; title='512 -> 2048, relu'" tools/plot-sweep.gp
+#   gnuplot -e "in='sweep.csv'; out='sweep.png'; title='512 -> 2048, relu'" scripts/plot-sweep.gp
 if (!exists("in")) in = 'sweep.csv'
 if (!exists("out")) out = 'sweep.png'
 if (!exists("title")) title = 'clffn forward pass'
