@@ -27,7 +27,7 @@
 //   |x| < 1:      erf(x) = x + x·P(x²)/Q(x²)       (fdlibm's form: the leading x is exact)
 //   1 <= |x| < 4: erf(x) = 1 - R(|x| - 1.5)/S(|x| - 1.5)   (the rational is erfc, and is small)
 //   |x| >= 4:     erf(x) = ±1 (erfc(4) = 1.5e-8 is under 0.5 ulp of 1)
-// The coefficients are a minimax fit (tools/fit-erf.py: Lawson's iteration on relative error
+// The coefficients are a minimax fit (scripts/fit-erf.py: Lawson's iteration on relative error
 // below 1, absolute error above; max fit error 2.7e-11 and 4.7e-9); the Horner steps are fma()
 // so that every device rounds them alike. NaN stays NaN: the clamp is a select on a comparison
 // that is false for NaN.

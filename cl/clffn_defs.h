@@ -27,6 +27,23 @@
  * sums, but longer walks down the columns. */
 #define CLFFN_COLSUM_ROWS 64
 
+/* The column GEMV's accumulators (cl/weights.cl, clffn_wgemv_cols): a work-item keeps its
+ * columns × tokens sums in registers, so many tokens get fewer columns each, down to 8, instead
+ * of sums that spill to memory. */
+#define CLFFN_WCOL_VALUES 128
+#define CLFFN_WCOL_WIDTH(width, tokens)                                                         \
+    ((width) * (tokens) <= CLFFN_WCOL_VALUES                                                    \
+         ? (width)                                                                              \
+         : (CLFFN_WCOL_VALUES / (tokens) >= 8 ? CLFFN_WCOL_VALUES / (tokens) : 8))
+
+/* On a CPU device, rows longer than this go through the row GEMV two at a time (a row of x
+ * then outgrows the first-level cache, and each vector of it read serves both rows). */
+#define CLFFN_WROW_PAIR_COLS 4096
+
+/* Rows per chunk of the column GEMV on a CPU device: each chunk's partial sums go to scratch and
+ * are added by clffn_wgemv_sum, so a work-item walks a few pages rather than one per row. */
+#define CLFFN_WCOL_CHUNK_ROWS 128
+
 /* The erf accuracy probe's forms (clffn_erf_probe): float4 instead of float, and a reciprocal
  * 2 ulp off instead of the device's. */
 #define CLFFN_ERF_PROBE_VEC 1u

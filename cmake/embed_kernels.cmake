@@ -2,7 +2,7 @@
 # limits, no escaping). Run at build time by add_custom_command, so editing a .cl regenerates it.
 # Inputs: OUTPUT (the .c to write), SOURCES (,-separated .cl paths, in program order).
 set(body "/* Generated from the .cl files in cl/ by cmake/embed_kernels.cmake; do not edit. */\n")
-string(APPEND body "#include \"program.h\"\n\n")
+string(APPEND body "#include \"kernels_embedded.h\"\n\n")
 string(REPLACE "," ";" SOURCES "${SOURCES}")
 set(table "")
 set(i 0)

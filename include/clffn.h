@@ -109,7 +109,8 @@ typedef enum clffn_status {
     CLFFN_ERROR_NO_FORWARD = -4109,         /* hidden tensor asked for before any forward */
     CLFFN_ERROR_BUFFER_OVERLAP = -4110,     /* y partly overlaps x (equal is fine, partly is not) */
     CLFFN_ERROR_OUT_OF_HOST_MEMORY = -4111, /* malloc failed in clffn's own code */
-    CLFFN_ERROR_CONTEXT_ALIVE = -4112       /* clffn_release_all while a context still exists */
+    CLFFN_ERROR_CONTEXT_ALIVE = -4112,      /* clffn_release_all while a context still exists */
+    CLFFN_ERROR_COMPRESSED_WEIGHTS = -4113  /* a gradient asked of weights kept compressed */
 } clffn_status;
 
 /** A static, human-readable name for any status, OpenCL's and CLBlast's included
@@ -224,6 +225,56 @@ typedef struct clffn_weight_arrays {
 CLFFN_API clffn_status clffn_init_weights_host(const clffn_config *config, clffn_init scheme,
                                                uint64_t seed, clffn_layout layout,
                                                const clffn_weight_arrays *out);
+
+/* ---------------------------------------------------------------------------------------------
+ * Weight types: the bytes users store weights in, kept as they are on the device
+ * ------------------------------------------------------------------------------------------- */
+/** The element types W1, V and W2 may be kept in. Biases, activations, accumulation and
+ *  outputs are always f32. The quantized types are GGUF's: blocks of 32 consecutive values along
+ *  the input dimension, so a matrix of them is [out, in] (CLFFN_LAYOUT_OUT_IN) with in a
+ *  multiple of 32, each row ⌈in/32⌉ blocks, exactly as llama.cpp stores it. */
+typedef enum clffn_dtype {
+    CLFFN_DTYPE_F32 = 0,  /* IEEE binary32 */
+    CLFFN_DTYPE_F16 = 1,  /* IEEE binary16 (torch.float16) */
+    CLFFN_DTYPE_BF16 = 2, /* bfloat16: a binary32's upper 16 bits (torch.bfloat16) */
+    CLFFN_DTYPE_Q8_0 = 3, /* 34-byte blocks: f16 scale d, 32 × int8 q; value d·q */
+    CLFFN_DTYPE_Q4_0 = 4, /* 18-byte blocks: f16 d, 16 bytes; value j of the block is the low
+                           * nibble q of byte j (j < 16) or the high nibble of byte j − 16,
+                           * and equals d·(q − 8) */
+    CLFFN_DTYPE_COUNT_ = 5
+} clffn_dtype;
+
+/** Values per block of a type (32 for q8_0 and q4_0, 1 for the others). */
+#define CLFFN_QK 32
+
+/** Lower-case name: "f32", "f16", "bf16", "q8_0", "q4_0"; NULL for an unknown value. */
+CLFFN_API const char *clffn_dtype_name(clffn_dtype dtype);
+
+/** Parses a name above, case-insensitively. Errors: NULL_ARGUMENT, INVALID_ARGUMENT (unknown). */
+CLFFN_API clffn_status clffn_dtype_parse(const char *name, clffn_dtype *out);
+
+/** Bytes of n values in dtype (n·4, n·2, or n/32 blocks of 34 or 18 bytes) into *bytes.
+ *  Errors: NULL_ARGUMENT; INVALID_ARGUMENT for an unknown dtype, or a quantized one with n not
+ *  a multiple of 32; SIZE_OVERFLOW. */
+CLFFN_API clffn_status clffn_dtype_bytes(clffn_dtype dtype, size_t n, size_t *bytes);
+
+/** Converts n float32 values, in storage order, to dtype: f16 and bf16 round to nearest even
+ *  (NaN stays a quiet NaN, overflow becomes ±inf for f16); q8_0 and q4_0 round exactly as GGUF's
+ *  reference quantizers (quantize_row_q8_0_ref, quantize_row_q4_0_ref) do, value for value and
+ *  bit for bit, each run of 32 values one block, so a row-major [out, in] matrix converts to
+ *  GGUF's layout. dst_bytes must be ≥ clffn_dtype_bytes(dtype, n). f32 copies. Errors:
+ *  NULL_ARGUMENT; INVALID_ARGUMENT (unknown dtype; quantized with n not a multiple of 32, or a
+ *  non-finite value in src, for which GGUF's reference has no defined result);
+ *  BUFFER_TOO_SMALL; SIZE_OVERFLOW. dst is written only on success. */
+CLFFN_API clffn_status clffn_convert_weights(clffn_dtype dtype, const float *src, size_t n,
+                                             void *dst, size_t dst_bytes);
+
+/** The other way: n values in dtype (storage order, as above) to float32, exactly (every
+ *  value of every type is a float32). Errors: NULL_ARGUMENT; INVALID_ARGUMENT (unknown dtype,
+ *  or quantized with n not a multiple of 32); BUFFER_TOO_SMALL when src_bytes or dst_len is
+ *  short. */
+CLFFN_API clffn_status clffn_convert_to_f32(clffn_dtype dtype, const void *src, size_t src_bytes,
+                                            size_t n, float *dst, size_t dst_len);
 
 /* ---------------------------------------------------------------------------------------------
  * Context: one OpenCL device, the compiled kernels, and an internal in-order queue
@@ -417,6 +468,32 @@ CLFFN_API clffn_status clffn_context_set_weight_layout(clffn_context *ctx, clffn
  *  CLFFN_DEFAULT_WEIGHT_LAYOUT for NULL. */
 CLFFN_API clffn_layout clffn_context_weight_layout(const clffn_context *ctx);
 
+/** Most tokens clffn's own few-token kernels take (cl/weights.cl). */
+#define CLFFN_MAX_KERNEL_TOKENS ((size_t)16)
+
+/** The few-token crossovers of a device with no tuning profile that says otherwise: weights
+ *  kept compressed (f16, bf16, q8_0, q4_0) run clffn's kernels up to 8 tokens, f32 weights
+ *  CLBlast's path (clffn_context_set_gemv_max_tokens) at every count. */
+#define CLFFN_DEFAULT_KERNEL_MAX_TOKENS ((size_t)8)
+#define CLFFN_DEFAULT_KERNEL_MAX_TOKENS_F32 ((size_t)0)
+
+/** Sets up to how many token rows a product runs on clffn's own few-token kernels, which read
+ *  each weight once for all the product's tokens in its stored type and split the inner
+ *  dimension over a work-group: `compressed` 1 for weights kept in f16, bf16, q8_0 or q4_0
+ *  (above the count, blocks of the weights are dequantized into f32 scratch for CLBlast's
+ *  SGEMM), 0 for f32 weights (above it, CLBlast's GEMV or SGEMM as before; 0 keeps f32 on
+ *  CLBlast at every count). Both the forward's products and the backward's ∂x take it. The
+ *  tuning profile sets them ("clffn": {"KERNEL_MAX_TOKENS": n, "KERNEL_MAX_TOKENS_F32": n};
+ *  clffn-tune measures where the kernels stop winning), else the defaults above. Results differ
+ *  from the other paths' only by float summation order. Same rules of effect as
+ *  clffn_context_set_gemm_k_block(). Errors: NULL_ARGUMENT; max_tokens >
+ *  CLFFN_MAX_KERNEL_TOKENS → INVALID_SIZE. */
+CLFFN_API clffn_status clffn_context_set_kernel_max_tokens(clffn_context *ctx, int compressed,
+                                                           size_t max_tokens);
+
+/** The context's few-token crossover for compressed (1) or f32 (0) weights; 0 for NULL. */
+CLFFN_API size_t clffn_context_kernel_max_tokens(const clffn_context *ctx, int compressed);
+
 /* ---------------------------------------------------------------------------------------------
  * FFN
  * ------------------------------------------------------------------------------------------- */
@@ -545,6 +622,42 @@ CLFFN_API clffn_status clffn_tp_backward_host(clffn_tp *tp, size_t tokens, const
  *  layout → INVALID_LAYOUT; OpenCL's. */
 CLFFN_API clffn_status clffn_ffn_upload_weights(clffn_ffn *ffn, clffn_layout layout,
                                                 const clffn_host_weights *weights);
+
+/** Host weights in a stored type: W1, V and W2 as bytes in dtype, biases as f32 (as in
+ *  clffn_host_weights). Quantized matrices are [out, in] in GGUF's blocks (see clffn_dtype). */
+typedef struct clffn_typed_weights {
+    clffn_dtype dtype;
+    const void *w1, *v, *w2; /* each clffn_dtype_bytes(dtype, out·in) bytes */
+    const float *b1, *bv, *b2;
+} clffn_typed_weights;
+
+/** Uploads weights kept in their stored type (blocking): the matrices' bytes on the device are
+ *  the bytes given, in `layout` (W1 and V of a gated FFN side by side in one buffer, as
+ *  clffn_device_weights stacks them), so an f16 layer takes half the memory of an f32 one and
+ *  a q4_0 layer 0.14 of it, and few-token passes read that much less. Forwards then run
+ *  clffn's own kernels for few tokens and, for many, dequantize blocks of the inner dimension
+ *  into f32 scratch for CLBlast's SGEMM; the backward computes ∂x and the biases' gradients
+ *  but no weight gradient of compressed weights (CLFFN_ERROR_COMPRESSED_WEIGHTS if one is
+ *  asked for). dtype F32 is clffn_ffn_upload_weights() (kept in the context's weight layout).
+ *  Replaces any earlier weights; on error the earlier ones stay and nothing is allocated.
+ *  Errors: NULL_ARGUMENT; INVALID_LAYOUT (unknown, or IN_OUT for a quantized dtype);
+ *  INVALID_ARGUMENT (unknown dtype; a quantized one needs d_model and d_ff, the two input
+ *  dimensions, to be multiples of 32: clffn_ffn_error_message() says which); SIZE_OVERFLOW;
+ *  OpenCL's. */
+CLFFN_API clffn_status clffn_ffn_upload_weights_typed(clffn_ffn *ffn, clffn_layout layout,
+                                                      const clffn_typed_weights *weights);
+
+/** The type the FFN's matrices are kept in on the device (F32 for bound weights and before
+ *  any upload). */
+CLFFN_API clffn_dtype clffn_ffn_weight_dtype(const clffn_ffn *ffn);
+
+/** Bytes of W1, V and W2 on the device (0 before any weights), what a one-token forward reads. */
+CLFFN_API size_t clffn_ffn_weight_bytes(const clffn_ffn *ffn);
+
+/** What the last refused call on this FFN refused, in words ("q8_0 weights need d_model, the
+ *  input dimension of W1 and V, to be a multiple of 32, not 100"), or "" when its status says
+ *  it all. Valid until the next call on the FFN. */
+CLFFN_API const char *clffn_ffn_error_message(const clffn_ffn *ffn);
 
 /** Initialises weights with clffn_init_weights_host() and uploads them (OUT_IN layout). */
 CLFFN_API clffn_status clffn_ffn_init_weights(clffn_ffn *ffn, clffn_init scheme, uint64_t seed);
@@ -736,6 +849,25 @@ CLFFN_API clffn_status clffn_context_set_xgemm(clffn_context *ctx, size_t n,
 /** The token count below which the context's products use its few-rows Xgemm set (see
  *  clffn_context_set_xgemm); 0 when it has none, or for NULL. */
 CLFFN_API size_t clffn_context_xgemm_few_rows(const clffn_context *ctx);
+
+/** The shape parameters of clffn's few-token kernels (cl/weights.cl documents each), in this
+ *  order: ROW_SPLIT (work-items sharing a row of the row GEMV, a power of 2 ≤ 256), ROW_ROWS
+ *  (rows per work-group, ≤ 256), COL_WIDTH (columns per work-item of the column GEMV: 8, 16, or
+ *  a multiple of 32 ≤ 256), COL_SPLIT (work-items sharing a column group, a power of 2 ≤ 256),
+ *  COL_GROUPS (column groups per work-group, ≤ 256). */
+#define CLFFN_WGEMV_PARAMS 5
+
+/** Sets the context's few-token kernel shapes (the tuning profile's "clffn": {"WGEMV_ROW_SPLIT":
+ *  …, "WGEMV_ROW_ROWS", "WGEMV_COL_WIDTH", "WGEMV_COL_SPLIT", "WGEMV_COL_GROUPS"}, else defaults
+ *  for the device's type); NULL restores those defaults. Kernels built with other shapes stay
+ *  cached. Same rules of effect as clffn_context_set_gemm_k_block(). Errors: NULL_ARGUMENT
+ *  (ctx); INVALID_ARGUMENT (a value outside its range, or a work-group beyond the device's
+ *  largest); on error nothing changes. */
+CLFFN_API clffn_status clffn_context_set_wgemv(clffn_context *ctx,
+                                               const size_t params[CLFFN_WGEMV_PARAMS]);
+
+/** The context's few-token kernel shapes into params (zeros for NULL ctx). */
+CLFFN_API void clffn_context_wgemv(const clffn_context *ctx, size_t params[CLFFN_WGEMV_PARAMS]);
 
 /* ---------------------------------------------------------------------------------------------
  * CPU reference and the dropout generator, in plain C

@@ -18,11 +18,16 @@
 
 /* The caller's gradient buffers, checked before anything is enqueued (sizes fit: the forward
  * ran on them). */
-static clffn_status check_backward(const clffn_ffn *ffn, size_t T, clffn_matrix x, clffn_matrix dy,
+static clffn_status check_backward(clffn_ffn *ffn, size_t T, clffn_matrix x, clffn_matrix dy,
                                    clffn_matrix dx, const clffn_device_weights *g) {
     const clffn_config *c = &ffn->cfg;
     const size_t D = c->d_model, F = c->d_ff;
     const bool stacked_g = c->gated && !g->v.mem;
+    /* weights kept compressed have no weight gradients: their buffers must be NULL */
+    const bool weights = ffn->w1.dtype == CLFFN_DTYPE_F32;
+    if (!weights && (g->w1.mem || g->v.mem || g->w2.mem)) {
+        return clffn__refuse_compressed_grads(ffn);
+    }
     const struct {
         cl_mem mem;
         size_t off, count;
@@ -31,11 +36,11 @@ static clffn_status check_backward(const clffn_ffn *ffn, size_t T, clffn_matrix 
         {x.mem, x.off, T * D, true},
         {dy.mem, dy.off, T * D, true},
         {dx.mem, dx.off, T * D, dx.mem != NULL},
-        {g->w1.mem, g->w1.offset, (stacked_g ? 2 * F : F) * D, true},
+        {g->w1.mem, g->w1.offset, (stacked_g ? 2 * F : F) * D, weights},
         {g->b1.mem, g->b1.offset, F, c->bias1 != 0},
-        {g->v.mem, g->v.offset, F * D, c->gated && !stacked_g},
+        {g->v.mem, g->v.offset, F * D, weights && c->gated && !stacked_g},
         {g->bv.mem, g->bv.offset, F, c->gated && c->bias_gate},
-        {g->w2.mem, g->w2.offset, D * F, true},
+        {g->w2.mem, g->w2.offset, D * F, weights},
         {g->b2.mem, g->b2.offset, D, c->bias2 != 0},
     };
     for (size_t i = 0; i < sizeof checks / sizeof checks[0]; ++i) {
@@ -56,8 +61,11 @@ static cl_int layer2_gemms(clffn_ffn *ffn, const clffn_gemm_env *env, size_t T, 
     dw2.mem = g->w2.mem;
     dw2.offset = g->w2.offset;
     dw2.layout = ffn->grad_layout;
+    dw2.dtype = CLFFN_DTYPE_F32;
     cl_int err = clffn__linear_backward_input(env, &ffn->w2, T, dy, 0.0f, dh);
-    if (err == CL_SUCCESS) { err = clffn__linear_backward_weight(env, &dw2, T, dy, h, beta); }
+    if (err == CL_SUCCESS && dw2.mem) {
+        err = clffn__linear_backward_weight(env, &dw2, T, dy, h, beta);
+    }
     return err;
 }
 
@@ -69,9 +77,11 @@ static cl_int layer1_weight_gemms(clffn_ffn *ffn, const clffn_gemm_env *env, siz
     const size_t F = c->d_ff;
     const clffn_matrix dz = {ffn->ws.dz, 0, clffn__n1(c)};
     const bool stacked_g = c->gated && !g->v.mem;
-    const clffn_linear dw1 = {g->w1.mem, g->w1.offset, c->d_model, stacked_g ? 2 * F : F,
-                              ffn->grad_layout};
-    const clffn_linear dv = {g->v.mem, g->v.offset, c->d_model, F, ffn->grad_layout};
+    if (!g->w1.mem) { return CL_SUCCESS; } /* compressed weights: ∂x and the biases only */
+    const clffn_linear dw1 = {g->w1.mem,        g->w1.offset,   c->d_model, stacked_g ? 2 * F : F,
+                              ffn->grad_layout, CLFFN_DTYPE_F32};
+    const clffn_linear dv = {g->v.mem, g->v.offset,      c->d_model,
+                             F,        ffn->grad_layout, CLFFN_DTYPE_F32};
     clffn_part parts[2];
     const size_t n = clffn__first_layer(c->gated, stacked_g, &dw1, &dv, parts);
     cl_int err = CL_SUCCESS;
@@ -117,11 +127,11 @@ static cl_int layer1_bias_sums(clffn_ffn *ffn, size_t T, const clffn_device_weig
 static cl_int reserve_backward(clffn_ffn *ffn, const clffn_gemm_env *env, size_t T, clffn_matrix x,
                                clffn_matrix dy, clffn_matrix dx, const clffn_device_weights *g,
                                float beta) {
-    clffn__scratch_plan(env->scratch);
+    clffn__env_plan(env);
     cl_int err = layer2_gemms(ffn, env, T, dy, g, beta);
     if (err == CL_SUCCESS) { err = layer1_weight_gemms(ffn, env, T, x, g, beta); }
     if (err == CL_SUCCESS && dx.mem) { err = layer1_input_gemms(ffn, env, T, dx, 0.0f); }
-    const cl_int reserved = clffn__scratch_reserve(ffn->ctx, env->scratch, *env->queue);
+    const cl_int reserved = clffn__env_reserve(env);
     return err == CL_SUCCESS ? reserved : err;
 }
 
@@ -162,7 +172,10 @@ clffn_status clffn_backward(clffn_ffn *ffn, size_t tokens, cl_mem x, size_t x_of
     const size_t D = ffn->cfg.d_model;
     const clffn_matrix X = {x, x_offset, D}, DY = {dy, dy_offset, D}, DX = {dx, dx_offset, D};
     if ((st = check_backward(ffn, tokens, X, DY, DX, g)) != CLFFN_SUCCESS) { return st; }
-    if ((st = clffn__workspace_backward(ffn, tokens, queue)) != CLFFN_SUCCESS) { return st; }
+    if ((st = clffn__workspace_backward(&ffn->ws, ffn->ctx, &ffn->cfg, tokens, queue)) !=
+        CLFFN_SUCCESS) {
+        return st;
+    }
 
     const float beta = accumulate ? 1.0f : 0.0f;
     const clffn_gemm_env env = clffn__gemm_env(ffn, &queue);

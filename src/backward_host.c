@@ -50,8 +50,8 @@ static cl_int upload_inputs(clffn_ffn *ffn, size_t n, const float *x, const floa
     if (err == CL_SUCCESS) { err = upload_to(q, ws->io_dy, dy, n); }
     if (err != CL_SUCCESS || !accumulate) { return err; }
     /* the sums continue from the caller's arrays */
-    err = transfer_stacked(ffn, q, 1, g->w1, c->gated ? g->v : NULL);
-    if (err == CL_SUCCESS) { err = upload_to(q, ws->g_w2, g->w2, D * F); }
+    if (g->w1) { err = transfer_stacked(ffn, q, 1, g->w1, c->gated ? g->v : NULL); }
+    if (err == CL_SUCCESS && g->w2) { err = upload_to(q, ws->g_w2, g->w2, D * F); }
     if (err == CL_SUCCESS && c->bias1) { err = upload_to(q, ws->g_b1, g->b1, F); }
     if (err == CL_SUCCESS && c->gated && c->bias_gate) { err = upload_to(q, ws->g_bv, g->bv, F); }
     if (err == CL_SUCCESS && c->bias2) { err = upload_to(q, ws->g_b2, g->b2, D); }
@@ -63,8 +63,8 @@ static cl_int download_results(clffn_ffn *ffn, size_t n, float *dx, const clffn_
     const clffn_workspace *ws = &ffn->ws;
     const size_t D = c->d_model, F = c->d_ff;
     cl_command_queue q = ffn->ctx->queue;
-    cl_int err = transfer_stacked(ffn, q, 0, g->w1, c->gated ? g->v : NULL);
-    if (err == CL_SUCCESS) { err = download(q, ws->g_w2, g->w2, D * F); }
+    cl_int err = g->w1 ? transfer_stacked(ffn, q, 0, g->w1, c->gated ? g->v : NULL) : CL_SUCCESS;
+    if (err == CL_SUCCESS && g->w2) { err = download(q, ws->g_w2, g->w2, D * F); }
     if (err == CL_SUCCESS && c->bias1) { err = download(q, ws->g_b1, g->b1, F); }
     if (err == CL_SUCCESS && c->gated && c->bias_gate) { err = download(q, ws->g_bv, g->bv, F); }
     if (err == CL_SUCCESS && c->bias2) { err = download(q, ws->g_b2, g->b2, D); }
@@ -77,15 +77,19 @@ clffn_status clffn_backward_host(clffn_ffn *ffn, size_t tokens, const float *x, 
                                  const clffn_weight_arrays *g, int accumulate) {
     if (!ffn || !x || !dy || !g) { return CLFFN_ERROR_NULL_ARGUMENT; }
     const clffn_config *c = &ffn->cfg;
-    if (!g->w1 || !g->w2 || (c->bias1 && !g->b1) || (c->bias2 && !g->b2) ||
-        (c->gated && (!g->v || (c->bias_gate && !g->bv)))) {
+    /* weights kept compressed have no weight gradients: their arrays must be NULL */
+    const bool weights = ffn->w1.dtype == CLFFN_DTYPE_F32;
+    if (!weights && (g->w1 || g->v || g->w2)) { return clffn__refuse_compressed_grads(ffn); }
+    if ((weights && (!g->w1 || !g->w2 || (c->gated && !g->v))) || (c->bias1 && !g->b1) ||
+        (c->bias2 && !g->b2) || (c->gated && c->bias_gate && !g->bv)) {
         return CLFFN_ERROR_NULL_ARGUMENT;
     }
     if (!ffn->has_weights) { return CLFFN_ERROR_NO_WEIGHTS; }
     if (tokens == 0 || tokens != ffn->last_tokens) { return CLFFN_ERROR_NO_FORWARD; }
     const size_t n = tokens * c->d_model; /* fitted the forward */
     if (x_len < n || dy_len < n || (dx && dx_len < n)) { return CLFFN_ERROR_BUFFER_TOO_SMALL; }
-    clffn_status st = clffn__workspace_host_backward(ffn, tokens);
+    clffn_status st =
+        clffn__workspace_host_backward(&ffn->ws, ffn->ctx, &ffn->cfg, tokens, weights);
     if (st != CLFFN_SUCCESS) { return st; }
     /* x goes where the host-level forward keeps it; the forward's own x buffer is that one */
     const clffn_workspace *ws = &ffn->ws;
@@ -96,8 +100,9 @@ clffn_status clffn_backward_host(clffn_ffn *ffn, size_t tokens, const float *x, 
         clFinish(q);
         return (clffn_status)err;
     }
-    const clffn_device_weights dg = {{ws->g_w1, 0}, {ws->g_b1, 0}, {NULL, 0},
-                                     {ws->g_bv, 0}, {ws->g_w2, 0}, {ws->g_b2, 0}};
+    const clffn_device_weights dg = {
+        {weights ? ws->g_w1 : NULL, 0}, {ws->g_b1, 0}, {NULL, 0}, {ws->g_bv, 0},
+        {weights ? ws->g_w2 : NULL, 0}, {ws->g_b2, 0}};
     st = clffn_backward(ffn, tokens, ws->io_x, 0, ws->io_dy, 0, dx ? ws->io_dx : NULL, 0, &dg,
                         accumulate, q, NULL);
     if (st != CLFFN_SUCCESS) {

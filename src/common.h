@@ -19,6 +19,9 @@ static inline bool clffn__mul_ok(size_t a, size_t b, size_t *out) {
     return true;
 }
 
+/* N1, the width of the first layer's product: d_ff, or 2·d_ff when V is stacked beside W1. */
+static inline size_t clffn__n1(const clffn_config *c) { return c->gated ? 2 * c->d_ff : c->d_ff; }
+
 /* A whole text file (smaller than max_bytes), NUL-terminated, or NULL; *oom tells "no memory"
  * apart from "no readable file". Caller frees. Kernel sources and tuning profiles. */
 char *clffn__read_text(const char *path, long max_bytes, int *oom);

@@ -21,6 +21,17 @@
  * clear CLBlast's cache under a live one. */
 static atomic_long live_contexts;
 
+/* The few-token kernels' shapes without a profile: on a CPU each work-item walks whole rows
+ * (its own cache lines, vectorized inside), on a GPU a warp's worth of work-items shares a
+ * row or a column group, reading neighbouring blocks; both within the device's work-group. */
+static void wgemv_defaults(const clffn_context *ctx, size_t p[CLFFN_WGEMV_PARAMS]) {
+    static const size_t cpu[CLFFN_WGEMV_PARAMS] = {1, 8, 64, 1, 4};
+    static const size_t gpu[CLFFN_WGEMV_PARAMS] = {32, 4, 8, 16, 8};
+    static const size_t one[CLFFN_WGEMV_PARAMS] = {1, 1, 8, 1, 1}; /* fits any device */
+    memcpy(p, ctx->cpu ? cpu : gpu, sizeof cpu);
+    if (!clffn__wgemv_valid(p, ctx->max_wg)) { memcpy(p, one, sizeof one); }
+}
+
 static clffn_status context_init(clffn_context *ctx, cl_context context, cl_device_id device) {
     clffn_device_caps caps;
     clffn_status st = clffn__device_caps_query(device, &caps);
@@ -33,12 +44,15 @@ static clffn_status context_init(clffn_context *ctx, cl_context context, cl_devi
     err = clGetDeviceInfo(device, CL_DEVICE_TYPE, sizeof type, &type, NULL);
     if (err != CL_SUCCESS) { return (clffn_status)err; }
     ctx->cpu = (type & CL_DEVICE_TYPE_CPU) != 0;
+    err = clGetDeviceInfo(device, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof ctx->max_wg, &ctx->max_wg,
+                          NULL);
+    if (err != CL_SUCCESS) { return (clffn_status)err; }
     ctx->queue = clCreateCommandQueue(context, device, CL_QUEUE_PROFILING_ENABLE, &err);
     if (err != CL_SUCCESS) { return (clffn_status)err; }
-    if (pthread_mutex_init(&ctx->lock, NULL) != 0) {
+    if ((st = clffn__programs_init(&ctx->programs, context, device)) != CLFFN_SUCCESS) {
         clReleaseCommandQueue(ctx->queue);
         ctx->queue = NULL;
-        return CLFFN_ERROR_OUT_OF_HOST_MEMORY;
+        return st;
     }
     ctx->context = context;
     ctx->device = device;
@@ -50,8 +64,16 @@ static clffn_status context_init(clffn_context *ctx, cl_context context, cl_devi
         ctx->xgemm = ctx->tuning.xgemm;
         ctx->xgemm_few = ctx->tuning.xgemm_few;
         ctx->xgemm_few_rows = ctx->tuning.xgemm_few_rows;
+        memcpy(ctx->kernel_max_tokens, ctx->tuning.kernel_max_tokens,
+               sizeof ctx->kernel_max_tokens);
+        /* a profile's shapes that this device cannot run (another device's file) give way */
+        if (clffn__wgemv_valid(ctx->tuning.wgemv, ctx->max_wg)) {
+            memcpy(ctx->wgemv, ctx->tuning.wgemv, sizeof ctx->wgemv);
+        } else {
+            wgemv_defaults(ctx, ctx->wgemv);
+        }
     } else {
-        pthread_mutex_destroy(&ctx->lock);
+        clffn__programs_release(&ctx->programs);
         clReleaseCommandQueue(ctx->queue);
         ctx->queue = NULL;
     }
@@ -152,12 +174,10 @@ clffn_status clffn_context_create_default(clffn_context **out) {
 
 void clffn_context_destroy(clffn_context *ctx) {
     if (!ctx) { return; }
-    clffn__programs_release(ctx);
+    clffn__programs_release(&ctx->programs);
     if (ctx->queue) { clReleaseCommandQueue(ctx->queue); }
     clReleaseDevice(ctx->device);
     clReleaseContext(ctx->context);
-    pthread_mutex_destroy(&ctx->lock);
-    free(ctx->build_log);
     free(ctx);
     atomic_fetch_sub(&live_contexts, 1);
 }
@@ -190,7 +210,7 @@ clffn_status clffn_context_device_name(const clffn_context *ctx, char *buf, size
 }
 
 const char *clffn_context_build_log(const clffn_context *ctx) {
-    return ctx && ctx->build_log ? ctx->build_log : "";
+    return ctx ? clffn__programs_build_log(&ctx->programs) : "";
 }
 
 const char *clffn_context_tuning(const clffn_context *ctx) {
@@ -258,4 +278,32 @@ clffn_status clffn_context_set_xgemm(clffn_context *ctx, size_t n, const char *c
 
 size_t clffn_context_xgemm_few_rows(const clffn_context *ctx) {
     return ctx ? ctx->xgemm_few_rows : 0;
+}
+
+clffn_status clffn_context_set_kernel_max_tokens(clffn_context *ctx, int compressed,
+                                                 size_t max_tokens) {
+    if (!ctx) { return CLFFN_ERROR_NULL_ARGUMENT; }
+    if (max_tokens > CLFFN_MAX_KERNEL_TOKENS) { return CLFFN_ERROR_INVALID_SIZE; }
+    ctx->kernel_max_tokens[compressed ? 1 : 0] = max_tokens;
+    return CLFFN_SUCCESS;
+}
+
+size_t clffn_context_kernel_max_tokens(const clffn_context *ctx, int compressed) {
+    return ctx ? ctx->kernel_max_tokens[compressed ? 1 : 0] : 0;
+}
+
+clffn_status clffn_context_set_wgemv(clffn_context *ctx, const size_t params[CLFFN_WGEMV_PARAMS]) {
+    if (!ctx) { return CLFFN_ERROR_NULL_ARGUMENT; }
+    if (!params) {
+        wgemv_defaults(ctx, ctx->wgemv);
+        return CLFFN_SUCCESS;
+    }
+    if (!clffn__wgemv_valid(params, ctx->max_wg)) { return CLFFN_ERROR_INVALID_ARGUMENT; }
+    memcpy(ctx->wgemv, params, sizeof ctx->wgemv);
+    return CLFFN_SUCCESS;
+}
+
+void clffn_context_wgemv(const clffn_context *ctx, size_t params[CLFFN_WGEMV_PARAMS]) {
+    if (!params) { return; }
+    for (int i = 0; i < CLFFN_WGEMV_PARAMS; ++i) { params[i] = ctx ? ctx->wgemv[i] : 0; }
 }

@@ -1,40 +1,19 @@
-/* The clffn_context: one device, its queue, its tuning, and the cache of compiled programs. */
+/* The clffn_context, owned by context.c: one device, its queue, its tuning, and the cache of
+ * compiled programs. */
 #ifndef CLFFN_CONTEXT_H
 #define CLFFN_CONTEXT_H
 
 #include "common.h"
+#include "program.h"
 #include "tuning.h"
-
-#include <pthread.h>
-
-/* Upper bound on distinct epilogue programs one context caches: 6 activations × gated ×
- * dropout = 24, doubled for headroom. */
-#define CLFFN_MAX_PROGRAMS 48
-
-/* The options that select an epilogue program; equal keys share one cl_program. */
-typedef struct clffn_program_key {
-    int activation;
-    int gated;
-    int dropout;
-} clffn_program_key;
-
-typedef struct clffn_program_entry {
-    clffn_program_key key;
-    cl_program program;
-} clffn_program_entry;
 
 struct clffn_context {
     cl_context context;
     cl_device_id device;
-    cl_command_queue queue; /* internal, in-order, profiling on */
-    cl_ulong max_alloc;     /* CL_DEVICE_MAX_MEM_ALLOC_SIZE */
-    int cpu;                /* a CPU device: own buffers take CL_MEM_ALLOC_HOST_PTR */
-    pthread_mutex_t lock;   /* guards programs[] and build_log */
-    clffn_program_entry programs[CLFFN_MAX_PROGRAMS];
-    int n_programs;
-    char *build_log;
-    cl_program zero_program; /* cl/fill.cl alone, made on first use; guarded by lock */
-    cl_kernel zero_kernel;
+    cl_command_queue queue;  /* internal, in-order, profiling on */
+    cl_ulong max_alloc;      /* CL_DEVICE_MAX_MEM_ALLOC_SIZE */
+    int cpu;                 /* a CPU device: own buffers take CL_MEM_ALLOC_HOST_PTR */
+    clffn_programs programs; /* the compiled kernels, built on first use (program.c) */
     /* Test hook: local work size of the epilogue kernels along dimension 0; 0 lets the runtime
      * choose. Exists to prove the dropout mask does not depend on it. */
     size_t epilogue_local_size;
@@ -55,6 +34,12 @@ struct clffn_context {
      * the rest (clffn__sgemm); from the tuning profile, or clffn_context_set_xgemm() */
     clffn_xgemm_set xgemm, xgemm_few;
     size_t xgemm_few_rows;
+    /* products over at most this many token rows run clffn's few-token kernels: [0] with f32
+     * weights, [1] with compressed ones; from the tuning profile, or
+     * clffn_context_set_kernel_max_tokens() */
+    size_t kernel_max_tokens[2];
+    size_t max_wg;                    /* CL_DEVICE_MAX_WORK_GROUP_SIZE */
+    size_t wgemv[CLFFN_WGEMV_PARAMS]; /* the few-token kernels' shapes */
 };
 
 #endif

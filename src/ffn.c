@@ -1,14 +1,27 @@
-/* The clffn_ffn: creation and destruction, its kernels, its weights and its dropout state. The
- * passes themselves are forward.c and backward.c. */
+/* The clffn_ffn: creation and destruction, its kernels, its weights' slots and its dropout
+ * state. Uploading weights is weights.c; the passes are forward.c and backward.c. */
 #include "ffn.h"
 
+#include "dtype.h"
 #include "launch.h"
 #include "program.h"
 
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static void weights_release(clffn_ffn *ffn) {
+clffn_status clffn__ffn_refuse(clffn_ffn *ffn, clffn_status st, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ffn->message, sizeof ffn->message, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+const char *clffn_ffn_error_message(const clffn_ffn *ffn) { return ffn ? ffn->message : ""; }
+
+void clffn__ffn_weights_release(clffn_ffn *ffn) {
     cl_mem *const mems[] = {&ffn->w1.mem, &ffn->v.mem,  &ffn->w2.mem,
                             &ffn->b1.mem, &ffn->bv.mem, &ffn->b2.mem};
     for (size_t i = 0; i < sizeof mems / sizeof mems[0]; ++i) {
@@ -21,16 +34,15 @@ static void weights_release(clffn_ffn *ffn) {
     memset(&ffn->bv, 0, sizeof ffn->bv);
     memset(&ffn->b2, 0, sizeof ffn->b2);
     ffn->has_weights = false;
+    ffn->weight_bytes = 0;
 }
 
-/* Sets the FFN's weights from buffers it holds a reference to (owned or retained), kept in
- * `layout` and handed over in `given`. */
-static void weights_set(clffn_ffn *ffn, clffn_layout layout, clffn_layout given, bool stacked,
-                        const clffn_buffer m[6]) {
+void clffn__ffn_weights_set(clffn_ffn *ffn, clffn_layout layout, clffn_layout given, bool stacked,
+                            clffn_dtype dtype, const clffn_buffer m[6]) {
     const size_t D = ffn->cfg.d_model, F = ffn->cfg.d_ff;
-    const clffn_linear w1 = {m[0].mem, m[0].offset, D, stacked ? 2 * F : F, layout};
-    const clffn_linear v = {m[2].mem, m[2].offset, D, F, layout};
-    const clffn_linear w2 = {m[4].mem, m[4].offset, F, D, layout};
+    const clffn_linear w1 = {m[0].mem, m[0].offset, D, stacked ? 2 * F : F, layout, dtype};
+    const clffn_linear v = {m[2].mem, m[2].offset, D, F, layout, dtype};
+    const clffn_linear w2 = {m[4].mem, m[4].offset, F, D, layout, dtype};
     ffn->w1 = w1;
     ffn->v = v;
     ffn->w2 = w2;
@@ -40,6 +52,11 @@ static void weights_set(clffn_ffn *ffn, clffn_layout layout, clffn_layout given,
     ffn->grad_layout = given;
     ffn->stacked = stacked;
     ffn->has_weights = true;
+    size_t row;
+    clffn_dtype_bytes(dtype, D, &row); /* fits: checked before the upload */
+    ffn->weight_bytes = clffn__n1(&ffn->cfg) * row;
+    clffn_dtype_bytes(dtype, F, &row);
+    ffn->weight_bytes += D * row;
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -48,7 +65,7 @@ static void weights_set(clffn_ffn *ffn, clffn_layout layout, clffn_layout given,
 static clffn_status make_kernel(clffn_context *ctx, const clffn_program_key *key, const char *name,
                                 cl_kernel *out) {
     cl_program prog;
-    clffn_status st = clffn__get_program(ctx, key, &prog);
+    clffn_status st = clffn__get_program(&ctx->programs, key, &prog);
     if (st != CLFFN_SUCCESS) { return st; }
     cl_int err;
     *out = clCreateKernel(prog, name, &err);
@@ -62,7 +79,8 @@ static clffn_status ensure_train_kernel(clffn_ffn *ffn) {
     if (ffn->epilogue1_train || !ffn->training || !(ffn->cfg.dropout > 0.0f)) {
         return CLFFN_SUCCESS;
     }
-    const clffn_program_key key = {(int)ffn->cfg.activation, ffn->cfg.gated, 1};
+    const clffn_program_key key = {
+        .activation = (int)ffn->cfg.activation, .gated = ffn->cfg.gated, .dropout = 1};
     clffn_status st = make_kernel(ffn->ctx, &key, "clffn_epilogue1", &ffn->epilogue1_train);
     if (st == CLFFN_SUCCESS) {
         st = make_kernel(ffn->ctx, &key, "clffn_epilogue1_backward", &ffn->backward1_train);
@@ -88,7 +106,7 @@ clffn_status clffn_ffn_create(clffn_context *ctx, const clffn_config *config, cl
     ffn->cfg = *config;
     ffn->hidden_col0 = 0;
     ffn->hidden_total = config->d_ff;
-    const clffn_program_key key = {(int)config->activation, config->gated, 0};
+    const clffn_program_key key = {.activation = (int)config->activation, .gated = config->gated};
     st = make_kernel(ctx, &key, "clffn_epilogue1", &ffn->epilogue1);
     if (st == CLFFN_SUCCESS) { st = make_kernel(ctx, &key, "clffn_epilogue2", &ffn->epilogue2); }
     if (st == CLFFN_SUCCESS) {
@@ -154,9 +172,10 @@ void clffn_ffn_destroy(clffn_ffn *ffn) {
     if (ffn->last_queue) { clReleaseCommandQueue(ffn->last_queue); }
     if (ffn->prof_start) { clReleaseEvent(ffn->prof_start); }
     if (ffn->prof_end) { clReleaseEvent(ffn->prof_end); }
-    weights_release(ffn);
+    clffn__ffn_weights_release(ffn);
     clffn__workspace_release(&ffn->ws);
     clffn__scratch_release(&ffn->scratch);
+    clffn__wkernels_release(&ffn->wk);
     free(ffn);
 }
 
@@ -167,126 +186,6 @@ clffn_config clffn_ffn_get_config(const clffn_ffn *ffn) {
         return zero;
     }
     return ffn->cfg;
-}
-
-/* ------------------------------------------------------------------------------------------ */
-/* Weights */
-
-static clffn_status upload(clffn_context *ctx, size_t n, const float *src, cl_mem *out) {
-    cl_int err;
-    cl_mem m = clffn__buffer(ctx, CL_MEM_READ_ONLY, n * sizeof(float), &err);
-    if (err != CL_SUCCESS) { return (clffn_status)err; }
-    if (src) {
-        err =
-            clEnqueueWriteBuffer(ctx->queue, m, CL_TRUE, 0, n * sizeof(float), src, 0, NULL, NULL);
-        if (err != CL_SUCCESS) {
-            clReleaseMemObject(m);
-            return (clffn_status)err;
-        }
-    }
-    *out = m;
-    return CLFFN_SUCCESS;
-}
-
-clffn_status clffn_ffn_upload_weights(clffn_ffn *ffn, clffn_layout layout,
-                                      const clffn_host_weights *w) {
-    if (!ffn || !w) { return CLFFN_ERROR_NULL_ARGUMENT; }
-    if (layout != CLFFN_LAYOUT_OUT_IN && layout != CLFFN_LAYOUT_IN_OUT) {
-        return CLFFN_ERROR_INVALID_LAYOUT;
-    }
-    const clffn_config *c = &ffn->cfg;
-    if (!w->w1 || !w->w2 || (c->bias1 && !w->b1) || (c->bias2 && !w->b2) ||
-        (c->gated && (!w->v || (c->bias_gate && !w->bv)))) {
-        return CLFFN_ERROR_NULL_ARGUMENT;
-    }
-    clffn_context *ctx = ffn->ctx;
-    const clffn_layout kept = ctx->weight_layout;
-    const size_t D = c->d_model, F = c->d_ff;
-    cl_mem m[6] = {NULL}; /* w1 (stacked with V when gated), b1, bv, w2, b2 */
-    const float *const first[2] = {w->w1, c->gated ? w->v : NULL}, *const second[2] = {w->w2, NULL};
-    clffn_status st = upload(ctx, clffn__n1(c) * D, NULL, &m[0]);
-    if (st == CLFFN_SUCCESS) {
-        st = (clffn_status)clffn__write_weight(ctx->queue, m[0], kept, layout, F, D, first);
-    }
-    if (st == CLFFN_SUCCESS && c->bias1) { st = upload(ctx, F, w->b1, &m[1]); }
-    if (st == CLFFN_SUCCESS && c->gated && c->bias_gate) { st = upload(ctx, F, w->bv, &m[2]); }
-    if (st == CLFFN_SUCCESS) { st = upload(ctx, D * F, NULL, &m[3]); }
-    if (st == CLFFN_SUCCESS) {
-        st = (clffn_status)clffn__write_weight(ctx->queue, m[3], kept, layout, D, F, second);
-    }
-    if (st == CLFFN_SUCCESS && c->bias2) { st = upload(ctx, D, w->b2, &m[4]); }
-    if (st != CLFFN_SUCCESS) { /* the old weights stay in place */
-        for (int i = 0; i < 6; ++i) {
-            if (m[i]) { clReleaseMemObject(m[i]); }
-        }
-        return st;
-    }
-    weights_release(ffn);
-    const clffn_buffer bufs[6] = {{m[0], 0}, {m[1], 0}, {NULL, 0}, {m[2], 0}, {m[3], 0}, {m[4], 0}};
-    weights_set(ffn, kept, layout, c->gated != 0, bufs);
-    return CLFFN_SUCCESS;
-}
-
-clffn_status clffn_ffn_init_weights(clffn_ffn *ffn, clffn_init scheme, uint64_t seed) {
-    if (!ffn) { return CLFFN_ERROR_NULL_ARGUMENT; }
-    const clffn_config *c = &ffn->cfg;
-    const size_t D = c->d_model, F = c->d_ff;
-    /* one host block for all tensors: W1, V, W2 then the biases */
-    const size_t total = D * F * (c->gated ? 3 : 2) + 3 * F + D;
-    float *block = malloc(total * sizeof *block);
-    if (!block) { return CLFFN_ERROR_OUT_OF_HOST_MEMORY; }
-    clffn_weight_arrays a;
-    a.w1 = block;
-    a.v = c->gated ? block + D * F : NULL;
-    a.w2 = block + D * F * (c->gated ? 2 : 1);
-    a.b1 = a.w2 + D * F;
-    a.bv = a.b1 + F;
-    a.b2 = a.bv + F;
-    clffn_status st = clffn_init_weights_host(c, scheme, seed, CLFFN_LAYOUT_OUT_IN, &a);
-    if (st == CLFFN_SUCCESS) {
-        const clffn_host_weights hw = {a.w1, a.b1, a.v, a.bv, a.w2, a.b2};
-        st = clffn_ffn_upload_weights(ffn, CLFFN_LAYOUT_OUT_IN, &hw);
-    }
-    free(block);
-    return st;
-}
-
-clffn_status clffn_ffn_bind_weights(clffn_ffn *ffn, clffn_layout layout,
-                                    const clffn_device_weights *w) {
-    if (!ffn || !w) { return CLFFN_ERROR_NULL_ARGUMENT; }
-    if (layout != CLFFN_LAYOUT_OUT_IN && layout != CLFFN_LAYOUT_IN_OUT) {
-        return CLFFN_ERROR_INVALID_LAYOUT;
-    }
-    const clffn_config *c = &ffn->cfg;
-    const size_t D = c->d_model, F = c->d_ff;
-    const bool stacked = c->gated && !w->v.mem;
-    struct {
-        const clffn_buffer *b;
-        size_t count;
-        bool needed;
-    } checks[] = {
-        {&w->w1, (stacked ? 2 * F : F) * D, true},
-        {&w->b1, F, c->bias1 != 0},
-        {&w->v, F * D, c->gated && !stacked},
-        {&w->bv, F, c->gated && c->bias_gate},
-        {&w->w2, D * F, true},
-        {&w->b2, D, c->bias2 != 0},
-    };
-    for (size_t i = 0; i < sizeof checks / sizeof checks[0]; ++i) {
-        if (!checks[i].needed) { continue; }
-        clffn_status st =
-            clffn__check_buffer(ffn->ctx, checks[i].b->mem, checks[i].b->offset, checks[i].count);
-        if (st != CLFFN_SUCCESS) { return st; }
-    }
-    weights_release(ffn);
-    clffn_buffer bufs[6] = {{NULL, 0}, {NULL, 0}, {NULL, 0}, {NULL, 0}, {NULL, 0}, {NULL, 0}};
-    for (size_t i = 0; i < 6; ++i) {
-        if (!checks[i].needed) { continue; }
-        clRetainMemObject(checks[i].b->mem);
-        bufs[i] = *checks[i].b;
-    }
-    weights_set(ffn, layout, layout, stacked, bufs);
-    return CLFFN_SUCCESS;
 }
 
 /* ------------------------------------------------------------------------------------------ */

@@ -1,11 +1,13 @@
-/* The clffn_ffn and the helpers its passes share. Files above the context, from the bottom up:
- * launch, gemm, linear → workspace, epilogue → forward, backward → ffn (create, weights,
- * dropout state). Shapes as in clffn.h: T tokens, D = d_model, F = d_ff, N1 = F or 2F (gated). */
+/* The clffn_ffn, owned by ffn.c (create, weights, dropout state), and the helpers its passes
+ * share. Files above the context, from the bottom up: launch, gemm, linear, workspace → ffn →
+ * epilogue → forward, backward, inspect → tp. Shapes as in clffn.h: T tokens, D = d_model,
+ * F = d_ff, N1 = F or 2F (gated). */
 #ifndef CLFFN_FFN_H
 #define CLFFN_FFN_H
 
 #include "gemm.h"
 #include "linear.h"
+#include "workspace.h"
 
 /* What a pass does about dropout: whether it drops, with which p, at which Philox offset. */
 typedef struct clffn_dropout_use {
@@ -13,20 +15,6 @@ typedef struct clffn_dropout_use {
     float p;
     uint64_t offset;
 } clffn_dropout_use;
-
-/* The FFN's own device buffers, each set grown on demand. Old buffers are released, not reused:
- * commands still queued on them keep them alive, and nothing new can race with them. */
-typedef struct clffn_workspace {
-    size_t tokens; /* z [T, N1], h [T, F], u [T, D] */
-    cl_mem z, h, u;
-    size_t io_tokens; /* the host-level forward's x and y [T, D] */
-    cl_mem io_x, io_y;
-    size_t bwd_tokens; /* dh [T, F], dz [T, N1], colsum [ceil(T / 64), max(F, D)] */
-    cl_mem dh, dz, colsum;
-    size_t bio_tokens; /* the host-level backward's dy and dx [T, D] */
-    cl_mem io_dy, io_dx;
-    cl_mem g_w1, g_b1, g_bv, g_w2, g_b2; /* its gradients, W1 and V stacked; made once */
-} clffn_workspace;
 
 struct clffn_ffn {
     clffn_context *ctx;
@@ -59,6 +47,9 @@ struct clffn_ffn {
 
     clffn_workspace ws;
     clffn_scratch scratch; /* CLBlast's, for every product of the FFN */
+    clffn_wkernels wk;     /* the few-token and dequantization kernels, for its weights' type */
+    size_t weight_bytes;   /* of W1, V and W2 on the device */
+    char message[160];     /* clffn_ffn_error_message() */
 
     /* the last forward, for clffn_ffn_read_hidden() and clffn_backward() */
     size_t last_tokens;
@@ -71,19 +62,30 @@ struct clffn_ffn {
     cl_event prof_start, prof_end;
 };
 
-static inline size_t clffn__n1(const clffn_config *c) { return c->gated ? 2 * c->d_ff : c->d_ff; }
-
 static inline clffn_gemm_env clffn__gemm_env(clffn_ffn *ffn, cl_command_queue *queue) {
-    const clffn_gemm_env env = {ffn->ctx, &ffn->scratch, queue};
+    const clffn_gemm_env env = {ffn->ctx, &ffn->scratch, &ffn->wk, queue};
     return env;
 }
 
-/* workspace.c */
-clffn_status clffn__workspace_forward(clffn_ffn *ffn, size_t tokens, cl_command_queue queue);
-clffn_status clffn__workspace_backward(clffn_ffn *ffn, size_t tokens, cl_command_queue queue);
-clffn_status clffn__workspace_host_forward(clffn_ffn *ffn, size_t tokens);
-clffn_status clffn__workspace_host_backward(clffn_ffn *ffn, size_t tokens);
-void clffn__workspace_release(clffn_workspace *ws);
+/* ffn.c: the FFN's weights from buffers it holds a reference to (owned or retained), kept in
+ * `layout` as dtype and handed over in `given` (W1 and V stacked in m[0] when stacked); and
+ * their release. m: w1, b1, v, bv, w2, b2. */
+void clffn__ffn_weights_set(clffn_ffn *ffn, clffn_layout layout, clffn_layout given, bool stacked,
+                            clffn_dtype dtype, const clffn_buffer m[6]);
+void clffn__ffn_weights_release(clffn_ffn *ffn);
+
+/* ffn.c: refuses a call with st, keeping what it refused in words for
+ * clffn_ffn_error_message(). Returns st. */
+clffn_status clffn__ffn_refuse(clffn_ffn *ffn, clffn_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* A weight gradient asked of weights kept compressed. */
+static inline clffn_status clffn__refuse_compressed_grads(clffn_ffn *ffn) {
+    return clffn__ffn_refuse(ffn, CLFFN_ERROR_COMPRESSED_WEIGHTS,
+                             "the weights are kept in %s: no gradient of W1, V or W2 (pass NULL "
+                             "for them); dx and the biases' gradients are computed",
+                             clffn_dtype_name(ffn->w1.dtype));
+}
 
 /* epilogue.c: clffn's own kernels around the products (cl/epilogue.cl, cl/backward.cl) */
 /* h [T, F] = dropout(act(z1 + b1) ⊙ (z2 + bv)) */

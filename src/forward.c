@@ -79,10 +79,10 @@ static cl_int enqueue_forward(clffn_ffn *ffn, size_t tokens, clffn_matrix x, clf
                               const clffn_dropout_use *drop, cl_command_queue queue, cl_event *ev1,
                               cl_event *last) {
     const clffn_gemm_env env = clffn__gemm_env(ffn, &queue);
-    clffn__scratch_plan(&ffn->scratch);
+    clffn__env_plan(&env);
     cl_int err = first_layer(ffn, &env, tokens, x);
     if (err == CL_SUCCESS) { err = second_layer(ffn, &env, tokens); }
-    const cl_int reserved = clffn__scratch_reserve(ffn->ctx, &ffn->scratch, queue);
+    const cl_int reserved = clffn__env_reserve(&env);
     if (err == CL_SUCCESS) { err = reserved; }
     if (err == CL_SUCCESS) { err = first_layer(ffn, &env, tokens, x); }
     if (err == CL_SUCCESS) { err = clffn__epilogue1(ffn, tokens, drop, queue, ev1); }
@@ -105,7 +105,10 @@ clffn_status clffn_forward(clffn_ffn *ffn, size_t tokens, cl_mem x, size_t x_off
         return event ? (clffn_status)clEnqueueMarkerWithWaitList(queue, 0, NULL, event)
                      : CLFFN_SUCCESS;
     }
-    if ((st = clffn__workspace_forward(ffn, tokens, queue)) != CLFFN_SUCCESS) { return st; }
+    if ((st = clffn__workspace_forward(&ffn->ws, ffn->ctx, &ffn->cfg, tokens, queue)) !=
+        CLFFN_SUCCESS) {
+        return st;
+    }
 
     const clffn_dropout_use drop = {ffn->training && c->dropout > 0.0f, c->dropout,
                                     ffn->rng_offset};
@@ -151,7 +154,7 @@ clffn_status clffn_forward_host(clffn_ffn *ffn, size_t tokens, const float *x, s
         !clffn__mul_ok(nz, sizeof(float), &zbytes) || (cl_ulong)zbytes > ctx->max_alloc) {
         return CLFFN_ERROR_SIZE_OVERFLOW;
     }
-    clffn_status st = clffn__workspace_host_forward(ffn, tokens);
+    clffn_status st = clffn__workspace_host_forward(&ffn->ws, ffn->ctx, &ffn->cfg, tokens);
     if (st != CLFFN_SUCCESS) { return st; }
     const clffn_workspace *ws = &ffn->ws;
     cl_int err = clEnqueueWriteBuffer(ctx->queue, ws->io_x, CL_FALSE, 0, bytes, x, 0, NULL, NULL);

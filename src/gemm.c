@@ -91,7 +91,8 @@ static cl_int gemv_rows(const clffn_context *ctx, const clffn_gemm_op *op, cl_co
     cl_int err = CL_SUCCESS;
     for (size_t i = 0; op->beta == 0.0f && i < op->m && err == CL_SUCCESS; ++i) {
         const size_t rows = op->c.ld == op->n ? op->m : 1; /* contiguous rows: one kernel */
-        err = clffn__zero_floats(ctx, *queue, op->c.mem, op->c.off + i * op->c.ld, rows * op->n);
+        err = clffn__zero_floats(&ctx->programs, *queue, op->c.mem, op->c.off + i * op->c.ld,
+                                 rows * op->n);
         if (rows > 1) { break; }
     }
     for (size_t i = 0; i < op->m && err == CL_SUCCESS; ++i) {

@@ -1,17 +1,98 @@
-/* Linear-layer products (see linear.h), each one clffn__sgemm. */
+/* Linear-layer products (see linear.h): each a few-token kernel, one clffn__sgemm, or, for
+ * compressed weights over many tokens, one clffn__sgemm per dequantized block. */
 #include "linear.h"
 
 static bool out_in(const clffn_linear *w) { return w->layout == CLFFN_LAYOUT_OUT_IN; }
 
-/* W as a row-major operand: [out, in] rows in apart, or [in, out] rows out apart. */
+void clffn__env_plan(const clffn_gemm_env *env) {
+    clffn__scratch_plan(env->scratch);
+    clffn__wkernels_plan(env->wk);
+}
+
+cl_int clffn__env_reserve(const clffn_gemm_env *env) {
+    const cl_int err = clffn__scratch_reserve(env->ctx, env->scratch, *env->queue);
+    const cl_int werr = clffn__wkernels_reserve(env->wk, env->ctx, *env->queue);
+    return err != CL_SUCCESS ? err : werr;
+}
+
+/* W as a row-major operand: [out, in] rows in apart, or [in, out] rows out apart (f32). */
 static clffn_matrix weight(const clffn_linear *w) {
     const clffn_matrix m = {w->mem, w->offset, out_in(w) ? w->in : w->out};
     return m;
 }
 
+/* W as it is stored, for clffn's own kernels: rows of [out, in] or of [in, out]. */
+static clffn_wmatrix stored(const clffn_linear *w) {
+    const bool oi = out_in(w);
+    const size_t cols = oi ? w->in : w->out;
+    size_t row_bytes = 0;
+    clffn_dtype_bytes(w->dtype, cols, &row_bytes); /* checked when the weights were set */
+    const clffn_wmatrix m = {w->mem,
+                             w->dtype == CLFFN_DTYPE_F32 ? w->offset * sizeof(float) : w->offset,
+                             oi ? w->out : w->in,
+                             cols,
+                             row_bytes,
+                             w->dtype};
+    return m;
+}
+
+/* Whether a product over `tokens` rows with w runs clffn's few-token kernels. */
+static bool few(const clffn_gemm_env *env, const clffn_linear *w, size_t tokens) {
+    return tokens <= env->ctx->kernel_max_tokens[w->dtype != CLFFN_DTYPE_F32];
+}
+
+/* The inner dimension's block for a dequantized product: the context's K-block where it has
+ * one, else all of K, but no block whose f32 copy passes 64 MiB (a multiple of 32, so that
+ * quantized blocks are never cut). */
+static size_t dequant_block(const clffn_context *ctx, size_t k, size_t other) {
+    const size_t cap = ((size_t)16 << 20) / (other ? other : 1) / 32 * 32;
+    size_t kb = ctx->gemm_k_block ? (ctx->gemm_k_block + 31) / 32 * 32 : k;
+    if (cap && kb > cap) { kb = cap; }
+    return kb < 32 ? 32 : kb;
+}
+
+/* C[T, n] = A[T, k]·op(W) + β·C for compressed W over many tokens: each block of K dequantized
+ * into scratch and one SGEMM, summed into C. K runs down W's stored rows (k_rows: the block is
+ * W[k0 .. k0 + kb, :], used as stored) or along them (W[:, k0 .. k0 + kb], used transposed). */
+static cl_int dequant_product(const clffn_gemm_env *env, const clffn_wmatrix *w, bool k_rows,
+                              size_t tokens, clffn_matrix a, float beta, clffn_matrix c) {
+    const size_t k = k_rows ? w->rows : w->cols, n = k_rows ? w->cols : w->rows;
+    const size_t kb = dequant_block(env->ctx, k, n);
+    cl_int err = CL_SUCCESS;
+    for (size_t k0 = 0; k0 < k && err == CL_SUCCESS; k0 += kb) {
+        const size_t len = k - k0 < kb ? k - k0 : kb;
+        clffn_matrix s;
+        err = k_rows ? clffn__wdequant(env->wk, env->ctx, w, k0, len, 0, n, *env->queue, &s)
+                     : clffn__wdequant(env->wk, env->ctx, w, 0, n, k0, len, *env->queue, &s);
+        const clffn_matrix ak = {a.mem, a.off + k0, a.ld};
+        const clffn_gemm_op op = {CLFFN_NO_TRANS,
+                                  k_rows ? CLFFN_NO_TRANS : CLFFN_TRANS,
+                                  tokens,
+                                  n,
+                                  len,
+                                  1.0f,
+                                  k0 ? 1.0f : beta,
+                                  ak,
+                                  s,
+                                  c};
+        if (err == CL_SUCCESS) {
+            err = clffn__sgemm(env->ctx, env->scratch, &op, env->queue, NULL);
+        }
+    }
+    return err;
+}
+
 /* y = x·Wᵀ: B = W [out, in] transposed, or W [in, out] as it is. */
 cl_int clffn__linear_forward(const clffn_gemm_env *env, const clffn_linear *w, size_t tokens,
                              clffn_matrix x, float beta, clffn_matrix y) {
+    if (few(env, w, tokens)) {
+        const clffn_wmatrix m = stored(w);
+        return clffn__wgemv(env->wk, env->ctx, &m, out_in(w), tokens, x, beta, y, *env->queue);
+    }
+    if (w->dtype != CLFFN_DTYPE_F32) {
+        const clffn_wmatrix m = stored(w);
+        return dequant_product(env, &m, !out_in(w), tokens, x, beta, y);
+    }
     const clffn_gemm_op op = {CLFFN_NO_TRANS, out_in(w) ? CLFFN_TRANS : CLFFN_NO_TRANS,
                               tokens,         w->out,
                               w->in,          1.0f,
@@ -23,6 +104,14 @@ cl_int clffn__linear_forward(const clffn_gemm_env *env, const clffn_linear *w, s
 /* dx = dy·W: B = W [out, in] as it is, or W [in, out] transposed. */
 cl_int clffn__linear_backward_input(const clffn_gemm_env *env, const clffn_linear *w, size_t tokens,
                                     clffn_matrix dy, float beta, clffn_matrix dx) {
+    if (few(env, w, tokens)) {
+        const clffn_wmatrix m = stored(w);
+        return clffn__wgemv(env->wk, env->ctx, &m, !out_in(w), tokens, dy, beta, dx, *env->queue);
+    }
+    if (w->dtype != CLFFN_DTYPE_F32) {
+        const clffn_wmatrix m = stored(w);
+        return dequant_product(env, &m, out_in(w), tokens, dy, beta, dx);
+    }
     const clffn_gemm_op op = {CLFFN_NO_TRANS, out_in(w) ? CLFFN_NO_TRANS : CLFFN_TRANS,
                               tokens,         w->in,
                               w->out,         1.0f,

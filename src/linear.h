@@ -6,26 +6,40 @@
  *   backward_weight  dW         = dyᵀ · x           (+ β·dW), stored in W's layout
  *
  * W is [out, in] (CLFFN_LAYOUT_OUT_IN, leading dimension in) or [in, out] (IN_OUT, leading
- * dimension out). */
+ * dimension out), in f32 or a stored type (clffn_dtype). A product over few tokens runs clffn's
+ * own kernels (wmatrix.h) when the context's crossover for its type says so; over more, f32
+ * runs CLBlast, and other types dequantize blocks of W along the inner dimension into f32
+ * scratch, each block one SGEMM summed into the output. */
 #ifndef CLFFN_LINEAR_H
 #define CLFFN_LINEAR_H
 
 #include "gemm.h"
+#include "wmatrix.h"
 
-/* A weight matrix and its shape. mem is retained by whoever holds the linear. */
+/* A weight matrix and its shape. mem is retained by whoever holds the linear; offset counts
+ * floats for f32 (bound weights may sit anywhere) and bytes for the other types. */
 typedef struct clffn_linear {
     cl_mem mem;
     size_t offset;
     size_t in, out;
     clffn_layout layout;
+    clffn_dtype dtype;
 } clffn_linear;
 
-/* Where the products run: the context (its K-block) and the owner's GEMM scratch. */
+/* Where the products run: the context (its K-block, its crossovers), the owner's GEMM scratch
+ * and its weight kernels (with their dequantization scratch). */
 typedef struct clffn_gemm_env {
     const clffn_context *ctx;
     clffn_scratch *scratch;
+    clffn_wkernels *wk;
     cl_command_queue *queue;
 } clffn_gemm_env;
+
+/* A pass's products are planned before the first is enqueued (clffn_scratch, clffn_wkernels):
+ * between these two they record what they need (and build what they will run) without
+ * enqueueing; reserve then grows both scratch buffers, or returns the allocation's error. */
+void clffn__env_plan(const clffn_gemm_env *env);
+cl_int clffn__env_reserve(const clffn_gemm_env *env);
 
 cl_int clffn__linear_forward(const clffn_gemm_env *env, const clffn_linear *w, size_t tokens,
                              clffn_matrix x, float beta, clffn_matrix y);

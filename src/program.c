@@ -1,4 +1,4 @@
-/* Kernel sources and the per-context program cache.
+/* Kernel sources and a device's program cache.
  *
  * Every program is the concatenated sources (clffn_defs.h first) built with the options of its
  * key. The build options also define the activation ids from the public clffn_activation enum,
@@ -16,7 +16,15 @@
 /* ------------------------------------------------------------------------------------------ */
 /* Kernel sources: embedded at build time, or read from CLFFN_KERNEL_DIR while developing */
 
-clffn_status clffn__kernel_source(char **out) {
+/* Whether the program of `only` (see clffn__kernel_source) takes source file i: the shared
+ * definitions always come first. */
+static bool takes(const char *only, size_t i) {
+    const char *name = clffn_embedded_sources[i].name;
+    if (i == 0) { return true; }
+    return only ? !strcmp(name, only) : strcmp(name, "weights.cl") != 0;
+}
+
+clffn_status clffn__kernel_source(const char *only, char **out) {
     const char *dir = getenv("CLFFN_KERNEL_DIR");
     const size_t n = clffn_embedded_source_count;
     char **parts = calloc(n, sizeof *parts);
@@ -24,6 +32,7 @@ clffn_status clffn__kernel_source(char **out) {
     clffn_status st = CLFFN_SUCCESS;
     size_t total = 1;
     for (size_t i = 0; i < n && st == CLFFN_SUCCESS; ++i) {
+        if (!takes(only, i)) { continue; }
         if (dir && *dir) {
             const size_t len = strlen(dir) + strlen(clffn_embedded_sources[i].name) + 2;
             char *path = malloc(len);
@@ -48,6 +57,7 @@ clffn_status clffn__kernel_source(char **out) {
     if (src) {
         char *p = src;
         for (size_t i = 0; i < n; ++i) {
+            if (!takes(only, i)) { continue; }
             const char *s = parts[i] ? parts[i] : clffn_embedded_sources[i].text;
             const size_t len = strlen(s);
             memcpy(p, s, len);
@@ -65,27 +75,39 @@ clffn_status clffn__kernel_source(char **out) {
 /* ------------------------------------------------------------------------------------------ */
 /* Programs */
 
+clffn_status clffn__programs_init(clffn_programs *p, cl_context context, cl_device_id device) {
+    memset(p, 0, sizeof *p);
+    if (pthread_mutex_init(&p->lock, NULL) != 0) { return CLFFN_ERROR_OUT_OF_HOST_MEMORY; }
+    p->context = context;
+    p->device = device;
+    return CLFFN_SUCCESS;
+}
+
+const char *clffn__programs_build_log(const clffn_programs *p) {
+    return p->build_log ? p->build_log : "";
+}
+
 /* Builds the concatenated sources with options; on failure keeps the device's log in the
- * context. Called with ctx->lock held. */
-static clffn_status build_program(clffn_context *ctx, const char *options, cl_program *out) {
+ * cache. Called with the cache's lock held. */
+static clffn_status build_program(clffn_programs *pc, const char *only, const char *options,
+                                  cl_program *out) {
     char *src = NULL;
-    clffn_status st = clffn__kernel_source(&src);
+    clffn_status st = clffn__kernel_source(only, &src);
     if (st != CLFFN_SUCCESS) { return st; }
     cl_int err;
     const char *srcs[1] = {src};
-    cl_program prog = clCreateProgramWithSource(ctx->context, 1, srcs, NULL, &err);
+    cl_program prog = clCreateProgramWithSource(pc->context, 1, srcs, NULL, &err);
     free(src);
     if (err != CL_SUCCESS) { return (clffn_status)err; }
-    err = clBuildProgram(prog, 1, &ctx->device, options, NULL, NULL);
+    err = clBuildProgram(prog, 1, &pc->device, options, NULL, NULL);
     if (err != CL_SUCCESS) {
         size_t len = 0;
-        free(ctx->build_log);
-        ctx->build_log = NULL;
-        if (clGetProgramBuildInfo(prog, ctx->device, CL_PROGRAM_BUILD_LOG, 0, NULL, &len) ==
+        free(pc->build_log);
+        pc->build_log = NULL;
+        if (clGetProgramBuildInfo(prog, pc->device, CL_PROGRAM_BUILD_LOG, 0, NULL, &len) ==
                 CL_SUCCESS &&
-            (ctx->build_log = calloc(len + 1, 1)) != NULL) {
-            clGetProgramBuildInfo(prog, ctx->device, CL_PROGRAM_BUILD_LOG, len, ctx->build_log,
-                                  NULL);
+            (pc->build_log = calloc(len + 1, 1)) != NULL) {
+            clGetProgramBuildInfo(prog, pc->device, CL_PROGRAM_BUILD_LOG, len, pc->build_log, NULL);
         }
         clReleaseProgram(prog);
         return (clffn_status)err;
@@ -94,9 +116,31 @@ static clffn_status build_program(clffn_context *ctx, const char *options, cl_pr
     return CLFFN_SUCCESS;
 }
 
+/* " -DPREFIX_<NAME>=<value>" for every name of a public enum, upper-cased, appended at buf + n:
+ * the kernels compare against the public values themselves. Returns the new length. */
+static int enum_defines(char *buf, size_t size, int n, const char *prefix, int count,
+                        const char *(*name_of)(int)) {
+    for (int a = 0; a < count && n > 0 && (size_t)n < size; ++a) {
+        char name[32];
+        const char *lower = name_of(a);
+        size_t i = 0;
+        for (; lower[i] && i + 1 < sizeof name; ++i) {
+            name[i] = (char)toupper((unsigned char)lower[i]);
+        }
+        name[i] = '\0';
+        n += snprintf(buf + n, size - (size_t)n, " -D%s_%s=%d", prefix, name, a);
+    }
+    return n;
+}
+
+static const char *act_name(int a) { return clffn_activation_name((clffn_activation)a); }
+static const char *dtype_name(int t) { return clffn_dtype_name((clffn_dtype)t); }
+
 /* -cl-std=CL1.2 and no fast-math (results must match the reference, see activation.cl); IEEE
  * division where the device offers it (erf's one quotient is corrected by hand elsewhere, see
- * activation.cl); the key's choices; and every activation's id as -DCLFFN_ACT_<NAME>=<value>. */
+ * activation.cl); the key's choices, and for the weight kernels the device's half decoding
+ * (cl/weights.cl, CLFFN_SOFT_HALF); every activation's id as -DCLFFN_ACT_<NAME>=<value> and
+ * every weight type's as -DCLFFN_WTYPE_<NAME>=<value>. */
 static void build_options(cl_device_id device, const clffn_program_key *key, char *buf,
                           size_t size) {
     cl_device_fp_config fp = 0;
@@ -107,38 +151,41 @@ static void build_options(cl_device_id device, const clffn_program_key *key, cha
     int n =
         snprintf(buf, size, "-cl-std=CL1.2%s -DCLFFN_ACT=%d -DCLFFN_GATED=%d -DCLFFN_DROPOUT=%d",
                  div, key->activation, key->gated ? 1 : 0, key->dropout ? 1 : 0);
-    for (int a = 0; a < (int)CLFFN_ACT_COUNT_ && n > 0 && (size_t)n < size; ++a) {
-        char name[32];
-        const char *lower = clffn_activation_name((clffn_activation)a);
-        size_t i = 0;
-        for (; lower[i] && i + 1 < sizeof name; ++i) {
-            name[i] = (char)toupper((unsigned char)lower[i]);
-        }
-        name[i] = '\0';
-        n += snprintf(buf + n, size - (size_t)n, " -DCLFFN_ACT_%s=%d", name, a);
+    if (key->weights && n > 0 && (size_t)n < size) {
+        const clffn_wgemv_params *p = &key->wgemv;
+        /* a CPU compiler emulates vload_half at length; the integer form needs denormals */
+        cl_device_type type = 0;
+        clGetDeviceInfo(device, CL_DEVICE_TYPE, sizeof type, &type, NULL);
+        const int soft_half = (type & CL_DEVICE_TYPE_CPU) && (fp & CL_FP_DENORM);
+        n += snprintf(buf + n, size - (size_t)n,
+                      " -DCLFFN_WTYPE=%d -DCLFFN_WTOKENS=%d -DCLFFN_ROW_SPLIT=%d"
+                      " -DCLFFN_ROW_ROWS=%d -DCLFFN_COL_WIDTH=%d -DCLFFN_COL_SPLIT=%d"
+                      " -DCLFFN_COL_GROUPS=%d -DCLFFN_SOFT_HALF=%d",
+                      key->weights - 1, key->tokens, p->row_split, p->row_rows, p->col_width,
+                      p->col_split, p->col_groups, soft_half);
     }
+    n = enum_defines(buf, size, n, "CLFFN_ACT", (int)CLFFN_ACT_COUNT_, act_name);
+    enum_defines(buf, size, n, "CLFFN_WTYPE", (int)CLFFN_DTYPE_COUNT_, dtype_name);
 }
 
-clffn_status clffn__get_program(clffn_context *ctx, const clffn_program_key *key, cl_program *out) {
-    pthread_mutex_lock(&ctx->lock);
-    for (int i = 0; i < ctx->n_programs; ++i) {
-        const clffn_program_key *k = &ctx->programs[i].key;
-        if (k->activation == key->activation && k->gated == key->gated &&
-            k->dropout == key->dropout) {
-            *out = ctx->programs[i].program;
-            pthread_mutex_unlock(&ctx->lock);
+clffn_status clffn__get_program(clffn_programs *pc, const clffn_program_key *key, cl_program *out) {
+    pthread_mutex_lock(&pc->lock);
+    for (int i = 0; i < pc->n; ++i) {
+        if (!memcmp(&pc->entries[i].key, key, sizeof *key)) { /* ints only: no padding */
+            *out = pc->entries[i].program;
+            pthread_mutex_unlock(&pc->lock);
             return CLFFN_SUCCESS;
         }
     }
-    char options[512];
-    build_options(ctx->device, key, options, sizeof options);
+    char options[1024];
+    build_options(pc->device, key, options, sizeof options);
     cl_program prog = NULL;
-    clffn_status st = build_program(ctx, options, &prog);
+    clffn_status st = build_program(pc, key->weights ? "weights.cl" : NULL, options, &prog);
     if (st == CLFFN_SUCCESS) {
-        if (ctx->n_programs < CLFFN_MAX_PROGRAMS) {
-            ctx->programs[ctx->n_programs].key = *key;
-            ctx->programs[ctx->n_programs].program = prog;
-            ctx->n_programs++;
+        if (pc->n < CLFFN_MAX_PROGRAMS) {
+            pc->entries[pc->n].key = *key;
+            pc->entries[pc->n].program = prog;
+            pc->n++;
             *out = prog;
         } else {
             /* keys are bounded by the enums, so this means a bug, not a user error */
@@ -146,80 +193,72 @@ clffn_status clffn__get_program(clffn_context *ctx, const clffn_program_key *key
             st = CLFFN_ERROR_INVALID_ARGUMENT;
         }
     }
-    pthread_mutex_unlock(&ctx->lock);
+    pthread_mutex_unlock(&pc->lock);
     return st;
 }
 
-void clffn__programs_release(clffn_context *ctx) {
-    for (int i = 0; i < ctx->n_programs; ++i) { clReleaseProgram(ctx->programs[i].program); }
-    ctx->n_programs = 0;
-    if (ctx->zero_kernel) { clReleaseKernel(ctx->zero_kernel); }
-    if (ctx->zero_program) { clReleaseProgram(ctx->zero_program); }
-    ctx->zero_kernel = NULL;
-    ctx->zero_program = NULL;
+void clffn__programs_release(clffn_programs *p) {
+    for (int i = 0; i < p->n; ++i) { clReleaseProgram(p->entries[i].program); }
+    p->n = 0;
+    if (p->zero_kernel) { clReleaseKernel(p->zero_kernel); }
+    if (p->zero_program) { clReleaseProgram(p->zero_program); }
+    p->zero_kernel = NULL;
+    p->zero_program = NULL;
+    free(p->build_log);
+    p->build_log = NULL;
+    pthread_mutex_destroy(&p->lock);
 }
 
-/* cl/fill.cl's text: embedded, or from CLFFN_KERNEL_DIR as the other sources. */
-static cl_int build_zero_kernel(clffn_context *ctx) {
-    const char *dir = getenv("CLFFN_KERNEL_DIR");
+/* cl/fill.cl alone (after clffn_defs.h), embedded or from CLFFN_KERNEL_DIR as the others. */
+static cl_int build_zero_kernel(clffn_programs *pc) {
     char *text = NULL;
-    if (dir && *dir) {
-        char path[4096];
-        int oom = 0;
-        snprintf(path, sizeof path, "%s/fill.cl", dir);
-        text = clffn__read_text(path, LONG_MAX, &oom);
-        if (!text) { return oom ? CL_OUT_OF_HOST_MEMORY : (cl_int)CLFFN_ERROR_KERNEL_SOURCE; }
-    }
+    const clffn_status st = clffn__kernel_source("fill.cl", &text);
+    if (st != CLFFN_SUCCESS) { return (cl_int)st; }
     const char *src = text;
-    for (size_t i = 0; !src && i < clffn_embedded_source_count; ++i) {
-        if (!strcmp(clffn_embedded_sources[i].name, "fill.cl")) {
-            src = clffn_embedded_sources[i].text;
-        }
-    }
-    if (!src) { return (cl_int)CLFFN_ERROR_KERNEL_SOURCE; }
     cl_int err;
-    cl_program prog = clCreateProgramWithSource(ctx->context, 1, &src, NULL, &err);
+    cl_program prog = clCreateProgramWithSource(pc->context, 1, &src, NULL, &err);
     free(text);
     if (err != CL_SUCCESS) { return err; }
-    err = clBuildProgram(prog, 1, &ctx->device, "-cl-std=CL1.2", NULL, NULL);
+    err = clBuildProgram(prog, 1, &pc->device, "-cl-std=CL1.2", NULL, NULL);
     cl_kernel k = err == CL_SUCCESS ? clCreateKernel(prog, "clffn_zero", &err) : NULL;
     if (err != CL_SUCCESS) {
         clReleaseProgram(prog);
         return err;
     }
-    ctx->zero_program = prog;
-    ctx->zero_kernel = k;
+    pc->zero_program = prog;
+    pc->zero_kernel = k;
     return CL_SUCCESS;
 }
 
-cl_int clffn__zero_floats(const clffn_context *cctx, cl_command_queue queue, cl_mem p, size_t off,
+cl_int clffn__zero_floats(const clffn_programs *cp, cl_command_queue queue, cl_mem p, size_t off,
                           size_t n) {
-    /* the kernel is the context's mutable state behind its lock, as the program cache is */
-    clffn_context *ctx = (clffn_context *)cctx;
-    pthread_mutex_lock(&ctx->lock);
-    cl_int err = ctx->zero_kernel ? CL_SUCCESS : build_zero_kernel(ctx);
+    /* the kernel is the cache's mutable state behind its lock, as the programs are */
+    clffn_programs *pc = (clffn_programs *)cp;
+    pthread_mutex_lock(&pc->lock);
+    cl_int err = pc->zero_kernel ? CL_SUCCESS : build_zero_kernel(pc);
     const cl_ulong o = off, cnt = n;
-    if (err == CL_SUCCESS) { err = clSetKernelArg(ctx->zero_kernel, 0, sizeof p, &p); }
-    if (err == CL_SUCCESS) { err = clSetKernelArg(ctx->zero_kernel, 1, sizeof o, &o); }
-    if (err == CL_SUCCESS) { err = clSetKernelArg(ctx->zero_kernel, 2, sizeof cnt, &cnt); }
+    if (err == CL_SUCCESS) { err = clSetKernelArg(pc->zero_kernel, 0, sizeof p, &p); }
+    if (err == CL_SUCCESS) { err = clSetKernelArg(pc->zero_kernel, 1, sizeof o, &o); }
+    if (err == CL_SUCCESS) { err = clSetKernelArg(pc->zero_kernel, 2, sizeof cnt, &cnt); }
     if (err == CL_SUCCESS) {
-        err = clEnqueueNDRangeKernel(queue, ctx->zero_kernel, 1, NULL, &n, NULL, 0, NULL, NULL);
+        err = clEnqueueNDRangeKernel(queue, pc->zero_kernel, 1, NULL, &n, NULL, 0, NULL, NULL);
     }
-    pthread_mutex_unlock(&ctx->lock);
+    pthread_mutex_unlock(&pc->lock);
     return err;
 }
 
-clffn_status clffn__device_philox(clffn_context *ctx, const uint32_t counter[4],
-                                  const uint32_t key[2], uint32_t out[4]) {
-    if (!ctx || !counter || !key || !out) { return CLFFN_ERROR_NULL_ARGUMENT; }
-    const clffn_program_key pk = {CLFFN_ACT_IDENTITY, 0, 0};
+clffn_status clffn__device_philox(clffn_programs *pc, cl_command_queue queue,
+                                  const uint32_t counter[4], const uint32_t key[2],
+                                  uint32_t out[4]) {
+    if (!pc || !queue || !counter || !key || !out) { return CLFFN_ERROR_NULL_ARGUMENT; }
+    const clffn_program_key pk = {.activation = CLFFN_ACT_IDENTITY};
     cl_program prog;
-    clffn_status st = clffn__get_program(ctx, &pk, &prog);
+    clffn_status st = clffn__get_program(pc, &pk, &prog);
     if (st != CLFFN_SUCCESS) { return st; }
     cl_int err;
     cl_kernel k = clCreateKernel(prog, "clffn_philox_raw", &err);
     if (err != CL_SUCCESS) { return (clffn_status)err; }
-    cl_mem buf = clCreateBuffer(ctx->context, CL_MEM_WRITE_ONLY, 4 * sizeof(cl_uint), NULL, &err);
+    cl_mem buf = clCreateBuffer(pc->context, CL_MEM_WRITE_ONLY, 4 * sizeof(cl_uint), NULL, &err);
     if (err == CL_SUCCESS) {
         const cl_uint4 c = {{counter[0], counter[1], counter[2], counter[3]}};
         const cl_uint2 kk = {{key[0], key[1]}};
@@ -228,11 +267,11 @@ clffn_status clffn__device_philox(clffn_context *ctx, const uint32_t counter[4],
         if (err == CL_SUCCESS) { err = clSetKernelArg(k, 1, sizeof c, &c); }
         if (err == CL_SUCCESS) { err = clSetKernelArg(k, 2, sizeof kk, &kk); }
         if (err == CL_SUCCESS) {
-            err = clEnqueueNDRangeKernel(ctx->queue, k, 1, NULL, &one, &one, 0, NULL, NULL);
+            err = clEnqueueNDRangeKernel(queue, k, 1, NULL, &one, &one, 0, NULL, NULL);
         }
         cl_uint tmp[4];
         if (err == CL_SUCCESS) {
-            err = clEnqueueReadBuffer(ctx->queue, buf, CL_TRUE, 0, sizeof tmp, tmp, 0, NULL, NULL);
+            err = clEnqueueReadBuffer(queue, buf, CL_TRUE, 0, sizeof tmp, tmp, 0, NULL, NULL);
         }
         if (err == CL_SUCCESS) { memcpy(out, tmp, sizeof tmp); }
         clReleaseMemObject(buf);
@@ -241,21 +280,21 @@ clffn_status clffn__device_philox(clffn_context *ctx, const uint32_t counter[4],
     return (clffn_status)err;
 }
 
-clffn_status clffn__device_erf(clffn_context *ctx, uint32_t first, uint32_t stride, size_t n,
-                               unsigned form, float *y) {
-    if (!ctx || !y) { return CLFFN_ERROR_NULL_ARGUMENT; }
+clffn_status clffn__device_erf(clffn_programs *pc, cl_command_queue queue, uint32_t first,
+                               uint32_t stride, size_t n, unsigned form, float *y) {
+    if (!pc || !queue || !y) { return CLFFN_ERROR_NULL_ARGUMENT; }
     if (n == 0 || n > SIZE_MAX / sizeof(float) - 4 ||
         (form & ~(CLFFN_ERF_PROBE_VEC | CLFFN_ERF_PROBE_DIV_2ULP))) {
         return CLFFN_ERROR_INVALID_ARGUMENT;
     }
-    const clffn_program_key pk = {CLFFN_ACT_IDENTITY, 0, 0};
+    const clffn_program_key pk = {.activation = CLFFN_ACT_IDENTITY};
     cl_program prog;
-    clffn_status st = clffn__get_program(ctx, &pk, &prog);
+    clffn_status st = clffn__get_program(pc, &pk, &prog);
     if (st != CLFFN_SUCCESS) { return st; }
     cl_int err;
     cl_kernel k = clCreateKernel(prog, "clffn_erf_probe", &err);
     if (err != CL_SUCCESS) { return (clffn_status)err; }
-    cl_mem buf = clCreateBuffer(ctx->context, CL_MEM_WRITE_ONLY, n * sizeof(float), NULL, &err);
+    cl_mem buf = clCreateBuffer(pc->context, CL_MEM_WRITE_ONLY, n * sizeof(float), NULL, &err);
     if (err == CL_SUCCESS) {
         const cl_uint f = first, s = stride, v = form;
         const cl_ulong cnt = n;
@@ -266,11 +305,10 @@ clffn_status clffn__device_erf(clffn_context *ctx, uint32_t first, uint32_t stri
         if (err == CL_SUCCESS) { err = clSetKernelArg(k, 3, sizeof cnt, &cnt); }
         if (err == CL_SUCCESS) { err = clSetKernelArg(k, 4, sizeof v, &v); }
         if (err == CL_SUCCESS) {
-            err = clEnqueueNDRangeKernel(ctx->queue, k, 1, NULL, &items, NULL, 0, NULL, NULL);
+            err = clEnqueueNDRangeKernel(queue, k, 1, NULL, &items, NULL, 0, NULL, NULL);
         }
         if (err == CL_SUCCESS) {
-            err = clEnqueueReadBuffer(ctx->queue, buf, CL_TRUE, 0, n * sizeof(float), y, 0, NULL,
-                                      NULL);
+            err = clEnqueueReadBuffer(queue, buf, CL_TRUE, 0, n * sizeof(float), y, 0, NULL, NULL);
         }
         clReleaseMemObject(buf);
     }

@@ -1,44 +1,90 @@
-/* Kernel sources and the context's program cache. Below the context's creation: it reads and
- * fills the cache in a clffn_context, and calls nothing above it. */
+/* Kernel sources and a device's cache of compiled programs. Below the context, which keeps one
+ * clffn_programs: every function here takes what it needs (the cache, a queue) as arguments. */
 #ifndef CLFFN_PROGRAM_H
 #define CLFFN_PROGRAM_H
 
-#include "context.h"
+#include "common.h"
+#include "kernels_embedded.h"
 
-/* Embedded kernel sources (generated at build time from cl/, clffn_defs.h first). */
-typedef struct clffn_kernel_source {
-    const char *name; /* file name, e.g. "epilogue.cl" */
-    const char *text;
-} clffn_kernel_source;
-extern const clffn_kernel_source clffn_embedded_sources[];
-extern const size_t clffn_embedded_source_count;
+#include <pthread.h>
 
-/* The full source of the kernels, concatenated (embedded or from CLFFN_KERNEL_DIR). Caller
- * frees. Errors: KERNEL_SOURCE (a file unreadable), OUT_OF_HOST_MEMORY. */
-clffn_status clffn__kernel_source(char **out);
+/* Upper bound on distinct programs one cache holds: 6 activations × gated × dropout = 24
+ * epilogue programs, and 5 weight types × 5 token counts = 25 weight programs, with headroom. */
+#define CLFFN_MAX_PROGRAMS 96
 
-/* Builds (or finds in the context's cache) the program for key. A failed build leaves the
- * device compiler's log in ctx->build_log. */
-clffn_status clffn__get_program(clffn_context *ctx, const clffn_program_key *key, cl_program *out);
+/* The weight kernels' shape parameters (cl/weights.cl): work-items per row and rows per group
+ * of the row GEMV, columns per work-item, work-items per column group and column groups per
+ * work-group of the column GEMV. */
+typedef struct clffn_wgemv_params {
+    int row_split, row_rows, col_width, col_split, col_groups;
+} clffn_wgemv_params;
 
-/* Enqueues p[off .. off + n) = 0 on queue with cl/fill.cl's kernel, built on first use (its
- * program and kernel are the context's, made and used under ctx->lock, so any thread may call
- * this). */
-cl_int clffn__zero_floats(const clffn_context *ctx, cl_command_queue queue, cl_mem p, size_t off,
+/* The options that select a program; equal keys share one cl_program. weights = 0: the
+ * epilogue program (every .cl file but weights.cl) for activation, gated and dropout;
+ * weights = 1 + a clffn_dtype: cl/weights.cl alone for that type, CLFFN_WTOKENS = tokens, and
+ * the shape parameters. */
+typedef struct clffn_program_key {
+    int activation;
+    int gated;
+    int dropout;
+    int weights;
+    int tokens;
+    clffn_wgemv_params wgemv;
+} clffn_program_key;
+
+typedef struct clffn_program_entry {
+    clffn_program_key key;
+    cl_program program;
+} clffn_program_entry;
+
+/* The programs built for one device, and cl/fill.cl's kernel, made on first use; any thread may
+ * use the cache (lock guards every field below it). */
+typedef struct clffn_programs {
+    cl_context context;
+    cl_device_id device;
+    pthread_mutex_t lock;
+    clffn_program_entry entries[CLFFN_MAX_PROGRAMS];
+    int n;
+    char *build_log; /* the device compiler's log of the last failed build, or NULL */
+    cl_program zero_program;
+    cl_kernel zero_kernel;
+} clffn_programs;
+
+/* An empty cache for programs of device in context (neither is retained: the owner holds them
+ * longer). Errors: OUT_OF_HOST_MEMORY (the lock). */
+clffn_status clffn__programs_init(clffn_programs *p, cl_context context, cl_device_id device);
+
+/* Releases every program and the lock. */
+void clffn__programs_release(clffn_programs *p);
+
+/* The last failed build's log, or "". */
+const char *clffn__programs_build_log(const clffn_programs *p);
+
+/* The full source of a program, concatenated (embedded or from CLFFN_KERNEL_DIR): clffn_defs.h
+ * and, with only NULL, every other .cl file but weights.cl; else clffn_defs.h and `only`.
+ * Caller frees. Errors: KERNEL_SOURCE (a file unreadable), OUT_OF_HOST_MEMORY. */
+clffn_status clffn__kernel_source(const char *only, char **out);
+
+/* Builds (or finds in the cache) the program for key. A failed build leaves the device
+ * compiler's log in the cache (clffn__programs_build_log). */
+clffn_status clffn__get_program(clffn_programs *p, const clffn_program_key *key, cl_program *out);
+
+/* Enqueues m[off .. off + n) = 0 on queue with cl/fill.cl's kernel, built on first use (under the
+ * cache's lock, so any thread may call this; the cache is the owner's mutable state even where
+ * the owner is const). */
+cl_int clffn__zero_floats(const clffn_programs *p, cl_command_queue queue, cl_mem m, size_t off,
                           size_t n);
 
-/* Releases every cached program (context destruction). */
-void clffn__programs_release(clffn_context *ctx);
-
 /* y[i] = the kernels' own erf of the float whose bits are first + i·stride (mod 2^32), for
- * i < n, run on the device (blocking); form is CLFFN_ERF_PROBE_* bits: VEC for the float4 form
+ * i < n, run on queue (blocking); form is CLFFN_ERF_PROBE_* bits: VEC for the float4 form
  * (clffn_erf4) over the scalar one, DIV_2ULP for a reciprocal 2 ulp off. For the accuracy
  * tests. Errors: NULL_ARGUMENT, INVALID_ARGUMENT (n = 0, unknown form bits), OpenCL's. */
-clffn_status clffn__device_erf(clffn_context *ctx, uint32_t first, uint32_t stride, size_t n,
-                               unsigned form, float *y);
+clffn_status clffn__device_erf(clffn_programs *p, cl_command_queue queue, uint32_t first,
+                               uint32_t stride, size_t n, unsigned form, float *y);
 
-/* Runs the device's Philox on one counter/key (blocking), for the known-answer tests. */
-clffn_status clffn__device_philox(clffn_context *ctx, const uint32_t counter[4],
-                                  const uint32_t key[2], uint32_t out[4]);
+/* Runs the device's Philox on one counter/key on queue (blocking), for the known-answer tests. */
+clffn_status clffn__device_philox(clffn_programs *p, cl_command_queue queue,
+                                  const uint32_t counter[4], const uint32_t key[2],
+                                  uint32_t out[4]);
 
 #endif

@@ -36,6 +36,8 @@ static const struct {
     {CLFFN_ERROR_OUT_OF_HOST_MEMORY, "CLFFN_ERROR_OUT_OF_HOST_MEMORY: host allocation failed"},
     {CLFFN_ERROR_CONTEXT_ALIVE,
      "CLFFN_ERROR_CONTEXT_ALIVE: a clffn_context is still alive (destroy it first)"},
+    {CLFFN_ERROR_COMPRESSED_WEIGHTS,
+     "CLFFN_ERROR_COMPRESSED_WEIGHTS: no weight gradient of weights kept compressed"},
     {-1, "CL_DEVICE_NOT_FOUND"},
     {-2, "CL_DEVICE_NOT_AVAILABLE"},
     {-3, "CL_COMPILER_NOT_AVAILABLE"},

@@ -93,6 +93,40 @@ static void own_defaults(clffn_tuning *t) {
     t->xgemm.have = 0;
     t->xgemm_few.have = 0;
     t->xgemm_few_rows = 0;
+    t->kernel_max_tokens[0] = CLFFN_DEFAULT_KERNEL_MAX_TOKENS_F32;
+    t->kernel_max_tokens[1] = CLFFN_DEFAULT_KERNEL_MAX_TOKENS;
+    memset(t->wgemv, 0, sizeof t->wgemv);
+}
+
+const char *const clffn__wgemv_names[CLFFN_WGEMV_PARAMS] = {
+    "WGEMV_ROW_SPLIT", "WGEMV_ROW_ROWS", "WGEMV_COL_WIDTH", "WGEMV_COL_SPLIT", "WGEMV_COL_GROUPS"};
+
+static bool pow2_upto(size_t v, size_t max) { return v >= 1 && v <= max && !(v & (v - 1)); }
+
+bool clffn__wgemv_valid(const size_t p[CLFFN_WGEMV_PARAMS], size_t max_wg) {
+    const size_t width = p[2];
+    const bool width_ok = width == 8 || width == 16 || (width % 32 == 0 && width && width <= 256);
+    return pow2_upto(p[0], 256) && p[1] >= 1 && p[1] <= 256 && width_ok && pow2_upto(p[3], 256) &&
+           p[4] >= 1 && p[4] <= 256 &&
+           (!max_wg || (p[0] * p[1] <= max_wg && p[3] * p[4] <= max_wg));
+}
+
+/* One of the "clffn" section's kernel shapes or crossovers: 1 taken, 0 not one of them, -1 a
+ * bad value. */
+static int take_kernel_value(const cJSON *p, clffn_tuning *out) {
+    for (int i = 0; i < CLFFN_WGEMV_PARAMS; ++i) {
+        if (strcmp(p->string, clffn__wgemv_names[i])) { continue; }
+        const double v = whole_in(p, 256);
+        if (v < 1) { return -1; }
+        out->wgemv[i] = (size_t)v;
+        return 1;
+    }
+    const int f32 = !strcmp(p->string, "KERNEL_MAX_TOKENS_F32");
+    if (!f32 && strcmp(p->string, "KERNEL_MAX_TOKENS")) { return 0; }
+    const double v = whole_in(p, (double)CLFFN_MAX_KERNEL_TOKENS);
+    if (v < 0) { return -1; }
+    out->kernel_max_tokens[f32 ? 0 : 1] = (size_t)v;
+    return 1;
 }
 
 /* Takes a parsed profile's own values, keeping what *out says was applied. */
@@ -118,6 +152,9 @@ static clffn_status parse_clffn_section(const cJSON *root, clffn_tuning *out) {
     const cJSON *p;
     cJSON_ArrayForEach(p, sec) {
         double v;
+        const int kernel = take_kernel_value(p, out);
+        if (kernel < 0) { return CLFFN_ERROR_INVALID_ARGUMENT; }
+        if (kernel > 0) { continue; }
         if (!strcmp(p->string, "GEMM_K_BLOCK") &&
             (v = whole_in(p, (double)CLFFN_MAX_GEMM_K_BLOCK)) >= 0) {
             out->gemm_k_block = (size_t)v;
@@ -136,6 +173,12 @@ static clffn_status parse_clffn_section(const cJSON *root, clffn_tuning *out) {
         } else {
             return CLFFN_ERROR_INVALID_ARGUMENT;
         }
+    }
+    /* the kernel shapes come all together or not at all, each within its range */
+    size_t given = 0;
+    for (int i = 0; i < CLFFN_WGEMV_PARAMS; ++i) { given += out->wgemv[i] != 0; }
+    if (given && (given < CLFFN_WGEMV_PARAMS || !clffn__wgemv_valid(out->wgemv, 0))) {
+        return CLFFN_ERROR_INVALID_ARGUMENT;
     }
     return CLFFN_SUCCESS;
 }

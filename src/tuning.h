@@ -25,7 +25,19 @@ typedef struct clffn_tuning {
     clffn_xgemm_set xgemm;        /* "clblast": {"Xgemm": {...}} */
     clffn_xgemm_set xgemm_few;    /* "clblast_few_rows": {"Xgemm": {...}} */
     size_t xgemm_few_rows;        /* "XGEMM_FEW_ROWS": n: products of fewer tokens use xgemm_few */
+    /* "KERNEL_MAX_TOKENS_F32", "KERNEL_MAX_TOKENS": the few-token kernels' crossovers for f32
+     * [0] and compressed [1] weights; the CLFFN_DEFAULT_KERNEL_MAX_TOKENS* without */
+    size_t kernel_max_tokens[2];
+    /* "WGEMV_ROW_SPLIT" … "WGEMV_COL_GROUPS" (CLFFN_WGEMV_PARAMS), all or none; 0s without */
+    size_t wgemv[CLFFN_WGEMV_PARAMS];
 } clffn_tuning;
+
+/* The few-token kernel shapes' names in the profile, in the order of clffn_context_set_wgemv. */
+extern const char *const clffn__wgemv_names[CLFFN_WGEMV_PARAMS];
+
+/* Whether params are kernel shapes within their ranges (clffn_context_set_wgemv) whose
+ * work-groups fit max_wg work-items (0: not checked). */
+bool clffn__wgemv_valid(const size_t params[CLFFN_WGEMV_PARAMS], size_t max_wg);
 
 /* Applies the device's profile file, else its built-in profile, else nothing (CLBlast's own
  * database decides), and says which in *out. CLFFN_NO_TUNING=1 skips it all. A missing or

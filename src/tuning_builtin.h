@@ -30,7 +30,15 @@
  * forwards in six; the tiles tie at 64 and 128 tokens on the seed shape (docs/PERFORMANCE.md).
  * GEMV_MAX_TOKENS 1 (was 2): at 1 token the GEMVs win forward and backward on both shapes; at
  * 2, with the GEMV parameters above, they win the seed shape but lose the decoding shape's
- * forward (55 against 44 ms), the case this crossover is for. */
+ * forward (55 against 44 ms), the case this crossover is for.
+ * KERNEL_MAX_TOKENS 16 and the WGEMV shapes: clffn-tune's phase 9 on 4096 -> 11008 and
+ * 1024 -> 2816 gated, 2026-11-23 on the AMD EPYC host. Compressed weights through clffn's
+ * kernels beat dequantized blocks through SGEMM at every count up to 16 (q4_0 at 16 tokens 60
+ * against 206 ms, f16 74 against 240 ms on the larger shape); the shapes tie at one token (row
+ * work-groups of 4 to 16 rows, column strips of 32 to 128 within 5%), so the defaults stay.
+ * KERNEL_MAX_TOKENS_F32 stays 0: with the weights kept [in, out] clffn's column kernel ties
+ * CLBlast's GEMV at one token on the larger shape (21.9 against 22.8 ms) and loses on the
+ * smaller (3.6 against 2.1 ms). */
 // clang-format off: the JSON stays in the lines clffn-tune printed
 #define CLFFN_POCL_AVX512_PROFILE                                                                 \
     "{\"clblast\":{"                                                                              \
@@ -49,7 +57,9 @@
     "\"NDIMB\":1,\"NDIMC\":1,\"NWG\":8,\"SA\":0,\"SB\":0,\"STRM\":0,\"STRN\":1,\"VWM\":16,"       \
     "\"VWN\":8}},"                                                                                \
     "\"clffn\":{\"GEMM_K_BLOCK\":256,\"GEMM_K_BLOCK_MIN_ROWS\":512,\"GEMV_MAX_TOKENS\":1,"        \
-    "\"WEIGHT_LAYOUT\":1,\"XGEMM_FEW_ROWS\":128}}"
+    "\"WEIGHT_LAYOUT\":1,\"XGEMM_FEW_ROWS\":128,\"KERNEL_MAX_TOKENS\":16,"                        \
+    "\"KERNEL_MAX_TOKENS_F32\":0,\"WGEMV_ROW_SPLIT\":1,\"WGEMV_ROW_ROWS\":8,"                     \
+    "\"WGEMV_COL_WIDTH\":64,\"WGEMV_COL_SPLIT\":1,\"WGEMV_COL_GROUPS\":4}}"
 
 /* NVIDIA H100 through NVIDIA's OpenCL driver (580.159.04, "NVIDIA CUDA" platform):
  * `clffn-tune --budget 210 --tokens 4096 --d-model 768 --d-ff 3072` on 2026-11-22 on an H100 80GB

@@ -5,7 +5,10 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <fcntl.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* Messages quote bytes from the file (keys, names, dtypes), and those must never reach a
@@ -31,6 +34,27 @@ int clffn__io_fail(char *err, const char *fmt, ...) {
     return -1;
 }
 
+int clffn__io_map(const char *path, size_t min_len, const char *what, void **map, size_t *len,
+                  char *err) {
+    const int fd = open(path, O_RDONLY);
+    if (fd < 0) { return clffn__io_fail(err, "cannot open: %s", strerror(errno)); }
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        close(fd);
+        return clffn__io_fail(err, "not a regular file");
+    }
+    if ((uint64_t)sb.st_size < min_len) {
+        close(fd);
+        return clffn__io_fail(err, "too short for %s (%lld bytes)", what, (long long)sb.st_size);
+    }
+    void *m = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd); /* the mapping keeps the file */
+    if (m == MAP_FAILED) { return clffn__io_fail(err, "cannot map: %s", strerror(errno)); }
+    *map = m;
+    *len = (size_t)sb.st_size;
+    return 0;
+}
+
 static const struct {
     const char *name;
     size_t size;
@@ -45,15 +69,15 @@ static const struct {
     [CLFFN_DT_F8_E5M2] = {"F8_E5M2", 1},
 };
 
-const char *clffn_dtype_name(clffn_dtype dt) {
+const char *clffn_io_dtype_name(clffn_io_dtype dt) {
     return (unsigned)dt < CLFFN_DT_COUNT_ ? dtypes[dt].name : "?";
 }
 
-size_t clffn_dtype_size(clffn_dtype dt) {
+size_t clffn_io_dtype_size(clffn_io_dtype dt) {
     return (unsigned)dt < CLFFN_DT_COUNT_ ? dtypes[dt].size : 0;
 }
 
-int clffn_dtype_is_convertible(clffn_dtype dt) {
+int clffn_io_dtype_is_convertible(clffn_io_dtype dt) {
     return dt == CLFFN_DT_F64 || dt == CLFFN_DT_F32 || dt == CLFFN_DT_F16 || dt == CLFFN_DT_BF16;
 }
 
@@ -89,7 +113,7 @@ static uint32_t le32(const uint8_t *p) {
 }
 static uint64_t le64(const uint8_t *p) { return (uint64_t)le32(p) | ((uint64_t)le32(p + 4) << 32); }
 
-void clffn_convert_to_f32(clffn_dtype dt, const void *src, size_t n, float *dst) {
+void clffn_io_to_f32(clffn_io_dtype dt, const void *src, size_t n, float *dst) {
     const uint8_t *p = src;
     for (size_t i = 0; i < n; ++i) {
         switch (dt) {

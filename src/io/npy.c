@@ -144,7 +144,7 @@ static int parse_header(const char *s, size_t n, header *h, char *err) {
 }
 
 /* The element type a descr names, or a message saying why it is refused. */
-static int descr_dtype(const char *descr, clffn_dtype *dt, char *err) {
+static int descr_dtype(const char *descr, clffn_io_dtype *dt, char *err) {
     if (strcmp(descr, "<f4") == 0) {
         *dt = CLFFN_DT_F32;
     } else if (strcmp(descr, "<f8") == 0) {
@@ -164,14 +164,14 @@ static int descr_dtype(const char *descr, clffn_dtype *dt, char *err) {
 }
 
 /* numel elements of dt at src into float32 data, in C order. */
-static void convert_data(const header *h, clffn_dtype dt, const uint8_t *src, uint64_t numel,
+static void convert_data(const header *h, clffn_io_dtype dt, const uint8_t *src, uint64_t numel,
                          float *data) {
     if (!h->fortran || h->rank < 2) {
-        clffn_convert_to_f32(dt, src, (size_t)numel, data);
+        clffn_io_to_f32(dt, src, (size_t)numel, data);
         return;
     }
     /* Fortran order: the first index varies fastest. Walk C order and gather. */
-    const size_t es = clffn_dtype_size(dt);
+    const size_t es = clffn_io_dtype_size(dt);
     uint64_t idx[CLFFN_IO_MAX_RANK] = {0};
     for (uint64_t i = 0; i < numel; ++i) {
         uint64_t off = 0, stride = 1;
@@ -179,7 +179,7 @@ static void convert_data(const header *h, clffn_dtype dt, const uint8_t *src, ui
             off += idx[k] * stride;
             stride *= h->shape[k];
         }
-        clffn_convert_to_f32(dt, src + off * es, 1, data + i);
+        clffn_io_to_f32(dt, src + off * es, 1, data + i);
         for (size_t k = h->rank; k-- > 0;) { /* next C-order index */
             if (++idx[k] < h->shape[k]) { break; }
             idx[k] = 0;
@@ -207,7 +207,7 @@ int clffn_npy_parse(const uint8_t *buf, size_t len, clffn_npy *out, char *err) {
     if (hlen > len - start) { return fail(err, "truncated .npy header"); }
     header h;
     if (parse_header((const char *)buf + start, hlen, &h, err) != 0) { return -1; }
-    clffn_dtype dt = CLFFN_DT_F32;
+    clffn_io_dtype dt = CLFFN_DT_F32;
     if (descr_dtype(h.descr, &dt, err) != 0) { return -1; }
     uint64_t numel = 1;
     for (size_t k = 0; k < h.rank; ++k) {
@@ -216,7 +216,7 @@ int clffn_npy_parse(const uint8_t *buf, size_t len, clffn_npy *out, char *err) {
         }
         numel *= h.shape[k];
     }
-    const size_t es = clffn_dtype_size(dt), data_len = len - start - hlen;
+    const size_t es = clffn_io_dtype_size(dt), data_len = len - start - hlen;
     if (numel > (uint64_t)(SIZE_MAX / 4) || numel > UINT64_MAX / es) {
         return fail(err, "shape's byte size overflows");
     }

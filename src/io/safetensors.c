@@ -9,14 +9,10 @@
 #include "clffn_io.h"
 
 #include <cjson/cJSON.h>
-#include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #define fail clffn__io_fail
 
@@ -51,10 +47,10 @@ static size_t utf8_invalid_at(const uint8_t *s, size_t n) {
     return n;
 }
 
-static int parse_dtype(const char *s, clffn_dtype *out) {
+static int parse_dtype(const char *s, clffn_io_dtype *out) {
     for (int d = 0; d < CLFFN_DT_COUNT_; ++d) {
-        if (strcmp(s, clffn_dtype_name((clffn_dtype)d)) == 0) {
-            *out = (clffn_dtype)d;
+        if (strcmp(s, clffn_io_dtype_name((clffn_io_dtype)d)) == 0) {
+            *out = (clffn_io_dtype)d;
             return 0;
         }
     }
@@ -126,14 +122,14 @@ static int parse_tensor(const cJSON *item, clffn_st_tensor *t, char *err) {
         return fail(err, "tensor '%s': data_offsets [%llu, %llu] end before they begin", name,
                     (unsigned long long)t->begin, (unsigned long long)t->end);
     }
-    const uint64_t es = clffn_dtype_size(t->dtype);
+    const uint64_t es = clffn_io_dtype_size(t->dtype);
     if (t->numel > UINT64_MAX / es || t->numel * es != t->end - t->begin) {
         return fail(err,
                     "tensor '%s': data_offsets [%llu, %llu] hold %llu bytes, but the shape "
                     "needs %llu × %s",
                     name, (unsigned long long)t->begin, (unsigned long long)t->end,
                     (unsigned long long)(t->end - t->begin), (unsigned long long)t->numel,
-                    clffn_dtype_name(t->dtype));
+                    clffn_io_dtype_name(t->dtype));
     }
     return 0;
 }
@@ -272,21 +268,9 @@ int clffn_st_parse(const uint8_t *buf, size_t len, clffn_st_file *out, char *err
 }
 
 int clffn_st_open(const char *path, clffn_st_file *out, char *err) {
-    const int fd = open(path, O_RDONLY);
-    if (fd < 0) { return fail(err, "cannot open: %s", strerror(errno)); }
-    struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        close(fd);
-        return fail(err, "not a regular file");
-    }
-    if (sb.st_size < 8) {
-        close(fd);
-        return fail(err, "too short for a safetensors file (%lld bytes)", (long long)sb.st_size);
-    }
-    const size_t len = (size_t)sb.st_size;
-    void *map = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
-    close(fd);
-    if (map == MAP_FAILED) { return fail(err, "cannot map: %s", strerror(errno)); }
+    void *map;
+    size_t len;
+    if (clffn__io_map(path, 8, "a safetensors file", &map, &len, err) != 0) { return -1; }
     clffn_st_file f;
     if (clffn_st_parse(map, len, &f, err) != 0) {
         munmap(map, len);
@@ -306,20 +290,17 @@ const clffn_st_tensor *clffn_st_find(const clffn_st_file *f, const char *name) {
 }
 
 int clffn_st_read_f32(const clffn_st_file *f, const clffn_st_tensor *t, float *dst, char *err) {
-    if (!clffn_dtype_is_convertible(t->dtype)) {
+    if (!clffn_io_dtype_is_convertible(t->dtype)) {
         return fail(err, "tensor '%s' is %s; only F32, F16, BF16 and F64 can be used", t->name,
-                    clffn_dtype_name(t->dtype));
+                    clffn_io_dtype_name(t->dtype));
     }
-    clffn_convert_to_f32(t->dtype, f->data + t->begin, (size_t)t->numel, dst);
+    clffn_io_to_f32(t->dtype, f->data + t->begin, (size_t)t->numel, dst);
     return 0;
 }
 
-int clffn_st_read_f32_block(const clffn_st_file *f, const clffn_st_tensor *t, uint64_t row0,
-                            uint64_t rows, uint64_t col0, uint64_t cols, float *dst, char *err) {
-    if (!clffn_dtype_is_convertible(t->dtype)) {
-        return fail(err, "tensor '%s' is %s; only F32, F16, BF16 and F64 can be used", t->name,
-                    clffn_dtype_name(t->dtype));
-    }
+/* A block of rows x cols at (row0, col0) of a vector (one row) or a matrix, inside it. */
+static int check_block(const clffn_st_tensor *t, uint64_t row0, uint64_t rows, uint64_t col0,
+                       uint64_t cols, char *err) {
     if (t->rank != 1 && t->rank != 2) {
         return fail(err, "tensor '%s' has rank %zu; a block needs a vector or a matrix", t->name,
                     (size_t)t->rank);
@@ -331,10 +312,33 @@ int clffn_st_read_f32_block(const clffn_st_file *f, const clffn_st_tensor *t, ui
             t->name, (unsigned long long)rows, (unsigned long long)cols, (unsigned long long)row0,
             (unsigned long long)col0, (unsigned long long)R, (unsigned long long)C);
     }
-    const size_t es = clffn_dtype_size(t->dtype);
+    return 0;
+}
+
+int clffn_st_read_f32_block(const clffn_st_file *f, const clffn_st_tensor *t, uint64_t row0,
+                            uint64_t rows, uint64_t col0, uint64_t cols, float *dst, char *err) {
+    if (!clffn_io_dtype_is_convertible(t->dtype)) {
+        return fail(err, "tensor '%s' is %s; only F32, F16, BF16 and F64 can be used", t->name,
+                    clffn_io_dtype_name(t->dtype));
+    }
+    if (check_block(t, row0, rows, col0, cols, err) != 0) { return -1; }
+    const uint64_t C = t->shape[t->rank - 1];
+    const size_t es = clffn_io_dtype_size(t->dtype);
     for (uint64_t r = 0; r < rows; ++r) { /* in bounds: the tensor's extent was checked on open */
         const uint8_t *src = f->data + t->begin + ((row0 + r) * C + col0) * es;
-        clffn_convert_to_f32(t->dtype, src, (size_t)cols, dst + r * cols);
+        clffn_io_to_f32(t->dtype, src, (size_t)cols, dst + r * cols);
+    }
+    return 0;
+}
+
+int clffn_st_read_block(const clffn_st_file *f, const clffn_st_tensor *t, uint64_t row0,
+                        uint64_t rows, uint64_t col0, uint64_t cols, void *dst, char *err) {
+    if (check_block(t, row0, rows, col0, cols, err) != 0) { return -1; }
+    const uint64_t C = t->shape[t->rank - 1];
+    const size_t es = clffn_io_dtype_size(t->dtype);
+    for (uint64_t r = 0; r < rows; ++r) { /* in bounds: the tensor's extent was checked on open */
+        memcpy((uint8_t *)dst + r * cols * es, f->data + t->begin + ((row0 + r) * C + col0) * es,
+               (size_t)(cols * es));
     }
     return 0;
 }

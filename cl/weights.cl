@@ -1,0 +1,550 @@
+// =================================================================================================
+// weights.cl — products over weights kept in their stored type (f32, f16, bf16, GGUF's q8_0 and
+// q4_0), for few tokens, and the dequantizer that feeds CLBlast's SGEMM for many.
+//
+// A weight matrix W is `rows` rows of `cols` values, each row `row_bytes` long, starting w_off
+// bytes into w: for q8_0 and q4_0 a row is cols/32 blocks (34 or 18 bytes: an f16 scale d, then
+// the quants), for the others cols values. Only core OpenCL 1.2: halves go through vload_half
+// (no fp16 extension), bfloat16 through bit shifts.
+//
+//   clffn_wgemv_rows  y[t, r] = Σ_c W[r, c]·x[t, c] (+ β·y)   the reduction along a row
+//   clffn_wgemv_cols  y[t, c] = Σ_r W[r, c]·x[t, r] (+ β·y)   the reduction down the columns
+//   clffn_wgemv_sum   y[t, c] = Σ_k part[k, t, c] (+ β·y)     the column kernel's row chunks
+//   clffn_wdequant    out[i, j] = W[r0 + i, c0 + j] as f32
+//
+// The GEMVs read each weight once for all the pass's tokens (up to CLFFN_WTOKENS, a build
+// option, which the host rounds up to 1, 2, 4, 8 or 16), and split the reduction over a
+// work-group: CLFFN_ROW_SPLIT work-items share a row, CLFFN_COL_SPLIT share a column group, their
+// partial sums added in local memory. So a row of 4096 values is not one work-item's serial
+// walk, as it is in a GEMV with one work-item per output. Rows are read in blocks of 32 values
+// (a quantized block; 32 values of the others); a row whose length is not a multiple of 32 (f32,
+// f16, bf16 only) ends in a scalar tail.
+//
+// Parameters (build options; defaults below, the host passes the device's tuned ones):
+// =================================================================================================
+
+#ifndef CLFFN_WTYPE
+  #define CLFFN_WTYPE CLFFN_WTYPE_F32
+#endif
+#ifndef CLFFN_WTOKENS
+  #define CLFFN_WTOKENS 1   // tokens one launch handles at most
+#endif
+#ifndef CLFFN_ROW_SPLIT
+  #define CLFFN_ROW_SPLIT 1 // work-items per row in clffn_wgemv_rows (a power of 2)
+#endif
+#ifndef CLFFN_ROW_ROWS
+  #define CLFFN_ROW_ROWS 16 // rows per work-group in clffn_wgemv_rows
+#endif
+#ifndef CLFFN_COL_WIDTH
+  #define CLFFN_COL_WIDTH 32 // columns per work-item in clffn_wgemv_cols (8, 16, 32 or a
+                             // multiple of 32); fewer where many tokens would need more
+                             // accumulators than CLFFN_WCOL_VALUES (clffn_defs.h)
+#endif
+#ifndef CLFFN_COL_SPLIT
+  #define CLFFN_COL_SPLIT 1 // work-items sharing a column group's rows (a power of 2)
+#endif
+#ifndef CLFFN_COL_GROUPS
+  #define CLFFN_COL_GROUPS 8 // column groups per work-group in clffn_wgemv_cols
+#endif
+#ifndef CLFFN_SOFT_HALF
+  #define CLFFN_SOFT_HALF 0 // 1: quantized blocks' f16 scales decoded in integer arithmetic and
+                            // one multiply (exact; needs single-precision denormals), for
+                            // devices whose vload_half is a long emulation (POCL on x86)
+#endif
+
+#define CLFFN_QK 32
+// 2^23 + 8: a nibble q as the float 2^23 + q (its bits OR-ed into 2^23's), less this, is q - 8,
+// exactly, in two instructions instead of a subtraction and a conversion.
+#define CLFFN_Q4_BIAS 8388616.0f
+#define CLFFN_QUANTIZED (CLFFN_WTYPE == CLFFN_WTYPE_Q8_0 || CLFFN_WTYPE == CLFFN_WTYPE_Q4_0)
+#if CLFFN_WTYPE == CLFFN_WTYPE_Q8_0
+  #define CLFFN_BLOCK_BYTES 34
+#elif CLFFN_WTYPE == CLFFN_WTYPE_Q4_0
+  #define CLFFN_BLOCK_BYTES 18
+#endif
+
+// The row kernel's vectors: 16 values while the tokens' accumulators stay few, else 8; and two
+// blocks in flight (two accumulator chains) for up to 4 tokens.
+#if CLFFN_WTOKENS <= 4
+  #define CLFFN_RV 16
+  #define CLFFN_ROW_UNROLL 2
+#else
+  #define CLFFN_RV 8
+  #define CLFFN_ROW_UNROLL 1
+#endif
+#define CLFFN_CAT_(a, b) a##b
+#define CLFFN_CAT(a, b) CLFFN_CAT_(a, b)
+#define floatRV CLFFN_CAT(float, CLFFN_RV)
+#define CLFFN_NV (CLFFN_QK / CLFFN_RV) // vectors per block
+
+#define CLFFN_COL_W CLFFN_WCOL_WIDTH(CLFFN_COL_WIDTH, CLFFN_WTOKENS)
+#define CLFFN_COL_VECS (CLFFN_COL_W / 8)
+
+// ---- decoding -----------------------------------------------------------------------------------
+
+// The f16 scale at blk. The soft form puts sign, exponent and mantissa where a float has them
+// and multiplies by 2^112 (exact for normal and subnormal halves alike); infinities and NaNs keep
+// their bits.
+inline float clffn_wscale(__global const uchar *blk) {
+#if CLFFN_SOFT_HALF
+  const uint h = *(__global const ushort *)blk;
+  const uint m = (uint)((int)(h << 16) >> 3) & 0x8fffe000u;
+  return (h & 0x7c00u) == 0x7c00u ? as_float(m | 0x7f800000u) : as_float(m) * 0x1p112f;
+#else
+  return vload_half(0, (__global const half *)blk);
+#endif
+}
+
+// Halves as floats, exactly: the soft form of vload_half8/16 (see clffn_wscale). Besides being
+// shorter than POCL's emulation, it reads through ushort vectors, which POCL loads unaligned:
+// its vload_half16 has been seen to load as if 32-byte aligned and fault on a row of 70 halves.
+#define CLFFN_SOFT_HALVES(n)                                                                      \
+  inline float##n clffn_halves##n(ushort##n h16) {                                               \
+    const uint##n h = convert_uint##n(h16);                                                      \
+    const uint##n m = as_uint##n(as_int##n(h << 16) >> 3) & 0x8fffe000u;                         \
+    return select(as_float##n(m) * 0x1p112f, as_float##n(m | 0x7f800000u),                       \
+                  as_int##n((h & 0x7c00u) == 0x7c00u));                                         \
+  }
+CLFFN_SOFT_HALVES(8)
+CLFFN_SOFT_HALVES(16)
+#if CLFFN_SOFT_HALF
+  #define CLFFN_VLOAD_HALF(n, i, p)                                                             \
+    CLFFN_CAT(clffn_halves, n)(CLFFN_CAT(vload, n)(i, (__global const ushort *)(p)))
+#else
+  #define CLFFN_VLOAD_HALF(n, i, p) CLFFN_CAT(vload_half, n)(i, (__global const half *)(p))
+#endif
+
+// Value c of a row (any c < cols), for tails and odd shapes.
+inline float clffn_wvalue(__global const uchar *row, ulong c) {
+#if CLFFN_WTYPE == CLFFN_WTYPE_F32
+  return ((__global const float *)row)[c];
+#elif CLFFN_WTYPE == CLFFN_WTYPE_F16
+  return vload_half(c, (__global const half *)row);
+#elif CLFFN_WTYPE == CLFFN_WTYPE_BF16
+  return as_float((uint)((__global const ushort *)row)[c] << 16);
+#else
+  __global const uchar *blk = row + (c / CLFFN_QK) * CLFFN_BLOCK_BYTES;
+  const float d = clffn_wscale(blk);
+  const uint j = (uint)(c % CLFFN_QK);
+  #if CLFFN_WTYPE == CLFFN_WTYPE_Q8_0
+    return d * (float)((__global const char *)(blk + 2))[j];
+  #else
+    const uchar b = blk[2 + (j & 15)];
+    return d * (float)((int)(j < 16 ? (b & 15) : (b >> 4)) - 8);
+  #endif
+#endif
+}
+
+// Eight values c .. c+7 of a row, c a multiple of 8 (c + 8 ≤ cols). For the quantized types
+// they come without the block's scale, which *d receives: the caller multiplies once per block.
+inline float8 clffn_wload8(__global const uchar *row, ulong c, float *d) {
+#if CLFFN_WTYPE == CLFFN_WTYPE_F32
+  *d = 1.0f;
+  return vload8(0, (__global const float *)row + c);
+#elif CLFFN_WTYPE == CLFFN_WTYPE_F16
+  *d = 1.0f;
+  return CLFFN_VLOAD_HALF(8, 0, (__global const half *)row + c);
+#elif CLFFN_WTYPE == CLFFN_WTYPE_BF16
+  *d = 1.0f;
+  return as_float8(convert_uint8(vload8(0, (__global const ushort *)row + c)) << 16);
+#else
+  __global const uchar *blk = row + (c / CLFFN_QK) * CLFFN_BLOCK_BYTES;
+  *d = clffn_wscale(blk);
+  const uint j = (uint)(c % CLFFN_QK);
+  #if CLFFN_WTYPE == CLFFN_WTYPE_Q8_0
+    return convert_float8(vload8(0, (__global const char *)(blk + 2 + j)));
+  #else
+    const uchar8 b = vload8(0, blk + 2 + (j & 15));
+    return convert_float8(j < 16 ? (b & (uchar)15) : (b >> (uchar)4)) - 8.0f;
+  #endif
+#endif
+}
+
+// The 32 values of the block at c (a multiple of 32) as CLFFN_NV vectors, without the scale
+// for the quantized types (*d receives it). q4_0's low nibbles are values 0-15, the high ones
+// 16-31.
+inline void clffn_wload_block(__global const uchar *row, ulong c, float *d, floatRV v[CLFFN_NV]) {
+#if !CLFFN_QUANTIZED
+  *d = 1.0f;
+  #if CLFFN_WTYPE == CLFFN_WTYPE_F32
+    #define CLFFN_WV(i) v[i] = CLFFN_CAT(vload, CLFFN_RV)(i, (__global const float *)row + c);
+  #elif CLFFN_WTYPE == CLFFN_WTYPE_F16
+    #define CLFFN_WV(i) v[i] = CLFFN_VLOAD_HALF(CLFFN_RV, i, (__global const half *)row + c);
+  #else
+    #define CLFFN_WV(i)                                                                            \
+      v[i] = CLFFN_CAT(as_float, CLFFN_RV)(CLFFN_CAT(convert_uint, CLFFN_RV)(                      \
+          CLFFN_CAT(vload, CLFFN_RV)(i, (__global const ushort *)row + c)) << 16);
+  #endif
+#else
+  __global const uchar *blk = row + (c / CLFFN_QK) * CLFFN_BLOCK_BYTES;
+  *d = clffn_wscale(blk);
+  #if CLFFN_WTYPE == CLFFN_WTYPE_Q8_0
+    #define CLFFN_WV(i)                                                                            \
+      v[i] = CLFFN_CAT(convert_float, CLFFN_RV)(                                                   \
+          CLFFN_CAT(vload, CLFFN_RV)(i, (__global const char *)(blk + 2)));
+  #endif
+#endif
+#ifdef CLFFN_WV // written out, not looped: a loop here kept v in memory on POCL
+  CLFFN_WV(0) CLFFN_WV(1)
+  #if CLFFN_NV == 4
+  CLFFN_WV(2) CLFFN_WV(3)
+  #endif
+  #undef CLFFN_WV
+#elif CLFFN_RV == 16 // q4_0: the bytes widened once, each nibble q made the float 2^23 + q
+  const uint16 b = convert_uint16(vload16(0, blk + 2));
+  v[0] = as_float16((b & 15u) | 0x4B000000u) - CLFFN_Q4_BIAS;
+  v[1] = as_float16((b >> 4) | 0x4B000000u) - CLFFN_Q4_BIAS;
+#else // two 8-byte loads: halves of a uchar16 are shuffles Oclgrind 21.10 mistracks
+  const uint8 b0 = convert_uint8(vload8(0, blk + 2)), b1 = convert_uint8(vload8(1, blk + 2));
+  v[0] = as_float8((b0 & 15u) | 0x4B000000u) - CLFFN_Q4_BIAS;
+  v[1] = as_float8((b1 & 15u) | 0x4B000000u) - CLFFN_Q4_BIAS;
+  v[2] = as_float8((b0 >> 4) | 0x4B000000u) - CLFFN_Q4_BIAS;
+  v[3] = as_float8((b1 >> 4) | 0x4B000000u) - CLFFN_Q4_BIAS;
+#endif
+}
+
+// Lane sums through dot: the optimizer turns a sum written lane by lane into shuffles with
+// undefined lanes, which Oclgrind's uninitialized-value check (21.10) crashes on; dot costs
+// the same here, once per output.
+inline float clffn_hsum8(float8 v) {
+  return dot(v.lo, (float4)1.0f) + dot(v.hi, (float4)1.0f);
+}
+
+// A float16's lanes summed from local memory, four at a time, through the work-item's own 16
+// floats at mine: Oclgrind 21.10 loses track of a float16's upper eight lanes in the shuffle a
+// .hi is compiled into, and this runs once per output. Every work-item of the group calls it (it
+// holds barriers). CLFFN_LANE_SUM(v) is the lane sum of a row kernel's vector, either width.
+inline float clffn_hsum16_local(float16 v, __local float *mine) {
+  vstore16(v, 0, mine);
+  barrier(CLK_LOCAL_MEM_FENCE);
+  const float4 q = (vload4(0, mine) + vload4(1, mine)) + (vload4(2, mine) + vload4(3, mine));
+  barrier(CLK_LOCAL_MEM_FENCE);
+  return dot(q, (float4)1.0f);
+}
+#if CLFFN_RV == 16
+  #define CLFFN_LANE_SUM(v) clffn_hsum16_local(v, mine)
+#else
+  #define CLFFN_LANE_SUM(v) clffn_hsum8(v)
+#endif
+
+// acc[t] += d·Σ_i v[i]·x[t, c + RV·i] for the pass's tokens: one block's share of each token.
+inline void clffn_block_dot(const floatRV v[CLFFN_NV], float d, __global const float *xr, ulong ldx,
+                            ulong c, uint tokens, floatRV acc[CLFFN_WTOKENS]) {
+  for (uint t = 0; t < CLFFN_WTOKENS; ++t) {
+    if (t < tokens) {
+      __global const float *xt = xr + t * ldx + c;
+      floatRV p = v[0] * CLFFN_CAT(vload, CLFFN_RV)(0, xt);
+      p = fma(v[1], CLFFN_CAT(vload, CLFFN_RV)(1, xt), p);
+#if CLFFN_NV == 4
+      p = fma(v[2], CLFFN_CAT(vload, CLFFN_RV)(2, xt), p);
+      p = fma(v[3], CLFFN_CAT(vload, CLFFN_RV)(3, xt), p);
+#endif
+      acc[t] = fma((floatRV)d, p, acc[t]);
+    }
+  }
+}
+
+// ---- y = x·Wᵀ: along the rows -------------------------------------------------------------------
+
+// NDRange (CLFFN_ROW_SPLIT, ⌈rows / CLFFN_ROW_ROWS⌉·CLFFN_ROW_ROWS), work-group (CLFFN_ROW_SPLIT,
+// CLFFN_ROW_ROWS). Work-item s of a row takes its blocks s, s + SPLIT, …, two at a time into two
+// accumulators where CLFFN_ROW_UNROLL is 2 (a chain of dependent adds per block is what bounds a
+// CPU here); the row's partial sums then meet in local memory. beta = 0 does not read y.
+__kernel __attribute__((reqd_work_group_size(CLFFN_ROW_SPLIT, CLFFN_ROW_ROWS, 1)))
+void clffn_wgemv_rows(__global const uchar *restrict w, const ulong w_off, const ulong row_bytes,
+                      const ulong rows, const ulong cols,
+                      __global const float *restrict x, const ulong x_off, const ulong ldx,
+                      const uint tokens,
+                      __global float *restrict y, const ulong y_off, const ulong ldy,
+                      const float beta) {
+  const uint s = get_local_id(0);
+  const ulong r = get_global_id(1);
+  floatRV acc[CLFFN_WTOKENS];
+  float tail[CLFFN_WTOKENS];
+  for (uint t = 0; t < CLFFN_WTOKENS; ++t) { acc[t] = (floatRV)0.0f; tail[t] = 0.0f; }
+  if (r < rows) {
+    __global const uchar *row = w + w_off + r * row_bytes;
+    __global const float *xr = x + x_off;
+    const ulong blocks = cols / CLFFN_QK;
+    ulong b = s;
+#if CLFFN_ROW_UNROLL == 2
+    floatRV acc2[CLFFN_WTOKENS];
+    for (uint t = 0; t < CLFFN_WTOKENS; ++t) { acc2[t] = (floatRV)0.0f; }
+    for (; b + CLFFN_ROW_SPLIT < blocks; b += 2 * CLFFN_ROW_SPLIT) {
+      const ulong c = b * CLFFN_QK, c2 = c + CLFFN_ROW_SPLIT * CLFFN_QK;
+      float d, d2;
+      floatRV v[CLFFN_NV], v2[CLFFN_NV];
+      clffn_wload_block(row, c, &d, v);
+      clffn_wload_block(row, c2, &d2, v2);
+      clffn_block_dot(v, d, xr, ldx, c, tokens, acc);
+      clffn_block_dot(v2, d2, xr, ldx, c2, tokens, acc2);
+    }
+    for (uint t = 0; t < CLFFN_WTOKENS; ++t) { acc[t] += acc2[t]; }
+#endif
+    for (; b < blocks; b += CLFFN_ROW_SPLIT) {
+      const ulong c = b * CLFFN_QK;
+      float d;
+      floatRV v[CLFFN_NV];
+      clffn_wload_block(row, c, &d, v);
+      clffn_block_dot(v, d, xr, ldx, c, tokens, acc);
+    }
+#if !CLFFN_QUANTIZED
+    if (s == 0) { // the values past the last whole 32
+      for (ulong c = blocks * CLFFN_QK; c < cols; ++c) {
+        const float v = clffn_wvalue(row, c);
+        for (uint t = 0; t < CLFFN_WTOKENS; ++t) {
+          if (t < tokens) { tail[t] = fma(v, xr[t * ldx + c], tail[t]); }
+        }
+      }
+    }
+#endif
+  }
+  float sum[CLFFN_WTOKENS];
+#if CLFFN_RV == 16
+  __local float lanes[CLFFN_ROW_ROWS * CLFFN_ROW_SPLIT * 16];
+  __local float *mine = lanes + (get_local_id(1) * CLFFN_ROW_SPLIT + s) * 16;
+#endif
+  for (uint t = 0; t < CLFFN_WTOKENS; ++t) { sum[t] = CLFFN_LANE_SUM(acc[t]) + tail[t]; }
+#if CLFFN_ROW_SPLIT > 1
+  __local float part[CLFFN_ROW_ROWS][CLFFN_WTOKENS][CLFFN_ROW_SPLIT];
+  const uint lr = get_local_id(1);
+  for (uint t = 0; t < CLFFN_WTOKENS; ++t) { part[lr][t][s] = sum[t]; }
+  for (uint half_n = CLFFN_ROW_SPLIT / 2; half_n > 0; half_n /= 2) {
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (s < half_n) {
+      for (uint t = 0; t < CLFFN_WTOKENS; ++t) { part[lr][t][s] += part[lr][t][s + half_n]; }
+    }
+  }
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (uint t = 0; t < CLFFN_WTOKENS; ++t) { sum[t] = part[lr][t][0]; }
+#endif
+  if (s == 0 && r < rows) {
+    for (uint t = 0; t < CLFFN_WTOKENS; ++t) {
+      if (t < tokens) {
+        __global float *yt = y + y_off + t * ldy + r;
+        *yt = beta != 0.0f ? fma(beta, *yt, sum[t]) : sum[t];
+      }
+    }
+  }
+}
+
+// Two rows per work-item, 2·g and 2·g + 1: where x outgrows a CPU's first-level cache (rows of
+// more than CLFFN_WROW_PAIR_COLS values), each vector of x read then serves both rows. NDRange
+// (1, ⌈⌈rows / 2⌉ / CLFFN_ROW_ROWS⌉·CLFFN_ROW_ROWS), work-group (1, CLFFN_ROW_ROWS); built where
+// CLFFN_ROW_SPLIT is 1, which is what the host uses it with.
+#if CLFFN_ROW_SPLIT == 1
+__kernel __attribute__((reqd_work_group_size(1, CLFFN_ROW_ROWS, 1)))
+void clffn_wgemv_rows2(__global const uchar *restrict w, const ulong w_off, const ulong row_bytes,
+                       const ulong rows, const ulong cols,
+                       __global const float *restrict x, const ulong x_off, const ulong ldx,
+                       const uint tokens,
+                       __global float *restrict y, const ulong y_off, const ulong ldy,
+                       const float beta) {
+  const ulong r = 2 * get_global_id(1);
+  floatRV acc[CLFFN_WTOKENS], acc2[CLFFN_WTOKENS];
+  float tail[CLFFN_WTOKENS], tail2[CLFFN_WTOKENS];
+  for (uint t = 0; t < CLFFN_WTOKENS; ++t) {
+    acc[t] = acc2[t] = (floatRV)0.0f;
+    tail[t] = tail2[t] = 0.0f;
+  }
+  if (r < rows) {
+    __global const uchar *row = w + w_off + r * row_bytes;
+    __global const uchar *row2 = r + 1 < rows ? row + row_bytes : row; // an odd last row: unused
+    __global const float *xr = x + x_off;
+    const ulong blocks = cols / CLFFN_QK;
+    for (ulong b = 0; b < blocks; ++b) {
+      const ulong c = b * CLFFN_QK;
+      float d, d2;
+      floatRV v[CLFFN_NV], v2[CLFFN_NV];
+      clffn_wload_block(row, c, &d, v);
+      clffn_wload_block(row2, c, &d2, v2);
+      clffn_block_dot(v, d, xr, ldx, c, tokens, acc);
+      clffn_block_dot(v2, d2, xr, ldx, c, tokens, acc2);
+    }
+#if !CLFFN_QUANTIZED
+    for (ulong c = blocks * CLFFN_QK; c < cols; ++c) {
+      const float v = clffn_wvalue(row, c), v2 = clffn_wvalue(row2, c);
+      for (uint t = 0; t < CLFFN_WTOKENS; ++t) {
+        if (t < tokens) {
+          tail[t] = fma(v, xr[t * ldx + c], tail[t]);
+          tail2[t] = fma(v2, xr[t * ldx + c], tail2[t]);
+        }
+      }
+    }
+#endif
+  }
+  float sum[CLFFN_WTOKENS], sum2[CLFFN_WTOKENS];
+#if CLFFN_RV == 16
+  __local float lanes[CLFFN_ROW_ROWS * 16];
+  __local float *mine = lanes + get_local_id(1) * 16;
+#endif
+  for (uint t = 0; t < CLFFN_WTOKENS; ++t) {
+    sum[t] = CLFFN_LANE_SUM(acc[t]) + tail[t];
+    sum2[t] = CLFFN_LANE_SUM(acc2[t]) + tail2[t];
+  }
+  for (uint t = 0; t < CLFFN_WTOKENS; ++t) {
+    if (t < tokens && r < rows) {
+      __global float *yt = y + y_off + t * ldy + r;
+      yt[0] = beta != 0.0f ? fma(beta, yt[0], sum[t]) : sum[t];
+      if (r + 1 < rows) { yt[1] = beta != 0.0f ? fma(beta, yt[1], sum2[t]) : sum2[t]; }
+    }
+  }
+}
+#endif
+
+// ---- y = x·W: down the columns ------------------------------------------------------------------
+
+// Eight values c .. c+7 of a row where the row may end inside them (zeros past cols).
+inline float8 clffn_wload8_edge(__global const uchar *row, ulong c, ulong cols) {
+  float8 v = (float8)0.0f;
+  if (c + 0 < cols) { v.s0 = clffn_wvalue(row, c + 0); }
+  if (c + 1 < cols) { v.s1 = clffn_wvalue(row, c + 1); }
+  if (c + 2 < cols) { v.s2 = clffn_wvalue(row, c + 2); }
+  if (c + 3 < cols) { v.s3 = clffn_wvalue(row, c + 3); }
+  if (c + 4 < cols) { v.s4 = clffn_wvalue(row, c + 4); }
+  if (c + 5 < cols) { v.s5 = clffn_wvalue(row, c + 5); }
+  if (c + 6 < cols) { v.s6 = clffn_wvalue(row, c + 6); }
+  if (c + 7 < cols) { v.s7 = clffn_wvalue(row, c + 7); }
+  return v;
+}
+
+// acc[t][k] += Σ over the rows r0 + s, r0 + s + SPLIT, … < r1 of W[r, c0 + 8k + i]·x[t, r]; the
+// whole form reads eight values at a time, the other stops at cols.
+inline void clffn_col_sums(__global const uchar *w, ulong row_bytes, ulong r0, ulong r1,
+                           ulong c0, ulong cols, __global const float *xr, ulong ldx,
+                           uint tokens, int whole, float8 acc[CLFFN_WTOKENS][CLFFN_COL_VECS]) {
+  for (ulong r = r0; r < r1; r += CLFFN_COL_SPLIT) {
+    __global const uchar *row = w + r * row_bytes;
+    float8 wv[CLFFN_COL_VECS];
+    float d = 1.0f;
+    #pragma unroll
+    for (uint k = 0; k < CLFFN_COL_VECS; ++k) {
+#if CLFFN_COL_W < CLFFN_QK
+      const int new_block = 1;
+#else
+      const int new_block = k % 4 == 0;
+#endif
+      if (!whole) {
+        wv[k] = clffn_wload8_edge(row, c0 + 8 * k, cols);
+      } else if (new_block) { // its scale too
+        wv[k] = clffn_wload8(row, c0 + 8 * k, &d) * d;
+      } else {
+        float unused;
+        wv[k] = clffn_wload8(row, c0 + 8 * k, &unused) * d;
+      }
+    }
+    for (uint t = 0; t < CLFFN_WTOKENS; ++t) {
+      if (t < tokens) {
+        const float8 xv = (float8)xr[t * ldx + r];
+        #pragma unroll
+        for (uint k = 0; k < CLFFN_COL_VECS; ++k) { acc[t][k] = fma(wv[k], xv, acc[t][k]); }
+      }
+    }
+  }
+}
+
+// NDRange (⌈groups / CLFFN_COL_GROUPS⌉·CLFFN_COL_GROUPS, CLFFN_COL_SPLIT·chunks), work-group
+// (CLFFN_COL_GROUPS, CLFFN_COL_SPLIT), groups = ⌈cols / CLFFN_COL_W⌉, chunks = ⌈rows /
+// chunk_rows⌉. Work-item (g, s) of chunk k sums the columns [g·W, (g + 1)·W) over the chunk's
+// rows s, s + SPLIT, …; the partial sums meet in local memory. One chunk writes y; more write
+// part[k, t, c] (tokens × cols each), which clffn_wgemv_sum adds: a CPU then walks 128 rows of a
+// few KiB each, not one narrow column strip through thousands of pages.
+__kernel __attribute__((reqd_work_group_size(CLFFN_COL_GROUPS, CLFFN_COL_SPLIT, 1)))
+void clffn_wgemv_cols(__global const uchar *restrict w, const ulong w_off, const ulong row_bytes,
+                      const ulong rows, const ulong cols,
+                      __global const float *restrict x, const ulong x_off, const ulong ldx,
+                      const uint tokens,
+                      __global float *restrict y, const ulong y_off, const ulong ldy,
+                      const float beta, const ulong chunk_rows, __global float *restrict part) {
+  const ulong c0 = get_global_id(0) * CLFFN_COL_W;
+  const uint s = get_local_id(1);
+  const ulong k = get_group_id(1), r0 = k * chunk_rows;
+  const ulong r1 = rows - r0 < chunk_rows ? rows : r0 + chunk_rows;
+  float8 acc[CLFFN_WTOKENS][CLFFN_COL_VECS];
+  for (uint t = 0; t < CLFFN_WTOKENS; ++t) {
+    #pragma unroll
+    for (uint v = 0; v < CLFFN_COL_VECS; ++v) { acc[t][v] = (float8)0.0f; }
+  }
+  if (c0 < cols) {
+    const int whole = c0 + CLFFN_COL_W <= cols;
+    if (whole) {
+      clffn_col_sums(w + w_off, row_bytes, r0 + s, r1, c0, cols, x + x_off, ldx, tokens, 1, acc);
+    } else {
+      clffn_col_sums(w + w_off, row_bytes, r0 + s, r1, c0, cols, x + x_off, ldx, tokens, 0, acc);
+    }
+  }
+#if CLFFN_COL_SPLIT > 1
+  __local float8 shared[CLFFN_COL_GROUPS][CLFFN_COL_SPLIT];
+  const uint g = get_local_id(0);
+  for (uint t = 0; t < CLFFN_WTOKENS; ++t) {
+    #pragma unroll
+    for (uint v = 0; v < CLFFN_COL_VECS; ++v) {
+      barrier(CLK_LOCAL_MEM_FENCE);
+      shared[g][s] = acc[t][v];
+      for (uint half_n = CLFFN_COL_SPLIT / 2; half_n > 0; half_n /= 2) {
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (s < half_n) { shared[g][s] += shared[g][s + half_n]; }
+      }
+      barrier(CLK_LOCAL_MEM_FENCE);
+      acc[t][v] = shared[g][0];
+    }
+  }
+#endif
+  if (s != 0 || c0 >= cols) { return; }
+  const int direct = chunk_rows >= rows;
+  for (uint t = 0; t < CLFFN_WTOKENS; ++t) {
+    if (t >= tokens) { continue; }
+    __global float *out = direct ? y + y_off + t * ldy + c0 : part + (k * tokens + t) * cols + c0;
+    #pragma unroll
+    for (uint v = 0; v < CLFFN_COL_VECS; ++v) {
+      if (c0 + 8 * v + 8 <= cols) {
+        const float8 a = acc[t][v];
+        vstore8(direct && beta != 0.0f ? fma((float8)beta, vload8(v, out), a) : a, v, out);
+      } else {
+        const float8 a = acc[t][v];
+        const float e[8] = {a.s0, a.s1, a.s2, a.s3, a.s4, a.s5, a.s6, a.s7};
+        for (uint i = 0; i < 8 && c0 + 8 * v + i < cols; ++i) {
+          __global float *o = out + 8 * v + i;
+          *o = direct && beta != 0.0f ? fma(beta, *o, e[i]) : e[i];
+        }
+      }
+    }
+  }
+}
+
+// y[t, c] = Σ_k part[k, t, c] (+ β·y), k in order: NDRange (cols, tokens), any work-group.
+__kernel void clffn_wgemv_sum(__global const float *restrict part, const ulong chunks,
+                              const uint tokens, const ulong cols,
+                              __global float *restrict y, const ulong y_off, const ulong ldy,
+                              const float beta) {
+  const ulong c = get_global_id(0);
+  const uint t = get_global_id(1);
+  if (c >= cols || t >= tokens) { return; }
+  float s = 0.0f;
+  for (ulong k = 0; k < chunks; ++k) { s += part[(k * tokens + t) * cols + c]; }
+  __global float *o = y + y_off + t * ldy + c;
+  *o = beta != 0.0f ? fma(beta, *o, s) : s;
+}
+
+// ---- dequantization -----------------------------------------------------------------------------
+
+// out[i·ldo + j] = W[r0 + i, c0 + j] for i < nr, j < nc. NDRange (⌈nc / 8⌉, nr), any work-group:
+// each work-item writes eight values of one row (c0 and nc multiples of 32 for the quantized
+// types, which is how the host splits them).
+__kernel void clffn_wdequant(__global const uchar *restrict w, const ulong w_off,
+                             const ulong row_bytes, const ulong r0, const ulong c0,
+                             const ulong nr, const ulong nc,
+                             __global float *restrict out, const ulong ldo) {
+  const ulong j = get_global_id(0) * 8, i = get_global_id(1);
+  if (i >= nr || j >= nc) { return; }
+  __global const uchar *row = w + w_off + (r0 + i) * row_bytes;
+  __global float *o = out + i * ldo + j;
+  const ulong c = c0 + j;
+  if (j + 8 <= nc && c % 8 == 0) {
+    float d;
+    const float8 v = clffn_wload8(row, c, &d);
+    vstore8(v * d, 0, o);
+    return;
+  }
+  for (ulong k = 0; k < 8 && j + k < nc; ++k) { o[k] = clffn_wvalue(row, c + k); }
+}

@@ -1,0 +1,171 @@
+/* clffn's own kernels over weights in their stored type (see wmatrix.h, cl/weights.cl). */
+#include "wmatrix.h"
+
+#include "clffn_defs.h"
+#include "launch.h"
+
+#include <string.h>
+
+static const size_t bucket_tokens[CLFFN_WTOKEN_BUCKETS] = {1, 2, 4, 8, 16};
+
+void clffn__wkernels_release(clffn_wkernels *wk) {
+    for (int b = 0; b < CLFFN_WTOKEN_BUCKETS; ++b) {
+        if (wk->rows[b]) { clReleaseKernel(wk->rows[b]); }
+        if (wk->rows2[b]) { clReleaseKernel(wk->rows2[b]); }
+        if (wk->cols[b]) { clReleaseKernel(wk->cols[b]); }
+    }
+    if (wk->sum) { clReleaseKernel(wk->sum); }
+    if (wk->dequant) { clReleaseKernel(wk->dequant); }
+    if (wk->scratch) { clReleaseMemObject(wk->scratch); } /* queued commands keep it alive */
+    memset(wk, 0, sizeof *wk);
+}
+
+/* The kernels made for another type or other shapes go: what is asked for next is made anew. */
+static void refresh(clffn_wkernels *wk, const clffn_context *ctx, clffn_dtype dtype) {
+    if (wk->dtype == dtype && !memcmp(wk->shapes, ctx->wgemv, sizeof wk->shapes)) { return; }
+    const cl_mem scratch = wk->scratch;
+    const size_t scratch_bytes = wk->scratch_bytes, planned = wk->planned;
+    const int planning = wk->planning;
+    wk->scratch = NULL;
+    clffn__wkernels_release(wk);
+    wk->scratch = scratch, wk->scratch_bytes = scratch_bytes;
+    wk->planned = planned, wk->planning = planning;
+    wk->dtype = dtype;
+    memcpy(wk->shapes, ctx->wgemv, sizeof wk->shapes);
+}
+
+/* *slot, made from the weight program for (dtype, tokens) if it is not yet. */
+static cl_int kernel_for(const clffn_context *ctx, clffn_dtype dtype, size_t tokens,
+                         const char *name, cl_kernel *slot) {
+    if (*slot) { return CL_SUCCESS; }
+    const size_t *p = ctx->wgemv;
+    const clffn_program_key key = {
+        .activation = CLFFN_ACT_IDENTITY,
+        .weights = 1 + (int)dtype,
+        .tokens = (int)tokens,
+        .wgemv = {(int)p[0], (int)p[1], (int)p[2], (int)p[3], (int)p[4]}};
+    cl_program prog;
+    /* the program cache is the context's mutable state behind its lock (program.h) */
+    const clffn_status st = clffn__get_program((clffn_programs *)&ctx->programs, &key, &prog);
+    if (st != CLFFN_SUCCESS) { return (cl_int)st; }
+    cl_int err;
+    *slot = clCreateKernel(prog, name, &err);
+    return err;
+}
+
+static size_t round_up(size_t n, size_t m) { return (n + m - 1) / m * m; }
+
+/* The scratch need recorded while planning; past it, whether it was recorded. */
+static cl_int need_scratch(clffn_wkernels *wk, size_t bytes) {
+    if (wk->planning) {
+        if (bytes > wk->planned) { wk->planned = bytes; }
+        return CL_SUCCESS;
+    }
+    return bytes > wk->scratch_bytes ? CL_INVALID_BUFFER_SIZE : CL_SUCCESS; /* not planned: a bug */
+}
+
+/* y = β·y + the chunks' sums in the scratch (chunks × tokens × cols). */
+static cl_int enqueue_sum(clffn_wkernels *wk, const clffn_context *ctx, clffn_dtype dtype,
+                          size_t chunks, size_t tokens, size_t cols, float beta, clffn_matrix y,
+                          cl_command_queue queue) {
+    cl_int err = kernel_for(ctx, dtype, 1, "clffn_wgemv_sum", &wk->sum);
+    if (err != CL_SUCCESS || wk->planning) { return err; }
+    const cl_ulong K = chunks, C = cols, y_off = y.off, ldy = y.ld;
+    const cl_uint t = (cl_uint)tokens;
+    clffn_args a = clffn__args(wk->sum);
+    CLFFN_ARG(a, wk->scratch), CLFFN_ARG(a, K), CLFFN_ARG(a, t), CLFFN_ARG(a, C);
+    CLFFN_ARG(a, y.mem), CLFFN_ARG(a, y_off), CLFFN_ARG(a, ldy), CLFFN_ARG(a, beta);
+    if ((err = clffn__args_end(&a)) != CL_SUCCESS) { return err; }
+    const size_t global[2] = {cols, tokens};
+    return clEnqueueNDRangeKernel(queue, wk->sum, 2, NULL, global, NULL, 0, NULL, NULL);
+}
+
+cl_int clffn__wgemv(clffn_wkernels *wk, const clffn_context *ctx, const clffn_wmatrix *w,
+                    bool along_rows, size_t tokens, clffn_matrix x, float beta, clffn_matrix y,
+                    cl_command_queue queue) {
+    refresh(wk, ctx, w->dtype);
+    int b = 0;
+    while (b + 1 < CLFFN_WTOKEN_BUCKETS && bucket_tokens[b] < tokens) { ++b; }
+    if (tokens > bucket_tokens[b]) { return (cl_int)CLFFN_ERROR_INVALID_SIZE; }
+    const size_t *p = ctx->wgemv;
+    /* f32 rows go in pairs at any length: four bytes a weight leave room for the second */
+    const bool pairs = along_rows && ctx->cpu && p[0] == 1 &&
+                       (w->cols > CLFFN_WROW_PAIR_COLS || w->dtype == CLFFN_DTYPE_F32);
+    cl_kernel *slot = pairs ? &wk->rows2[b] : along_rows ? &wk->rows[b] : &wk->cols[b];
+    cl_int err = kernel_for(ctx, w->dtype, bucket_tokens[b],
+                            pairs        ? "clffn_wgemv_rows2"
+                            : along_rows ? "clffn_wgemv_rows"
+                                         : "clffn_wgemv_cols",
+                            slot);
+    const size_t width = CLFFN_WCOL_WIDTH(p[2], bucket_tokens[b]);
+    const size_t chunk = !along_rows && ctx->cpu ? CLFFN_WCOL_CHUNK_ROWS : w->rows;
+    const size_t chunks = w->rows ? (w->rows + chunk - 1) / chunk : 1;
+    if (err == CL_SUCCESS && chunks > 1) {
+        err = need_scratch(wk, chunks * tokens * w->cols * sizeof(float));
+    }
+    if (err != CL_SUCCESS || wk->planning) {
+        return err == CL_SUCCESS && chunks > 1
+                   ? enqueue_sum(wk, ctx, w->dtype, chunks, tokens, w->cols, beta, y, queue)
+                   : err;
+    }
+    const cl_ulong w_off = w->offset, row_bytes = w->row_bytes, rows = w->rows, cols = w->cols;
+    const cl_ulong x_off = x.off, ldx = x.ld, y_off = y.off, ldy = y.ld, chunk_rows = chunk;
+    const cl_uint t = (cl_uint)tokens;
+    clffn_args a = clffn__args(*slot);
+    CLFFN_ARG(a, w->mem), CLFFN_ARG(a, w_off), CLFFN_ARG(a, row_bytes), CLFFN_ARG(a, rows);
+    CLFFN_ARG(a, cols), CLFFN_ARG(a, x.mem), CLFFN_ARG(a, x_off), CLFFN_ARG(a, ldx);
+    CLFFN_ARG(a, t), CLFFN_ARG(a, y.mem), CLFFN_ARG(a, y_off), CLFFN_ARG(a, ldy);
+    CLFFN_ARG(a, beta);
+    const cl_mem part = chunks > 1 ? wk->scratch : y.mem; /* one chunk: unread */
+    if (!along_rows) { CLFFN_ARG(a, chunk_rows), CLFFN_ARG(a, part); }
+    if ((err = clffn__args_end(&a)) != CL_SUCCESS) { return err; }
+    size_t global[2], local[2];
+    if (along_rows) {
+        local[0] = p[0], local[1] = p[1];
+        global[0] = p[0], global[1] = round_up(pairs ? (w->rows + 1) / 2 : w->rows, p[1]);
+    } else {
+        local[0] = p[4], local[1] = p[3];
+        global[0] = round_up((w->cols + width - 1) / width, p[4]), global[1] = p[3] * chunks;
+    }
+    err = clEnqueueNDRangeKernel(queue, *slot, 2, NULL, global, local, 0, NULL, NULL);
+    if (err != CL_SUCCESS || chunks == 1) { return err; }
+    return enqueue_sum(wk, ctx, w->dtype, chunks, tokens, w->cols, beta, y, queue);
+}
+
+void clffn__wkernels_plan(clffn_wkernels *wk) {
+    wk->planning = 1;
+    wk->planned = 0;
+}
+
+cl_int clffn__wkernels_reserve(clffn_wkernels *wk, const clffn_context *ctx,
+                               cl_command_queue queue) {
+    wk->planning = 0;
+    if (wk->planned <= wk->scratch_bytes) { return CL_SUCCESS; }
+    cl_int err;
+    cl_mem m = clffn__buffer(ctx, CL_MEM_READ_WRITE, wk->planned, &err);
+    if (err != CL_SUCCESS) { return err; }
+    clffn__release_when_done(queue, wk->scratch);
+    wk->scratch = m;
+    wk->scratch_bytes = wk->planned;
+    return CL_SUCCESS;
+}
+
+cl_int clffn__wdequant(clffn_wkernels *wk, const clffn_context *ctx, const clffn_wmatrix *w,
+                       size_t r0, size_t nr, size_t c0, size_t nc, cl_command_queue queue,
+                       clffn_matrix *out) {
+    refresh(wk, ctx, w->dtype);
+    cl_int err = kernel_for(ctx, w->dtype, 1, "clffn_wdequant", &wk->dequant);
+    const size_t bytes = nr * nc * sizeof(float);
+    if (err == CL_SUCCESS) { err = need_scratch(wk, bytes); }
+    if (err != CL_SUCCESS || wk->planning) { return err; }
+    const cl_ulong w_off = w->offset, row_bytes = w->row_bytes, R0 = r0, C0 = c0, NR = nr, NC = nc,
+                   ldo = nc;
+    clffn_args a = clffn__args(wk->dequant);
+    CLFFN_ARG(a, w->mem), CLFFN_ARG(a, w_off), CLFFN_ARG(a, row_bytes), CLFFN_ARG(a, R0);
+    CLFFN_ARG(a, C0), CLFFN_ARG(a, NR), CLFFN_ARG(a, NC), CLFFN_ARG(a, wk->scratch);
+    CLFFN_ARG(a, ldo);
+    if ((err = clffn__args_end(&a)) != CL_SUCCESS) { return err; }
+    const size_t global[2] = {(nc + 7) / 8, nr};
+    out->mem = wk->scratch, out->off = 0, out->ld = nc;
+    return clEnqueueNDRangeKernel(queue, wk->dequant, 2, NULL, global, NULL, 0, NULL, NULL);
+}

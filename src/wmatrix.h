@@ -1,0 +1,64 @@
+/* Weight matrices in their stored type and clffn's own kernels over them (cl/weights.cl): the
+ * few-token GEMVs and the dequantizer that feeds CLBlast's SGEMM. Below the linear layer, which
+ * decides between them; takes the context and the queue as arguments. */
+#ifndef CLFFN_WMATRIX_H
+#define CLFFN_WMATRIX_H
+
+#include "gemm.h"
+
+/* A weight matrix as stored: rows of cols values, row_bytes apart, from offset bytes into mem
+ * (quantized rows are cols / 32 blocks). */
+typedef struct clffn_wmatrix {
+    cl_mem mem;
+    size_t offset;
+    size_t rows, cols, row_bytes;
+    clffn_dtype dtype;
+} clffn_wmatrix;
+
+/* Token counts the kernels are built for; a launch takes the smallest that holds its tokens. */
+#define CLFFN_WTOKEN_BUCKETS 5
+
+/* One owner's (an FFN's) kernels for its weights' type, made on first use with the context's
+ * shapes (remade when they change), and its f32 scratch: the block a product dequantizes, or
+ * the column GEMV's per-chunk sums (one product at a time uses it, in queue order). Kernel
+ * arguments are state: one owner, one thread at a time. The scratch follows clffn_scratch's
+ * plan-then-reserve: while planning, the products only record what they need and build what
+ * they will run, so a failing allocation or build happens before any output is written. */
+typedef struct clffn_wkernels {
+    clffn_dtype dtype;
+    size_t shapes[CLFFN_WGEMV_PARAMS]; /* the context's shapes the kernels were made with */
+    cl_kernel rows[CLFFN_WTOKEN_BUCKETS], rows2[CLFFN_WTOKEN_BUCKETS], cols[CLFFN_WTOKEN_BUCKETS];
+    cl_kernel sum, dequant;
+    cl_mem scratch;
+    size_t scratch_bytes;
+    int planning;
+    size_t planned;
+} clffn_wkernels;
+
+/* y[T, w.rows] = x[T, w.cols]·Wᵀ (+ β·y) when along_rows, else y[T, w.cols] = x[T, w.rows]·W
+ * (+ β·y), for T ≤ CLFFN_MAX_KERNEL_TOKENS, each weight read once. On a CPU device rows longer
+ * than CLFFN_WROW_PAIR_COLS go two at a time, and the column form runs in chunks of
+ * CLFFN_WCOL_CHUNK_ROWS rows whose sums meet in the scratch. While
+ * planning, only builds the kernels and records the scratch. */
+cl_int clffn__wgemv(clffn_wkernels *wk, const clffn_context *ctx, const clffn_wmatrix *w,
+                    bool along_rows, size_t tokens, clffn_matrix x, float beta, clffn_matrix y,
+                    cl_command_queue queue);
+
+/* The f32 block W[r0 .. r0 + nr, c0 .. c0 + nc) into the owner's scratch, enqueued on queue:
+ * *out is the block as a row-major operand (ld = nc). While planning, records the scratch it
+ * needs and builds the kernel. c0 and nc are multiples of 32 for the quantized types. */
+cl_int clffn__wdequant(clffn_wkernels *wk, const clffn_context *ctx, const clffn_wmatrix *w,
+                       size_t r0, size_t nr, size_t c0, size_t nc, cl_command_queue queue,
+                       clffn_matrix *out);
+
+/* Starts recording (see clffn_wkernels), and stops it, growing the scratch to what was recorded
+ * (the old one released once what queue holds is done with it): CL_SUCCESS or the allocation's
+ * error, the old scratch kept. */
+void clffn__wkernels_plan(clffn_wkernels *wk);
+cl_int clffn__wkernels_reserve(clffn_wkernels *wk, const clffn_context *ctx,
+                               cl_command_queue queue);
+
+/* Releases the kernels and the scratch; the struct is empty after. */
+void clffn__wkernels_release(clffn_wkernels *wk);
+
+#endif
