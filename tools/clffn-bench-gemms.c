@@ -6,10 +6,11 @@
  * --gemv-sweep instead times CLBlast's two fast GEMV kernels over a grid of their parameters on
  * the products one token runs as GEMVs (docs/PERFORMANCE.md has the search it made).
  *   clffn-bench-gemms [--tokens T] [--d-model D] [--d-ff F] [--gated] [--reps N] [--k-block N]
- *                     [--gemv-sweep [fast|rot]] */
+ *                     [--gemv-sweep[=fast|rot]] [--device SPEC] */
 #define CLFFN_HOOKS /* clffn_sgemm, the path the library runs */
 #include "clffn.h"
 #include "common.h"
+#include "options.h"
 
 #include <clblast_c.h>
 #include <math.h>
@@ -17,19 +18,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-/* The value of option name into *out (left as it is when the option is absent); -1 when it is
- * not an integer in [min, max]. */
-static int arg(int argc, char **argv, const char *name, size_t min, size_t max, size_t *out) {
-    for (int i = 1; i < argc; ++i) {
-        if (strcmp(argv[i], name) != 0) { continue; }
-        if (tool_parse_size(i + 1 < argc ? argv[i + 1] : NULL, min, max, out) != 0) {
-            fprintf(stderr, "clffn-bench-gemms: %s needs an integer %zu ... %zu\n", name, min, max);
-            return -1;
-        }
-    }
-    return 0;
-}
 
 /* The constants every operand is filled with: each output of a product over k inputs is then
  * k·VA·VB, whatever order a kernel sums in (to within about k/2 roundings of it). */
@@ -158,66 +146,119 @@ static int gemv_sweep(clffn_context *ctx, cl_mem A, cl_mem B, cl_mem C, size_t D
     return rc;
 }
 
-static int tool_main(int argc, char **argv) {
-    for (int i = 1; i < argc; ++i) {
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            puts("usage: clffn-bench-gemms [--tokens T] [--d-model D] [--d-ff F] [--gated] [--reps "
-                 "N]\n"
-                 "                         [--k-block N]   (default: the tuning profile's block)\n"
-                 "                         [--gemv-sweep [fast|rot]]  (the GEMV kernels' "
-                 "parameters at 1 token;\n"
-                 "                                                   one kernel or both)");
-            return 0;
-        }
-    }
-    int gated = 0, sweep = 0, only = -1;
-    for (int i = 1; i < argc; ++i) {
-        gated |= strcmp(argv[i], "--gated") == 0;
-        if (strcmp(argv[i], "--gemv-sweep") != 0) { continue; }
-        sweep = 1;
-        if (i + 1 < argc && strcmp(argv[i + 1], "fast") == 0) { only = 0; }
-        if (i + 1 < argc && strcmp(argv[i + 1], "rot") == 0) { only = 1; }
-    }
-    size_t T = 2048, D = 1024, F = 2816, reps = 3, k_block = 0;
+/* ------------------------------------------------------------------------------------------ */
+/* The command line */
+
+enum {
+    OPT_TOKENS = 256,
+    OPT_D_MODEL,
+    OPT_D_FF,
+    OPT_GATED,
+    OPT_REPS,
+    OPT_K_BLOCK,
+    OPT_SWEEP,
+    OPT_DEVICE
+};
+
+static const tool_option OPTIONS[] = {
+    {"tokens", OPT_TOKENS, TOOL_VALUE, "T", "token rows (default 2048)"},
+    {"d-model", OPT_D_MODEL, TOOL_VALUE, "D", "d_model (default 1024)"},
+    {"d-ff", OPT_D_FF, TOOL_VALUE, "F", "d_ff (default 2816)"},
+    {"gated", OPT_GATED, TOOL_FLAG, NULL, "the gated FFN's products (W1 and V stacked)"},
+    {"reps", OPT_REPS, TOOL_VALUE, "N", "timed calls after one untimed (default 3)"},
+    {"k-block", OPT_K_BLOCK, TOOL_VALUE, "N",
+     "the SGEMMs' K-block (default: the tuning profile's)"},
+    {"gemv-sweep", OPT_SWEEP, TOOL_OPTIONAL, "fast|rot",
+     "the GEMV kernels' parameters at 1 token instead: both\nkernels, or one (also as a separate "
+     "word: --gemv-sweep rot)"},
+    {"device", OPT_DEVICE, TOOL_VALUE, "SPEC", "\"platform:device\" or a name substring"},
+    {0},
+};
+
+static const tool_cli CLI = {
+    "clffn-bench-gemms",
+    "[options]",
+    "Exit status: 0 success, 1 device or runtime failure (or a wrong GEMV output), 2 usage.\n",
+    OPTIONS,
+};
+
+typedef struct gemms_args {
+    size_t T, D, F, reps, k_block;
+    int gated, sweep, only, set_k_block; /* only: -1 both GEMV kernels, 0 XgemvFast, 1 Rot */
+    const char *device;
+} gemms_args;
+
+/* --gemv-sweep's kernel, from its value or the word after it: 0, or -1 for another value. */
+static int sweep_kernel(const char *v, tool_parser *p, gemms_args *a) {
+    static const char *const kernels[] = {"fast", "rot", NULL};
+    if (!v) { v = tool_take_word(p, kernels); }
+    a->sweep = 1;
+    a->only = !v ? -1 : !strcmp(v, "fast") ? 0 : !strcmp(v, "rot") ? 1 : -2;
+    if (a->only == -2) { fprintf(stderr, "clffn-bench-gemms: --gemv-sweep takes fast or rot\n"); }
+    return a->only == -2 ? -1 : 0;
+}
+
+static int take_option(int key, tool_parser *p, gemms_args *a) {
+    const char *v = p->value;
     const size_t big = (size_t)1 << 30;
-    if (arg(argc, argv, "--tokens", 1, big, &T) || arg(argc, argv, "--d-model", 1, big, &D) ||
-        arg(argc, argv, "--d-ff", 1, big, &F) || arg(argc, argv, "--reps", 1, 100000, &reps) ||
-        arg(argc, argv, "--k-block", 0, CLFFN_MAX_GEMM_K_BLOCK, &k_block)) {
-        return 2;
+    size_t *dst = NULL, min = 1, max = big;
+    switch (key) {
+    case OPT_TOKENS: dst = &a->T; break;
+    case OPT_D_MODEL: dst = &a->D; break;
+    case OPT_D_FF: dst = &a->F; break;
+    case OPT_REPS: dst = &a->reps, max = 100000; break;
+    case OPT_K_BLOCK:
+        dst = &a->k_block, min = 0, max = CLFFN_MAX_GEMM_K_BLOCK, a->set_k_block = 1;
+        break;
+    case OPT_GATED: a->gated = 1; return 0;
+    case OPT_DEVICE: a->device = v; return 0;
+    case OPT_SWEEP: return sweep_kernel(v, p, a);
+    default: return -1;
     }
-    const size_t N1 = gated ? 2 * F : F;
-    clffn_context *ctx = NULL;
-    int st = clffn_context_create_default(&ctx);
-    if (st != CLFFN_SUCCESS) {
-        fprintf(stderr, "clffn-bench-gemms: %s\n", clffn_status_string(st));
-        return 1;
+    if (tool_parse_size(v, min, max, dst) == 0) { return 0; }
+    fprintf(stderr, "clffn-bench-gemms: --%s needs an integer %zu ... %zu\n", p->name, min, max);
+    return -1;
+}
+
+/* -1 to run, else the exit status (0 after --help, 2 after a refusal). */
+static int parse_args(int argc, char **argv, gemms_args *a) {
+    *a = (gemms_args){2048, 1024, 2816, 3, 0, 0, 0, -1, 0, NULL};
+    tool_parser p = tool_parser_start(&CLI, argc, argv);
+    for (int key; (key = tool_next(&p)) > 0;) {
+        if (take_option(key, &p, a) != 0) { return tool_usage_error(&CLI); }
     }
-    for (int i = 1; i < argc; ++i) { /* else the tuning profile's block */
-        if (strcmp(argv[i], "--k-block") == 0) { clffn_context_set_gemm_k_block(ctx, k_block); }
-    }
-    k_block = clffn_context_gemm_k_block(ctx);
-    cl_context cx = clffn_context_cl_context(ctx);
-    cl_command_queue q = clffn_context_queue(ctx);
-    /* A holds every first operand (x, h, dy, dz: [T, max(N1, D)]); B every second one (the
-     * weights [N1, D], h [T, F], x [T, D]); C every product */
+    return p.status;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* The products */
+
+/* The three operand buffers, filled: A holds every first operand (x, h, dy, dz: [T, max(N1,
+ * D)]); B every second one (the weights [N1, D], h [T, F], x [T, D]); C every product. */
+static cl_int make_buffers(clffn_context *ctx, const gemms_args *a, cl_mem bufs[3]) {
+    const size_t T = a->T, D = a->D, F = a->F, N1 = a->gated ? 2 * F : F;
+    const cl_context cx = clffn_context_cl_context(ctx);
+    const cl_command_queue q = clffn_context_queue(ctx);
     const size_t na = T * (N1 > D ? N1 : D);
     size_t nw = N1 * D;
     if (T * F > nw) { nw = T * F; }
     if (T * D > nw) { nw = T * D; }
-    const size_t nc = na > nw ? na : nw;
+    const size_t n[3] = {na, nw, na > nw ? na : nw};
+    const float *fill[3] = {&VA, &VB, &VC};
     cl_int err = CL_SUCCESS;
-    cl_mem A = clCreateBuffer(cx, CL_MEM_READ_WRITE, na * 4, NULL, &err);
-    cl_mem B = err == CL_SUCCESS ? clCreateBuffer(cx, CL_MEM_READ_WRITE, nw * 4, NULL, &err) : NULL;
-    cl_mem C = err == CL_SUCCESS ? clCreateBuffer(cx, CL_MEM_READ_WRITE, nc * 4, NULL, &err) : NULL;
-    if (err == CL_SUCCESS) { err = clEnqueueFillBuffer(q, A, &VA, 4, 0, na * 4, 0, NULL, NULL); }
-    if (err == CL_SUCCESS) { err = clEnqueueFillBuffer(q, B, &VB, 4, 0, nw * 4, 0, NULL, NULL); }
-    if (err == CL_SUCCESS) { err = clEnqueueFillBuffer(q, C, &VC, 4, 0, nc * 4, 0, NULL, NULL); }
-    if (err == CL_SUCCESS) { err = clFinish(q); }
-    int rc = 0;
-    if (err != CL_SUCCESS) {
-        fprintf(stderr, "clffn-bench-gemms: buffers: %s\n", clffn_status_string(err));
-        rc = 1;
+    for (int i = 0; i < 3 && err == CL_SUCCESS; ++i) {
+        bufs[i] = clCreateBuffer(cx, CL_MEM_READ_WRITE, n[i] * 4, NULL, &err);
+        if (err == CL_SUCCESS) {
+            err = clEnqueueFillBuffer(q, bufs[i], fill[i], 4, 0, n[i] * 4, 0, NULL, NULL);
+        }
     }
+    return err == CL_SUCCESS ? clFinish(q) : err;
+}
+
+/* Each SGEMM of forward and backward, best of reps after one untimed call; printed. */
+static int run_products(clffn_context *ctx, const gemms_args *a, cl_mem A, cl_mem B, cl_mem C) {
+    const size_t T = a->T, D = a->D, F = a->F, N1 = a->gated ? 2 * F : F;
+    const cl_command_queue q = clffn_context_queue(ctx);
     const struct {
         const char *name;
         clffn_transpose ta, tb;
@@ -230,31 +271,50 @@ static int tool_main(int argc, char **argv) {
         {"backward dW1|dV = dz^T·x", CLFFN_TRANS, CLFFN_NO_TRANS, N1, D, T, N1, D, D},
         {"backward dx = dz·[W1|V]", CLFFN_NO_TRANS, CLFFN_NO_TRANS, T, D, N1, N1, D, D},
     };
-    if (rc == 0 && sweep) { rc = gemv_sweep(ctx, A, B, C, D, F, N1, reps, only); }
-    if (rc == 0 && !sweep) {
-        printf("%zu tokens, %zu -> %zu%s, K-block %zu, best of %zu after one untimed call\n", T, D,
-               F, gated ? " gated" : "", k_block, reps);
-    }
-    for (size_t i = 0; rc == 0 && !sweep && i < sizeof g / sizeof g[0]; ++i) {
+    printf("%zu tokens, %zu -> %zu%s, K-block %zu, best of %zu after one untimed call\n", T, D, F,
+           a->gated ? " gated" : "", clffn_context_gemm_k_block(ctx), a->reps);
+    for (size_t i = 0; i < sizeof g / sizeof g[0]; ++i) {
         double best = 1e30;
-        for (size_t r = 0; r <= reps; ++r) {
+        for (size_t r = 0; r <= a->reps; ++r) {
             const double t0 = tool_now_s();
-            err = clffn_sgemm(ctx, g[i].ta, g[i].tb, g[i].m, g[i].n, g[i].k, 1.0f, A, 0, g[i].lda,
-                              B, 0, g[i].ldb, 0.0f, C, 0, g[i].ldc, q, NULL);
+            cl_int err = clffn_sgemm(ctx, g[i].ta, g[i].tb, g[i].m, g[i].n, g[i].k, 1.0f, A, 0,
+                                     g[i].lda, B, 0, g[i].ldb, 0.0f, C, 0, g[i].ldc, q, NULL);
             if (err == CL_SUCCESS) { err = clFinish(q); }
             if (err != CL_SUCCESS) {
                 fprintf(stderr, "clffn-bench-gemms: %s: %s\n", g[i].name, clffn_status_string(err));
-                rc = 1;
-                break;
+                return 1;
             }
             const double t = tool_now_s() - t0;
             if (r > 0 && t < best) { best = t; }
         }
-        if (rc != 0) { break; }
         printf("%-26s %9.1f ms %7.1f GFLOP/s\n", g[i].name, best * 1e3,
                2.0 * (double)g[i].m * (double)g[i].n * (double)g[i].k / best * 1e-9);
     }
-    const cl_mem bufs[] = {A, B, C};
+    return 0;
+}
+
+static int tool_main(int argc, char **argv) {
+    gemms_args a;
+    int rc = parse_args(argc, argv, &a);
+    if (rc >= 0) { return rc; }
+    clffn_context *ctx = NULL;
+    const clffn_status st = clffn_context_create_for_device(a.device, &ctx);
+    if (st != CLFFN_SUCCESS) {
+        fprintf(stderr, "clffn-bench-gemms: %s\n", clffn_status_string(st));
+        return 1;
+    }
+    if (a.set_k_block) { clffn_context_set_gemm_k_block(ctx, a.k_block); } /* else the profile's */
+    cl_mem bufs[3] = {NULL, NULL, NULL};
+    const cl_int err = make_buffers(ctx, &a, bufs);
+    if (err != CL_SUCCESS) {
+        fprintf(stderr, "clffn-bench-gemms: buffers: %s\n", clffn_status_string(err));
+        rc = 1;
+    } else if (a.sweep) {
+        rc = gemv_sweep(ctx, bufs[0], bufs[1], bufs[2], a.D, a.F, a.gated ? 2 * a.F : a.F, a.reps,
+                        a.only);
+    } else {
+        rc = run_products(ctx, &a, bufs[0], bufs[1], bufs[2]);
+    }
     for (size_t i = 0; i < 3; ++i) {
         if (bufs[i]) { clReleaseMemObject(bufs[i]); }
     }

@@ -6,6 +6,7 @@
 #define CLFFN_HOOKS /* the CPU reference, for --check */
 #include "clffn.h"
 #include "common.h"
+#include "options.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -156,28 +157,31 @@ static int print_json(const clffn_device_info *ds, size_t n, const check_result 
     return 0;
 }
 
-static void usage(FILE *f) {
-    fprintf(f, "usage: clffn-devices [--json] [--check]\n"
-               "  --json    one JSON document instead of the table\n"
-               "  --check   run a small FFN on every device against the CPU reference\n");
-}
+enum { OPT_JSON = 256, OPT_CHECK };
+
+static const tool_option OPTIONS[] = {
+    {"json", OPT_JSON, TOOL_FLAG, NULL, "one JSON document instead of the table"},
+    {"check", OPT_CHECK, TOOL_FLAG, NULL,
+     "run a small FFN on every device against the CPU reference"},
+    {0},
+};
+
+static const tool_cli CLI = {
+    "clffn-devices",
+    "[--json] [--check]",
+    "Exit status: 0 success (with --check, every usable device passed), 1 no platform or a\n"
+    "device failed, 2 usage.\n",
+    OPTIONS,
+};
 
 static int tool_main(int argc, char **argv) {
     int json = 0, check = 0;
-    for (int i = 1; i < argc; ++i) {
-        if (!strcmp(argv[i], "--json")) {
-            json = 1;
-        } else if (!strcmp(argv[i], "--check")) {
-            check = 1;
-        } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            usage(stdout);
-            return 0;
-        } else {
-            fprintf(stderr, "clffn-devices: unknown argument '%s'\n", argv[i]);
-            usage(stderr);
-            return 2;
-        }
+    tool_parser p = tool_parser_start(&CLI, argc, argv);
+    for (int key; (key = tool_next(&p)) > 0;) {
+        json |= key == OPT_JSON;
+        check |= key == OPT_CHECK;
     }
+    if (p.status >= 0) { return p.status; }
     size_t n = 0;
     clffn_status st = clffn_devices_list(NULL, 0, &n);
     if (st == CLFFN_PLATFORM_NOT_FOUND) {

@@ -11,6 +11,7 @@
 #define CLFFN_HOOKS /* the CPU reference: the teacher's outputs */
 #include "clffn.h"
 #include "common.h"
+#include "options.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -37,150 +38,223 @@ static void step(float *w, const float *g, size_t n, float lr, adam *st, int use
     }
 }
 
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: clffn-train [--steps N] [--optimizer adam|sgd] [--lr LR] [--activation A]\n"
-            "                   [--gated] [--d-model D] [--d-ff F] [--batch T] [--device SPEC]\n");
+/* ------------------------------------------------------------------------------------------ */
+/* The command line */
+
+enum {
+    OPT_STEPS = 256,
+    OPT_OPTIMIZER,
+    OPT_LR,
+    OPT_ACTIVATION,
+    OPT_GATED,
+    OPT_D_MODEL,
+    OPT_D_FF,
+    OPT_BATCH,
+    OPT_DEVICE,
+};
+
+static const tool_option OPTIONS[] = {
+    {"steps", OPT_STEPS, TOOL_VALUE, "N", "optimizer steps (default 300)"},
+    {"optimizer", OPT_OPTIMIZER, TOOL_VALUE, "NAME", "adam (default) or sgd"},
+    {"lr", OPT_LR, TOOL_VALUE, "LR", "learning rate (default 3e-3 for Adam, 5e-2 for SGD)"},
+    {"activation", OPT_ACTIVATION, TOOL_VALUE, "A", "gelu (default), another, or a GLU name"},
+    {"gated", OPT_GATED, TOOL_FLAG, NULL, "the gated (GLU) FFN"},
+    {"d-model", OPT_D_MODEL, TOOL_VALUE, "D", "d_model (default 16)"},
+    {"d-ff", OPT_D_FF, TOOL_VALUE, "F", "d_ff (default 64)"},
+    {"batch", OPT_BATCH, TOOL_VALUE, "T", "token rows per step (default 64)"},
+    {"device", OPT_DEVICE, TOOL_VALUE, "SPEC", "\"platform:device\" or a name substring"},
+    {0},
+};
+
+static const tool_cli CLI = {
+    "clffn-train",
+    "[options]",
+    "Exit status: 0 when the final loss is below a tenth of the first, 1 otherwise or on a\n"
+    "device failure, 2 usage.\n",
+    OPTIONS,
+};
+
+typedef struct train_args {
+    int steps, use_adam, gated;
+    float lr; /* < 0: the optimizer's default */
+    size_t D, F, T;
+    clffn_activation act;
+    const char *device;
+} train_args;
+
+/* One option into a: 0, or -1 with the refusal printed. */
+static int take_option(int key, const char *name, const char *v, train_args *a) {
+    const size_t big = (size_t)1 << 24;
+    double x;
+    size_t n;
+    int g = 0, ok = 1;
+    switch (key) {
+    case OPT_STEPS:
+        if ((ok = tool_parse_size(v, 1, 100000000, &n) == 0)) { a->steps = (int)n; }
+        break;
+    case OPT_OPTIMIZER:
+        if ((ok = !strcmp(v, "adam") || !strcmp(v, "sgd"))) { a->use_adam = !strcmp(v, "adam"); }
+        break;
+    case OPT_LR:
+        if ((ok = tool_parse_double(v, 1e-30, 1e30, &x) == 0)) { a->lr = (float)x; }
+        break;
+    case OPT_ACTIVATION:
+        if (clffn_activation_parse(v, &a->act, &g) != CLFFN_SUCCESS) {
+            fprintf(stderr, "clffn-train: unknown activation '%s'\n", v);
+            return -1;
+        }
+        a->gated |= g;
+        break;
+    case OPT_GATED: a->gated = 1; break;
+    case OPT_D_MODEL: ok = tool_parse_size(v, 1, big, &a->D) == 0; break;
+    case OPT_D_FF: ok = tool_parse_size(v, 1, big, &a->F) == 0; break;
+    case OPT_BATCH: ok = tool_parse_size(v, 1, big, &a->T) == 0; break;
+    case OPT_DEVICE: a->device = v; break;
+    default: ok = 0;
+    }
+    if (!ok) { fprintf(stderr, "clffn-train: bad value for --%s: '%s'\n", name, v); }
+    return ok ? 0 : -1;
 }
 
-static int tool_main(int argc, char **argv) {
-    int steps = 300, use_adam = 1, gated = 0;
-    float lr = -1.0f;
-    size_t D = 16, F = 64, T = 64;
-    clffn_activation act = CLFFN_ACT_GELU;
-    const char *device = NULL;
-    for (int i = 1; i < argc; ++i) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        char *end = NULL;
-        if (!strcmp(a, "--steps") && v && (steps = (int)strtol(v, &end, 10)) > 0 && !*end) {
-            ++i;
-        } else if (!strcmp(a, "--optimizer") && v && (!strcmp(v, "adam") || !strcmp(v, "sgd"))) {
-            use_adam = !strcmp(v, "adam");
-            ++i;
-        } else if (!strcmp(a, "--lr") && v && (lr = strtof(v, &end)) > 0 && !*end) {
-            ++i;
-        } else if (!strcmp(a, "--activation") && v) {
-            int g = 0;
-            if (clffn_activation_parse(v, &act, &g) != CLFFN_SUCCESS) {
-                fprintf(stderr, "clffn-train: unknown activation '%s'\n", v);
-                return 2;
-            }
-            gated |= g;
-            ++i;
-        } else if (!strcmp(a, "--gated")) {
-            gated = 1;
-        } else if (!strcmp(a, "--d-model") && !tool_parse_size(v, 1, (size_t)1 << 24, &D)) {
-            ++i;
-        } else if (!strcmp(a, "--d-ff") && !tool_parse_size(v, 1, (size_t)1 << 24, &F)) {
-            ++i;
-        } else if (!strcmp(a, "--batch") && !tool_parse_size(v, 1, (size_t)1 << 24, &T)) {
-            ++i;
-        } else if (!strcmp(a, "--device") && v) {
-            device = v, ++i;
-        } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 0;
-        } else {
-            fprintf(stderr, "clffn-train: bad argument '%s'\n", a);
-            usage(stderr);
-            return 2;
-        }
+/* -1 to train, else the exit status (0 after --help, 2 after a refusal). */
+static int parse_args(int argc, char **argv, train_args *a) {
+    *a = (train_args){300, 1, 0, -1.0f, 16, 64, 64, CLFFN_ACT_GELU, NULL};
+    tool_parser p = tool_parser_start(&CLI, argc, argv);
+    for (int key; (key = tool_next(&p)) > 0;) {
+        if (take_option(key, p.name, p.value, a) != 0) { return tool_usage_error(&CLI); }
     }
-    if (lr < 0) { lr = use_adam ? 3e-3f : 5e-2f; }
+    if (a->lr < 0) { a->lr = a->use_adam ? 3e-3f : 5e-2f; }
+    return p.status;
+}
 
-    clffn_config c = clffn_config_default(D, F);
-    c.activation = act, c.gated = gated, c.residual = 1, c.dropout = 0.0f;
-    const size_t nw = 3 * D * F + 3 * F + D;
-    float *w = calloc(nw, sizeof *w), *g = calloc(nw, sizeof *g);
-    float *m = calloc(nw, sizeof *m), *vv = calloc(nw, sizeof *vv);
-    float *x = malloc(T * D * sizeof *x), *y = malloc(T * D * sizeof *y),
-          *dy = malloc(T * D * sizeof *dy);
-    float *tw = calloc(nw, sizeof *tw);
-    double *ty = malloc(T * D * sizeof *ty);
-    if (!w || !g || !m || !vv || !x || !y || !dy || !tw || !ty) {
-        fprintf(stderr, "clffn-train: out of memory\n");
-        return 1;
-    }
-    /* one block, tensors in a fixed order, so the optimizer runs over it in one sweep */
-    const clffn_weight_arrays wa = {
-        w, w + 3 * D * F, w + D * F, w + 3 * D * F + F, w + 2 * D * F, w + 3 * D * F + 2 * F};
-    const clffn_weight_arrays ga = {
-        g, g + 3 * D * F, g + D * F, g + 3 * D * F + F, g + 2 * D * F, g + 3 * D * F + 2 * F};
-    const clffn_host_weights hw = {wa.w1, wa.b1, gated ? wa.v : NULL, gated ? wa.bv : NULL,
-                                   wa.w2, wa.b2};
-    adam st = {m, vv, 0};
+/* ------------------------------------------------------------------------------------------ */
+/* Training */
 
-    clffn_context *ctx = NULL;
-    clffn_ffn *ffn = NULL;
-    clffn_status s = clffn_context_create_for_device(device, &ctx);
-    if (s == CLFFN_SUCCESS) { s = clffn_ffn_create(ctx, &c, &ffn); }
-    if (s == CLFFN_SUCCESS) {
-        s = clffn_init_weights_host(&c, CLFFN_INIT_TORCH_LINEAR, 1, CLFFN_LAYOUT_OUT_IN, &wa);
-    }
-    /* the teacher: the same shape, another seed, weights doubled so it is far from the student */
-    const clffn_weight_arrays ta = {
-        tw, tw + 3 * D * F, tw + D * F, tw + 3 * D * F + F, tw + 2 * D * F, tw + 3 * D * F + 2 * F};
-    if (s == CLFFN_SUCCESS) {
-        s = clffn_init_weights_host(&c, CLFFN_INIT_TORCH_LINEAR, 99, CLFFN_LAYOUT_OUT_IN, &ta);
-    }
-    for (size_t i = 0; i < nw; ++i) { tw[i] *= 2.0f; }
-    const clffn_host_weights th = {ta.w1, ta.b1, gated ? ta.v : NULL, gated ? ta.bv : NULL,
-                                   ta.w2, ta.b2};
-    if (s != CLFFN_SUCCESS) {
-        fprintf(stderr, "clffn-train: setting up: %s\n", clffn_status_string(s));
-        clffn_ffn_destroy(ffn);
-        clffn_context_destroy(ctx);
-        free(w), free(g), free(m), free(vv), free(x), free(y), free(dy), free(tw), free(ty);
-        return 1;
-    }
-    char name[256] = "?";
-    clffn_context_device_name(ctx, name, sizeof name);
-    printf("clffn-train: %s; FFN %zu -> %zu, %s%s, residual; batch %zu; %s, lr %g\n", name, D, F,
-           clffn_activation_name(act), gated ? " gated" : "", T, use_adam ? "Adam" : "SGD",
-           (double)lr);
-    printf("target: a teacher FFN of the same shape (other weights), x ~ U(-2, 2); loss: mean "
-           "squared error\n");
+/* The student's weights, gradients and Adam moments, each one block with the tensors in a fixed
+ * order (so the optimizer runs over it in one sweep), and the teacher's; x, y, dy and the
+ * teacher's output for one batch. */
+typedef struct model {
+    size_t nw;
+    float *w, *g, *m, *v, *tw, *x, *y, *dy;
+    double *ty;
+    clffn_weight_arrays wa, ga, ta;
+} model;
 
+static void model_free(model *s) {
+    free(s->w), free(s->g), free(s->m), free(s->v), free(s->tw), free(s->x), free(s->y),
+        free(s->dy), free(s->ty);
+}
+
+/* The tensors of a block of 3·D·F + 3·F + D floats: W1, V, W2, b1, bv, b2. */
+static clffn_weight_arrays arrays_in(float *b, size_t D, size_t F) {
+    const clffn_weight_arrays a = {
+        b, b + 3 * D * F, b + D * F, b + 3 * D * F + F, b + 2 * D * F, b + 3 * D * F + 2 * F};
+    return a;
+}
+
+/* Allocates the model and initialises the student (seed 1) and the teacher (seed 99, weights
+ * doubled so it is far from the student). */
+static clffn_status model_make(model *s, const clffn_config *c, size_t T) {
+    const size_t D = c->d_model, F = c->d_ff;
+    s->nw = 3 * D * F + 3 * F + D;
+    s->w = calloc(s->nw, sizeof *s->w), s->g = calloc(s->nw, sizeof *s->g);
+    s->m = calloc(s->nw, sizeof *s->m), s->v = calloc(s->nw, sizeof *s->v);
+    s->tw = calloc(s->nw, sizeof *s->tw);
+    s->x = malloc(T * D * sizeof *s->x), s->y = malloc(T * D * sizeof *s->y);
+    s->dy = malloc(T * D * sizeof *s->dy), s->ty = malloc(T * D * sizeof *s->ty);
+    if (!s->w || !s->g || !s->m || !s->v || !s->tw || !s->x || !s->y || !s->dy || !s->ty) {
+        return CLFFN_ERROR_OUT_OF_HOST_MEMORY;
+    }
+    s->wa = arrays_in(s->w, D, F), s->ga = arrays_in(s->g, D, F), s->ta = arrays_in(s->tw, D, F);
+    clffn_status st =
+        clffn_init_weights_host(c, CLFFN_INIT_TORCH_LINEAR, 1, CLFFN_LAYOUT_OUT_IN, &s->wa);
+    if (st == CLFFN_SUCCESS) {
+        st = clffn_init_weights_host(c, CLFFN_INIT_TORCH_LINEAR, 99, CLFFN_LAYOUT_OUT_IN, &s->ta);
+    }
+    for (size_t i = 0; i < s->nw; ++i) { s->tw[i] *= 2.0f; }
+    return st;
+}
+
+static clffn_host_weights host_weights(const clffn_weight_arrays *a, int gated) {
+    const clffn_host_weights h = {a->w1, a->b1, gated ? a->v : NULL, gated ? a->bv : NULL,
+                                  a->w2, a->b2};
+    return h;
+}
+
+/* The steps: a fresh batch x ~ U(-2, 2), the teacher's output, the student's forward on the
+ * device, the mean squared error and its gradient, the backward, the optimizer. */
+static clffn_status train(const train_args *a, const clffn_config *c, clffn_ffn *ffn, model *s,
+                          double *first, double *last) {
+    const size_t T = a->T, D = c->d_model;
+    const clffn_host_weights hw = host_weights(&s->wa, c->gated),
+                             th = host_weights(&s->ta, c->gated);
+    adam st = {s->m, s->v, 0};
     uint64_t rng = 12345;
-    double first = -1.0, last = 0.0;
-    for (int it = 1; it <= steps; ++it) {
-        for (size_t i = 0; i < T * D; ++i) { /* a fresh batch each step */
+    clffn_status e = CLFFN_SUCCESS;
+    *first = -1.0;
+    for (int it = 1; it <= a->steps && e == CLFFN_SUCCESS; ++it) {
+        for (size_t i = 0; i < T * D; ++i) {
             rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-            x[i] = (float)((double)(rng >> 40) / 16777216.0 * 4.0 - 2.0);
+            s->x[i] = (float)((double)(rng >> 40) / 16777216.0 * 4.0 - 2.0);
         }
-        if ((s = clffn_reference_forward(&c, CLFFN_LAYOUT_OUT_IN, &th, T, x, 0, 0, 0, ty, NULL)) !=
-                CLFFN_SUCCESS ||
-            (s = clffn_ffn_upload_weights(ffn, CLFFN_LAYOUT_OUT_IN, &hw)) != CLFFN_SUCCESS ||
-            (s = clffn_forward_host(ffn, T, x, T * D, y, T * D)) != CLFFN_SUCCESS) {
+        if ((e = clffn_reference_forward(c, CLFFN_LAYOUT_OUT_IN, &th, T, s->x, 0, 0, 0, s->ty,
+                                         NULL)) != CLFFN_SUCCESS ||
+            (e = clffn_ffn_upload_weights(ffn, CLFFN_LAYOUT_OUT_IN, &hw)) != CLFFN_SUCCESS ||
+            (e = clffn_forward_host(ffn, T, s->x, T * D, s->y, T * D)) != CLFFN_SUCCESS) {
             break;
         }
         double loss = 0.0;
         const double scale = 2.0 / (double)(T * D);
         for (size_t i = 0; i < T * D; ++i) {
-            const double e = (double)y[i] - ty[i];
-            loss += e * e;
-            dy[i] = (float)(scale * e);
+            const double d = (double)s->y[i] - s->ty[i];
+            loss += d * d;
+            s->dy[i] = (float)(scale * d);
         }
         loss /= (double)(T * D);
-        if (first < 0) { first = loss; }
-        last = loss;
-        if (it == 1 || it % (steps / 10 > 0 ? steps / 10 : 1) == 0 || it == steps) {
+        if (*first < 0) { *first = loss; }
+        *last = loss;
+        if (it == 1 || it % (a->steps / 10 > 0 ? a->steps / 10 : 1) == 0 || it == a->steps) {
             printf("step %5d  loss %.6f\n", it, loss);
         }
-        if ((s = clffn_backward_host(ffn, T, x, T * D, dy, T * D, NULL, 0, &ga, 0)) !=
-            CLFFN_SUCCESS) {
-            break;
-        }
+        e = clffn_backward_host(ffn, T, s->x, T * D, s->dy, T * D, NULL, 0, &s->ga, 0);
         st.t = it;
-        step(w, g, nw, lr, &st, use_adam);
+        if (e == CLFFN_SUCCESS) { step(s->w, s->g, s->nw, a->lr, &st, a->use_adam); }
+    }
+    return e;
+}
+
+static int tool_main(int argc, char **argv) {
+    train_args a;
+    const int rc = parse_args(argc, argv, &a);
+    if (rc >= 0) { return rc; }
+    clffn_config c = clffn_config_default(a.D, a.F);
+    c.activation = a.act, c.gated = a.gated, c.residual = 1, c.dropout = 0.0f;
+    model s;
+    memset(&s, 0, sizeof s);
+    clffn_context *ctx = NULL;
+    clffn_ffn *ffn = NULL;
+    clffn_status e = clffn_context_create_for_device(a.device, &ctx);
+    if (e == CLFFN_SUCCESS) { e = clffn_ffn_create(ctx, &c, &ffn); }
+    if (e == CLFFN_SUCCESS) { e = model_make(&s, &c, a.T); }
+    double first = -1.0, last = 0.0;
+    if (e != CLFFN_SUCCESS) {
+        fprintf(stderr, "clffn-train: setting up: %s\n", clffn_status_string(e));
+    } else {
+        char name[256] = "?";
+        clffn_context_device_name(ctx, name, sizeof name);
+        printf("clffn-train: %s; FFN %zu -> %zu, %s%s, residual; batch %zu; %s, lr %g\n", name, a.D,
+               a.F, clffn_activation_name(a.act), a.gated ? " gated" : "", a.T,
+               a.use_adam ? "Adam" : "SGD", (double)a.lr);
+        printf("target: a teacher FFN of the same shape (other weights), x ~ U(-2, 2); loss: "
+               "mean squared error\n");
+        if ((e = train(&a, &c, ffn, &s, &first, &last)) != CLFFN_SUCCESS) {
+            fprintf(stderr, "clffn-train: %s\n", clffn_status_string(e));
+        }
     }
     clffn_ffn_destroy(ffn);
     clffn_context_destroy(ctx);
-    free(w), free(g), free(m), free(vv), free(x), free(y), free(dy), free(tw), free(ty);
-    if (s != CLFFN_SUCCESS) {
-        fprintf(stderr, "clffn-train: %s\n", clffn_status_string(s));
-        return 1;
-    }
+    model_free(&s);
+    if (e != CLFFN_SUCCESS) { return 1; }
     printf("loss %.6f -> %.6f (%.1fx lower)\n", first, last, first / last);
     return last < 0.1 * first ? 0 : 1;
 }

@@ -4,10 +4,16 @@
 #include "clffn.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
+
+extern char **environ;
 
 double tool_now_s(void) {
     struct timespec ts;
@@ -67,4 +73,30 @@ int tool_exit(const char *tool, int status) {
     if (st == CLFFN_SUCCESS) { return status; }
     fprintf(stderr, "%s: releasing clffn at exit: %s\n", tool, clffn_status_string(st));
     return status ? status : 1;
+}
+
+int tool_spawn_self(char *const argv[], char *const envp[], int quiet, char *line, size_t size) {
+    int out[2];
+    if (pipe(out) != 0) { return -1; }
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+    posix_spawn_file_actions_addclose(&fa, out[0]);
+    if (quiet) { posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0); }
+    pid_t pid;
+    const int rc = posix_spawn(&pid, "/proc/self/exe", &fa, NULL, argv, envp ? envp : environ);
+    posix_spawn_file_actions_destroy(&fa);
+    close(out[1]);
+    size_t got = 0;
+    ssize_t r;
+    while (rc == 0 && got + 1 < size &&
+           ((r = read(out[0], line + got, size - 1 - got)) > 0 || (r < 0 && errno == EINTR))) {
+        if (r > 0) { got += (size_t)r; }
+    }
+    line[got] = '\0';
+    close(out[0]);
+    int status = 0;
+    if (rc != 0) { return -1; }
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
 }

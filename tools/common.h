@@ -34,4 +34,9 @@ int tool_parse_double(const char *s, double min, double max, double *out);
  * context of the tool's was never destroyed: printed, and the status becomes 1 if it was 0. */
 int tool_exit(const char *tool, int status);
 
+/* Runs this program again (/proc/self/exe, no shell) with argv and envp (NULL: this process's
+ * environment), its stderr to /dev/null when quiet, and reads its output into line (size bytes,
+ * NUL-terminated, the rest dropped). 0 when it exited 0, else -1. */
+int tool_spawn_self(char *const argv[], char *const envp[], int quiet, char *line, size_t size);
+
 #endif

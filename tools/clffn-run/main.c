@@ -1,0 +1,243 @@
+/* clffn-run: runs a position-wise FFN with clffn.
+ *
+ *   clffn-run                       the demo (demo.c), checked against the CPU reference
+ *   clffn-run --weights W.safetensors --input X.npy --output Y.npy [options]
+ *                                   the FFN held in a checkpoint (checkpoint.c), on an input of
+ *                                   any rank [..., d_model]; the output keeps the leading shape
+ *   mpirun -np N clffn-run --tensor-parallel --weights … --input … --output …
+ *                                   the same, the layer split over N ranks (tp.c)
+ *
+ * Exit status: 0 success, 1 device or runtime failure (or --verify beyond tolerance), 2 usage
+ * error or bad input file. Every failure prints one line naming the file and what is wrong. */
+#include "run.h"
+#include "common.h"
+#include "options.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#ifdef CLFFN_HAVE_MPI
+#include <mpi.h>
+#endif
+
+static int captured;
+static char captured_msg[512];
+
+void run_report(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    if (captured) {
+        if (!captured_msg[0]) { vsnprintf(captured_msg, sizeof captured_msg, fmt, ap); }
+    } else {
+        fputs("clffn-run: ", stderr);
+        vfprintf(stderr, fmt, ap);
+        fputc('\n', stderr);
+    }
+    va_end(ap);
+}
+
+void run_capture_reports(void) { captured = 1; }
+const char *run_captured_report(void) { return captured_msg; }
+
+int run_fail(const char *what, clffn_status st) {
+    run_report("%s: %s", what, clffn_status_string(st));
+    return EXIT_RUNTIME;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* The command line */
+
+enum {
+    OPT_WEIGHTS = 256,
+    OPT_INPUT,
+    OPT_OUTPUT,
+    OPT_PRESET,
+    OPT_LAYER,
+    OPT_ACTIVATION,
+    OPT_GATED,
+    OPT_DROPOUT,
+    OPT_TRAIN,
+    OPT_SEED,
+    OPT_RESIDUAL,
+    OPT_DEVICE,
+    OPT_VERIFY,
+    OPT_GRAD_OUTPUT,
+    OPT_GRADS_OUT,
+    OPT_TENSOR_PARALLEL,
+    OPT_VERBOSE,
+    OPT_WEIGHTS_DTYPE,
+};
+
+static const tool_option OPTIONS[] = {
+    {"weights", OPT_WEIGHTS, TOOL_VALUE, "W.safetensors",
+     "the checkpoint: safetensors, or GGUF (llama.cpp's files,\nfound by their magic)"},
+    {"weights-dtype", OPT_WEIGHTS_DTYPE, TOOL_VALUE, "TYPE",
+     "keep the weights on the device as stored (default: F16, BF16,\nQ8_0, Q4_0 as they are, "
+     "others f32), or as f32, f16, bf16,\nq8_0 or q4_0 (converted on the host, GGUF's "
+     "rounding)"},
+    {"input", OPT_INPUT, TOOL_VALUE, "X.npy", "the input, [..., d_model]"},
+    {"output", OPT_OUTPUT, TOOL_VALUE, "Y.npy", "where the output goes (same shape)"},
+    {"preset", OPT_PRESET, TOOL_VALUE, "NAME",
+     "tensor names and defaults: annotated (default), labml, gpt2,\nbert, llama"},
+    {"layer", OPT_LAYER, TOOL_VALUE, "L", "layer index for gpt2, bert and llama (default 0)"},
+    {"activation", OPT_ACTIVATION, TOOL_VALUE, "NAME",
+     "relu, gelu, gelu_tanh, silu, sigmoid, identity, or a GLU name\n(glu, reglu, geglu, "
+     "swiglu, bilinear), overriding the preset"},
+    {"gated", OPT_GATED, TOOL_FLAG, NULL, "use the gate (needs the preset's V tensor)"},
+    {"dropout", OPT_DROPOUT, TOOL_VALUE, "P",
+     "dropout probability on the hidden layer (default 0)"},
+    {"train", OPT_TRAIN, TOOL_FLAG, NULL, "training mode: apply dropout"},
+    {"seed", OPT_SEED, TOOL_VALUE, "S", "dropout seed (default 0)"},
+    {"residual", OPT_RESIDUAL, TOOL_FLAG, NULL, "y = FFN(x) + x"},
+    {"device", OPT_DEVICE, TOOL_VALUE, "SPEC",
+     "\"platform:device\" or a name substring (default: CLFFN_DEVICE,\nelse the first GPU, else "
+     "the first device)"},
+    {"verify", OPT_VERIFY, TOOL_FLAG, NULL, "compare with the CPU reference and print the error"},
+    {"grad-output", OPT_GRAD_OUTPUT, TOOL_VALUE, "DY.npy",
+     "backward pass for dL/dy = DY (the output's shape), with --grads-out"},
+    {"grads-out", OPT_GRADS_OUT, TOOL_VALUE, "G.safetensors",
+     "the gradient of every weight tensor under its own name, and\n'input' for dL/dx"},
+    {"tensor-parallel", OPT_TENSOR_PARALLEL, TOOL_FLAG, NULL,
+     "under mpirun: split the layer's hidden units over the ranks,\neach reading only its "
+     "slice; rank 0 writes the output (and\ngradients)"},
+    {"verbose", OPT_VERBOSE, TOOL_FLAG, NULL,
+     "the weights' bytes on the device and their type; with\n--tensor-parallel each rank's "
+     "device, slice and memory"},
+    {0},
+};
+
+static const tool_cli CLI = {
+    "clffn-run",
+    "[--device SPEC]        the demo FFN, checked against the CPU reference\n"
+    "--weights W.safetensors --input X.npy --output Y.npy [options]",
+    "safetensors weights may be F32, F16, BF16 or F64; GGUF's F32, F16, BF16, Q8_0 or Q4_0 (a\n"
+    "GGUF layer is blk.L.ffn_gate/up/down: SwiGLU, or up and down alone: a plain FFN);\n"
+    "inputs '<f4', '<f8' or '<f2'.\n"
+    "Exit status: 0 success, 1 device or runtime failure, 2 usage error or bad input file.\n",
+    OPTIONS,
+};
+
+/* A refused value: its line ("clffn-run: " and fmt with the value), then -1. */
+static int refuse(const char *fmt, const char *val) __attribute__((format(printf, 1, 0)));
+static int refuse(const char *fmt, const char *val) {
+    fputs("clffn-run: ", stderr);
+    fprintf(stderr, fmt, val);
+    fputc('\n', stderr);
+    return -1;
+}
+
+/* One option's value into o: 0, or -1 with the refusal printed. */
+static int take_option(int key, const char *val, options *o) {
+    uint64_t v;
+    double p;
+    switch (key) {
+    case OPT_WEIGHTS: o->weights = val; break;
+    case OPT_INPUT: o->input = val; break;
+    case OPT_OUTPUT: o->output = val; break;
+    case OPT_DEVICE: o->device = val; break;
+    case OPT_GRAD_OUTPUT: o->grad_output = val; break;
+    case OPT_GRADS_OUT: o->grads_out = val; break;
+    case OPT_GATED: o->gated_flag = 1; break;
+    case OPT_TRAIN: o->train = 1; break;
+    case OPT_RESIDUAL: o->residual = 1; break;
+    case OPT_VERIFY: o->verify = 1; break;
+    case OPT_TENSOR_PARALLEL: o->tensor_parallel = 1; break;
+    case OPT_VERBOSE: o->verbose = 1; break;
+    case OPT_PRESET:
+        if (!(o->preset = run_preset_named(val))) {
+            fprintf(stderr, "clffn-run: unknown preset '%s' (%s)\n", val, run_preset_names());
+            return -1;
+        }
+        o->preset_given = 1;
+        break;
+    case OPT_WEIGHTS_DTYPE:
+        o->dtype_stored = !strcmp(val, "stored");
+        if (!o->dtype_stored && clffn_dtype_parse(val, &o->dtype) != CLFFN_SUCCESS) {
+            return refuse("--weights-dtype takes stored, f32, f16, bf16, q8_0 or q4_0, not '%s'",
+                          val);
+        }
+        break;
+    case OPT_LAYER:
+        if (tool_parse_u64(val, 0, 1000000, &v) != 0) {
+            return refuse("--layer needs a non-negative integer, not '%s'", val);
+        }
+        o->layer = (int)v;
+        break;
+    case OPT_ACTIVATION:
+        if (clffn_activation_parse(val, &o->act, &o->act_gated) != CLFFN_SUCCESS) {
+            return refuse("unknown activation '%s'", val);
+        }
+        o->have_act = 1;
+        break;
+    case OPT_DROPOUT:
+        if (tool_parse_double(val, 0.0, 1.0, &p) != 0) {
+            return refuse("--dropout needs a probability in [0, 1], not '%s'", val);
+        }
+        o->dropout = (float)p;
+        break;
+    case OPT_SEED:
+        if (tool_parse_u64(val, 0, UINT64_MAX, &o->seed) != 0) {
+            return refuse("--seed needs a non-negative integer, not '%s'", val);
+        }
+        break;
+    default: return -1;
+    }
+    return 0;
+}
+
+/* The options that go together, or only with a checkpoint: 0, or -1 with the refusal printed. */
+static int check_options(const options *o) {
+    const int ckpt_only = o->have_act || o->gated_flag || o->dropout > 0.0f || o->train ||
+                          o->seed || o->residual || o->verify || o->layer || o->grad_output ||
+                          o->grads_out || o->preset != run_preset_default() || o->tensor_parallel ||
+                          o->verbose;
+    const char *why = NULL;
+    if (!o->weights && ckpt_only) {
+        why = "these options apply to --weights runs (the demo takes only --device)";
+    } else if (!o->grad_output != !o->grads_out) {
+        why = "--grad-output and --grads-out go together";
+    } else if ((o->weights || o->input || o->output) && !(o->weights && o->input && o->output)) {
+        why = "--weights, --input and --output go together";
+    } else if (o->tensor_parallel && o->verify) {
+        why = "--verify needs the whole layer; run it without --tensor-parallel";
+    }
+    if (why) { fprintf(stderr, "clffn-run: %s\n", why); }
+    return why ? -1 : 0;
+}
+
+/* The options into o: -1 to run, else the exit status (0 after --help, 2 after a refusal). */
+static int parse_args(int argc, char **argv, options *o) {
+    memset(o, 0, sizeof *o);
+    o->preset = run_preset_default();
+    o->dtype_stored = 1;
+    tool_parser p = tool_parser_start(&CLI, argc, argv);
+    for (int key; (key = tool_next(&p)) > 0;) {
+        if (take_option(key, p.value, o) != 0) { return tool_usage_error(&CLI); }
+    }
+    if (p.status >= 0) { return p.status; }
+    return check_options(o) == 0 ? -1 : tool_usage_error(&CLI);
+}
+
+static int tool_main(int argc, char **argv) {
+    options o;
+    const int rc = parse_args(argc, argv, &o);
+    if (rc >= 0) { return rc; }
+    if (!o.weights) { return run_demo(o.device); }
+    if (!o.tensor_parallel) { return run_checkpoint(&o); }
+#ifdef CLFFN_HAVE_MPI
+    if (MPI_Init(&argc, &argv) != MPI_SUCCESS) {
+        fprintf(stderr, "clffn-run: MPI_Init failed\n");
+        return EXIT_RUNTIME;
+    }
+    const int tp = run_tensor_parallel(&o);
+    MPI_Finalize();
+    return tp;
+#else
+    fprintf(stderr, "clffn-run: --tensor-parallel needs MPI, and this clffn-run was built "
+                    "without it (install libopenmpi-dev and rebuild)\n");
+    return EXIT_USAGE;
+#endif
+}
+
+int main(int argc, char **argv) { return tool_exit("clffn-run", tool_main(argc, argv)); }
