@@ -58,6 +58,35 @@ void test_weights_free(test_weights *w) {
     memset(w, 0, sizeof *w);
 }
 
+/* a's n values in type t, and back */
+static void *stored(clffn_dtype t, const float *a, size_t n, float **back) {
+    size_t bytes;
+    ASSERT_OK(clffn_dtype_bytes(t, n, &bytes));
+    void *s = malloc(bytes);
+    *back = malloc(n * sizeof **back);
+    cr_assert(s && *back);
+    ASSERT_OK(clffn_convert_weights(t, a, n, s, bytes));
+    ASSERT_OK(clffn_convert_to_f32(t, s, bytes, n, *back, n));
+    return s;
+}
+
+void typed_make(typed_set *s, const clffn_config *c, const test_weights *w, clffn_dtype t,
+                clffn_layout layout) {
+    const size_t n = c->d_model * c->d_ff;
+    s->dtype = t, s->layout = layout;
+    s->w1 = stored(t, w->w1, n, &s->r1);
+    s->v = stored(t, w->v, n, &s->rv);
+    s->w2 = stored(t, w->w2, n, &s->r2);
+    s->typed = (clffn_typed_weights){
+        t, s->w1, c->gated ? s->v : NULL, s->w2, w->host.b1, w->host.bv, w->host.b2};
+    s->ref = (clffn_host_weights){s->r1,      w->host.b1, c->gated ? s->rv : NULL,
+                                  w->host.bv, s->r2,      w->host.b2};
+}
+
+void typed_free(typed_set *s) {
+    free(s->w1), free(s->v), free(s->w2), free(s->r1), free(s->rv), free(s->r2);
+}
+
 clffn_context *test_context(void) {
     clffn_context *ctx = NULL;
     ASSERT_OK(clffn_context_create_default(&ctx));

@@ -31,6 +31,20 @@ typedef struct test_weights {
 void test_weights_make(test_weights *w, const clffn_config *c, clffn_layout layout, uint64_t seed);
 void test_weights_free(test_weights *w);
 
+/* A weight set's matrices in a stored type: the bytes (typed, to upload) and their exact f32
+ * values (ref, for the reference), biases shared with the f32 set they came from. */
+typedef struct typed_set {
+    clffn_dtype dtype;
+    clffn_layout layout;
+    void *w1, *v, *w2;
+    float *r1, *rv, *r2; /* dequantized */
+    clffn_typed_weights typed;
+    clffn_host_weights ref;
+} typed_set;
+void typed_make(typed_set *s, const clffn_config *c, const test_weights *w, clffn_dtype t,
+                clffn_layout layout);
+void typed_free(typed_set *s);
+
 clffn_context *test_context(void);
 
 /* The two sides of the small-batch crossover (clffn_context_set_gemv_max_tokens): every product

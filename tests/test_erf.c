@@ -82,8 +82,9 @@ static sweep run_sweep(clffn_context *ctx, uint32_t stride, uint64_t count, unsi
     for (uint64_t done = 0; done < count; done += chunk) {
         const size_t n = (size_t)(count - done < chunk ? count - done : chunk);
         const uint32_t first = (uint32_t)(done * stride);
-        ASSERT_OK(clffn__device_erf(ctx, first, stride, n, form, pos));
-        ASSERT_OK(clffn__device_erf(ctx, first | 0x80000000u, stride, n, form, neg));
+        ASSERT_OK(clffn__device_erf(&ctx->programs, ctx->queue, first, stride, n, form, pos));
+        ASSERT_OK(clffn__device_erf(&ctx->programs, ctx->queue, first | 0x80000000u, stride, n,
+                                    form, neg));
         check_chunk(&s, first, stride, n, pos, form);
         check_chunk(&s, first | 0x80000000u, stride, n, neg, form);
         for (size_t i = 0; i < n; ++i) {
@@ -125,7 +126,7 @@ static void sweep_edges(clffn_context *ctx, unsigned form) {
         const size_t n = 1 << 16;
         float y[1 << 16];
         const uint32_t first = to_bits(edges[k]) - (uint32_t)(n / 2);
-        ASSERT_OK(clffn__device_erf(ctx, first, 1, n, form, y));
+        ASSERT_OK(clffn__device_erf(&ctx->programs, ctx->queue, first, 1, n, form, y));
         sweep s = {0};
         check_chunk(&s, first, 1, n, y, form);
         char what[64];
@@ -139,11 +140,12 @@ Test(erf, region_edges_and_known_values) {
     for (unsigned form = 0; form <= CLFFN_ERF_PROBE_VEC; ++form) { sweep_edges(ctx, form); }
     /* values fixed by the formula's regions: erf of 4 and beyond is 1 exactly, erf(0) = 0 */
     float y[4];
-    ASSERT_OK(clffn__device_erf(ctx, to_bits(4.0f), 0, 4, CLFFN_ERF_PROBE_VEC, y));
+    ASSERT_OK(
+        clffn__device_erf(&ctx->programs, ctx->queue, to_bits(4.0f), 0, 4, CLFFN_ERF_PROBE_VEC, y));
     cr_assert(y[0] == 1.0f && y[3] == 1.0f, "erf(4) = %a", (double)y[0]);
-    ASSERT_OK(clffn__device_erf(ctx, to_bits(3.4e38f), 0, 1, 0, y));
+    ASSERT_OK(clffn__device_erf(&ctx->programs, ctx->queue, to_bits(3.4e38f), 0, 1, 0, y));
     cr_assert(y[0] == 1.0f, "erf(3.4e38) = %a", (double)y[0]);
-    ASSERT_OK(clffn__device_erf(ctx, 0, 0, 1, 0, y));
+    ASSERT_OK(clffn__device_erf(&ctx->programs, ctx->queue, 0, 0, 1, 0, y));
     cr_assert(to_bits(y[0]) == 0, "erf(0) = %a", (double)y[0]);
     clffn_context_destroy(ctx);
 }
@@ -168,10 +170,13 @@ Test(erf, bound_holds_with_a_division_2_ulp_off, .timeout = 240) {
 Test(erf, bad_arguments) {
     clffn_context *ctx = test_context();
     float y[1] = {42.0f};
-    cr_assert_eq(clffn__device_erf(NULL, 0, 1, 1, 0, y), CLFFN_ERROR_NULL_ARGUMENT);
-    cr_assert_eq(clffn__device_erf(ctx, 0, 1, 1, 0, NULL), CLFFN_ERROR_NULL_ARGUMENT);
-    cr_assert_eq(clffn__device_erf(ctx, 0, 1, 0, 0, y), CLFFN_ERROR_INVALID_ARGUMENT);
-    cr_assert_eq(clffn__device_erf(ctx, 0, 1, 1, 4, y), CLFFN_ERROR_INVALID_ARGUMENT);
+    cr_assert_eq(clffn__device_erf(NULL, NULL, 0, 1, 1, 0, y), CLFFN_ERROR_NULL_ARGUMENT);
+    cr_assert_eq(clffn__device_erf(&ctx->programs, ctx->queue, 0, 1, 1, 0, NULL),
+                 CLFFN_ERROR_NULL_ARGUMENT);
+    cr_assert_eq(clffn__device_erf(&ctx->programs, ctx->queue, 0, 1, 0, 0, y),
+                 CLFFN_ERROR_INVALID_ARGUMENT);
+    cr_assert_eq(clffn__device_erf(&ctx->programs, ctx->queue, 0, 1, 1, 4, y),
+                 CLFFN_ERROR_INVALID_ARGUMENT);
     cr_assert(y[0] == 42.0f);
     clffn_context_destroy(ctx);
 }

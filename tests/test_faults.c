@@ -9,6 +9,7 @@
 #include "clffn.h"
 #include "clffn_io.h"
 #include "fault.h"
+#include "gguf_writer.h"
 #include "internal.h"
 
 #include <clblast_c.h>
@@ -45,16 +46,18 @@ typedef struct fx {
     float w[6][D * F]; /* w1, b1, v, bv, w2, b2: room for the largest */
     float x[T * D], dy[T * D], y[T * D], dx[T * D], h[T * F];
     float g[6][D * F];
+    uint16_t h16[3][D * F]; /* w1, v, w2 in f16 */
     double ry[T * D], rh[T * F], rdx[T * D], rg[6][D * F];
     clffn_device_info devs[8];
     size_t ndev;
     char name[64];
     char err[CLFFN_IO_ERR];
     char dir[64]; /* a temporary folder for the loaders and the tuning profile */
-    uint8_t *st_bytes, *npy_bytes;
-    size_t st_len, npy_len;
+    uint8_t *st_bytes, *npy_bytes, *gguf_bytes;
+    size_t st_len, npy_len, gguf_len;
     clffn_st_file st;
     clffn_npy npy;
+    clffn_gguf_file gg;
     const char *tuning_before; /* the tuning the context reports with no fault */
 } fx;
 
@@ -105,6 +108,7 @@ static void outputs_reset(fx *f) {
     memset(f->name, 'Q', sizeof f->name);
     memset(&f->st, 0x5A, sizeof f->st);
     memset(&f->npy, 0x5A, sizeof f->npy);
+    memset(&f->gg, 0x5A, sizeof f->gg);
 }
 
 static void outputs_untouched(const fx *f, const char *what) {
@@ -140,6 +144,10 @@ static void outputs_untouched(const fx *f, const char *what) {
         cr_assert(((const unsigned char *)&f->npy)[i] == 0x5A, "%s: the array struct was written",
                   what);
     }
+    for (size_t i = 0; i < sizeof f->gg; ++i) {
+        cr_assert(((const unsigned char *)&f->gg)[i] == 0x5A, "%s: the GGUF struct was written",
+                  what);
+    }
 }
 
 /* One operation: prepare (unarmed) builds what it needs, run is the armed call, finish
@@ -166,6 +174,20 @@ static void prep_forwarded(fx *f) {
     cr_assert_eq(clffn_forward_host(f->ffn, T, f->x, T * D, y, T * D), 0);
 }
 static void prep_none(fx *f) { (void)f; }
+static clffn_typed_weights typed_f16(fx *f) {
+    const clffn_typed_weights tw = {CLFFN_DTYPE_F16, f->h16[0], f->h16[1], f->h16[2],
+                                    f->w[1],         f->w[3],   f->w[5]};
+    return tw;
+}
+/* an FFN whose weights are f16 (clffn's kernels for T tokens), forwarded once */
+static void prep_typed(fx *f) {
+    prep_ctx(f);
+    cr_assert_eq(clffn_ffn_create(f->ctx, &f->cfg, &f->ffn), 0);
+    const clffn_typed_weights tw = typed_f16(f);
+    cr_assert_eq(clffn_ffn_upload_weights_typed(f->ffn, CLFFN_LAYOUT_OUT_IN, &tw), 0);
+    float y[T * D];
+    cr_assert_eq(clffn_forward_host(f->ffn, T, f->x, T * D, y, T * D), 0);
+}
 
 static void fin_all(fx *f) {
     if (f->out_ffn != (clffn_ffn *)&S) { clffn_ffn_destroy(f->out_ffn); }
@@ -187,6 +209,10 @@ static int still_sentinel(const void *p, size_t n) {
 static void fin_st(fx *f) {
     if (!still_sentinel(&f->st, sizeof f->st)) { clffn_st_close(&f->st); }
     memset(&f->st, 0x5A, sizeof f->st);
+}
+static void fin_gguf(fx *f) {
+    if (!still_sentinel(&f->gg, sizeof f->gg)) { clffn_gguf_close(&f->gg); }
+    memset(&f->gg, 0x5A, sizeof f->gg);
 }
 static void fin_npy(fx *f) {
     if (!still_sentinel(&f->npy, sizeof f->npy)) { clffn_npy_free(&f->npy); }
@@ -262,6 +288,22 @@ static int run_st_write(fx *f) {
     const clffn_st_out t[2] = {{"w_1.weight", 2, s1, f->w[0]}, {"w_1.bias", 1, s2, f->w[1]}};
     return written_or_absent(f, path, clffn_st_write(path, t, 2, f->err));
 }
+static int run_gguf_parse(fx *f) {
+    return io_status(f, clffn_gguf_parse(f->gguf_bytes, f->gguf_len, &f->gg, f->err));
+}
+static int run_gguf_open(fx *f) {
+    char path[128];
+    snprintf(path, sizeof path, "%s/w.gguf", f->dir);
+    return io_status(f, clffn_gguf_open(path, &f->gg, f->err));
+}
+static int run_upload_typed(fx *f) {
+    const clffn_typed_weights tw = typed_f16(f);
+    return clffn_ffn_upload_weights_typed(f->ffn, CLFFN_LAYOUT_OUT_IN, &tw);
+}
+static int run_backward_typed(fx *f) { /* the biases' gradients: the matrices are f16 */
+    const clffn_weight_arrays g = {NULL, f->g[1], NULL, f->g[3], NULL, f->g[5]};
+    return clffn_backward_host(f->ffn, T, f->x, T * D, f->dy, T * D, f->dx, T * D, &g, 0);
+}
 static int run_npy_parse(fx *f) {
     return io_status(f, clffn_npy_parse(f->npy_bytes, f->npy_len, &f->npy, f->err));
 }
@@ -299,6 +341,11 @@ static const op ops[] = {
     {"clffn_npy_parse", prep_none, run_npy_parse, fin_npy, 1},
     {"clffn_npy_load", prep_none, run_npy_load, fin_npy, 1},
     {"clffn_npy_save", prep_none, run_npy_save, fin_npy, 1},
+    {"clffn_gguf_parse", prep_none, run_gguf_parse, fin_gguf, 1},
+    {"clffn_gguf_open", prep_none, run_gguf_open, fin_gguf, 1},
+    {"clffn_ffn_upload_weights_typed f16", prep_typed, run_upload_typed, fin_all, 0},
+    {"clffn_forward_host f16", prep_typed, run_forward, fin_all, 0},
+    {"clffn_backward_host f16", prep_typed, run_backward_typed, fin_all, 0},
 };
 
 /* A failure the API documents as absorbed: with one failing allocation, a tuning profile that
@@ -410,11 +457,27 @@ static void fixture_setup(void) {
     f->npy_bytes = malloc(1 << 16);
     f->npy_len = fread(f->npy_bytes, 1, 1 << 16, nf);
     fclose(nf);
+    /* f16 weights, and a GGUF file of them with a bias */
+    for (int i = 0; i < 3; ++i) {
+        cr_assert_eq(
+            clffn_convert_weights(CLFFN_DTYPE_F16, f->w[2 * i], D * F, f->h16[i], sizeof f->h16[i]),
+            0);
+    }
+    const gw_kv kv = {"general.architecture", 8, 0, "llama"};
+    const gw_tensor ts[3] = {
+        {"blk.0.ffn_up.weight", 1, 2, {D, F}, f->h16[0], sizeof f->h16[0], 0},
+        {"blk.0.ffn_down.weight", 1, 2, {F, D}, f->h16[2], sizeof f->h16[2], 0},
+        {"blk.0.ffn_down.bias", 0, 1, {D}, f->w[5], D * sizeof(float), 0}};
+    f->gguf_bytes = gw_image(3, 0, &kv, 1, ts, 3, &f->gguf_len);
+    cr_assert(f->gguf_bytes);
+    snprintf(path, sizeof path, "%s/w.gguf", f->dir);
+    cr_assert_eq(gw_write(path, f->gguf_bytes, f->gguf_len), 0);
 }
 
 static void fixture_teardown(void) {
     free(S.st_bytes);
     free(S.npy_bytes);
+    free(S.gguf_bytes);
     clReleaseContext(S.cl);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", S.dir);
@@ -464,6 +527,11 @@ SWEEP_TEST(st_write, 16)
 SWEEP_TEST(npy_parse, 17)
 SWEEP_TEST(npy_load, 18)
 SWEEP_TEST(npy_save, 19)
+SWEEP_TEST(gguf_parse, 20)
+SWEEP_TEST(gguf_open, 21)
+SWEEP_TEST(upload_typed_f16, 22)
+SWEEP_TEST(forward_host_f16, 23)
+SWEEP_TEST(backward_host_f16, 24)
 
 /* ------------------------------------------------------------------------------------------ */
 /* Device allocations. The k-th buffer clffn creates inside a forward or backward fails, for

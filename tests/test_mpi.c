@@ -8,6 +8,7 @@
  * (clffn-run --verify) in the same test. Built when CMake finds MPI. */
 #include "clffn_io.h"
 #include "common.h"
+#include "gguf_writer.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -57,6 +58,20 @@ typedef struct named {
 } named;
 
 /* Writes a checkpoint of the given tensors (random values) and x.npy / dy.npy [3, 5, D]. */
+/* x.npy and dy.npy of [3, 5, D], D at most 64. */
+static void write_inputs(uint64_t D) {
+    char path[128], err[CLFFN_IO_ERR];
+    const uint64_t shape[3] = {3, 5, D};
+    float x[15 * 64];
+    cr_assert(D <= 64);
+    fill(x, 15 * D, 1.0f, 7);
+    snprintf(path, sizeof path, "%s/x.npy", dir);
+    cr_assert_eq(clffn_npy_save(path, x, 3, shape, err), 0, "%s", err);
+    fill(x, 15 * D, 1.0f, 8);
+    snprintf(path, sizeof path, "%s/dy.npy", dir);
+    cr_assert_eq(clffn_npy_save(path, x, 3, shape, err), 0, "%s", err);
+}
+
 static void write_case(const named *ts, size_t n, uint64_t D) {
     clffn_st_out o[8];
     float *data[8];
@@ -71,15 +86,7 @@ static void write_case(const named *ts, size_t n, uint64_t D) {
     snprintf(path, sizeof path, "%s/w.safetensors", dir);
     cr_assert_eq(clffn_st_write(path, o, n, err), 0, "%s", err);
     for (size_t i = 0; i < n; ++i) { free(data[i]); }
-    const uint64_t shape[3] = {3, 5, D};
-    float x[3 * 5 * 64];
-    cr_assert(D <= 64);
-    fill(x, 15 * D, 1.0f, 7);
-    snprintf(path, sizeof path, "%s/x.npy", dir);
-    cr_assert_eq(clffn_npy_save(path, x, 3, shape, err), 0, "%s", err);
-    fill(x, 15 * D, 1.0f, 8);
-    snprintf(path, sizeof path, "%s/dy.npy", dir);
-    cr_assert_eq(clffn_npy_save(path, x, 3, shape, err), 0, "%s", err);
+    write_inputs(D);
 }
 
 static void load_npy(const char *name, clffn_npy *a) {
@@ -135,24 +142,24 @@ static void compare_grads(const char *one, const char *split, size_t expect_tens
     clffn_st_close(&b);
 }
 
-/* The single process (checked against the double reference), then 2 and 3 ranks. */
-static void split_equals_single(const char *args, size_t expect_tensors) {
+/* The single process (checked against the double reference), then np_from to np_to ranks. */
+static void split_equals_single_on(const char *weights, const char *args, size_t expect_tensors,
+                                   int np_from, int np_to) {
     char cmd[2048];
-    snprintf(cmd, sizeof cmd,
-             "%s --weights w.safetensors --input x.npy --output y1.npy %s --verify", CLFFN_RUN_PATH,
-             args);
+    snprintf(cmd, sizeof cmd, "%s --weights %s --input x.npy --output y1.npy %s --verify",
+             CLFFN_RUN_PATH, weights, args);
     cr_assert_eq(run(cmd), 0, "%s", out);
     cr_assert(strstr(out, "PASS") != NULL, "%s", out);
     snprintf(cmd, sizeof cmd,
-             "%s --weights w.safetensors --input x.npy --output y1.npy %s --grad-output dy.npy "
+             "%s --weights %s --input x.npy --output y1.npy %s --grad-output dy.npy "
              "--grads-out g1.safetensors",
-             CLFFN_RUN_PATH, args);
+             CLFFN_RUN_PATH, weights, args);
     cr_assert_eq(run(cmd), 0, "%s", out);
-    for (int np = 2; np <= 3; ++np) {
+    for (int np = np_from; np <= np_to; ++np) {
         snprintf(cmd, sizeof cmd,
-                 "%s -np %d %s --tensor-parallel --verbose --weights w.safetensors --input x.npy "
+                 "%s -np %d %s --tensor-parallel --verbose --weights %s --input x.npy "
                  "--output y%d.npy %s --grad-output dy.npy --grads-out g%d.safetensors",
-                 CLFFN_MPIEXEC, np, CLFFN_RUN_PATH, np, args, np);
+                 CLFFN_MPIEXEC, np, CLFFN_RUN_PATH, weights, np, args, np);
         cr_assert_eq(run(cmd), 0, "%s", out);
         char want[64];
         snprintf(want, sizeof want, "split over %d ranks", np);
@@ -172,6 +179,10 @@ static void split_equals_single(const char *args, size_t expect_tensors) {
         compare_outputs("y1.npy", y);
         compare_grads("g1.safetensors", g, expect_tensors);
     }
+}
+
+static void split_equals_single(const char *args, size_t expect_tensors) {
+    split_equals_single_on("w.safetensors", args, expect_tensors, 2, 3);
 }
 
 /* A llama-preset layer 0: gate, up and down projections, no biases, d_ff a multiple of 4. */
@@ -233,4 +244,37 @@ Test(mpi, a_damaged_slice_fails_every_rank, .init = setup, .fini = teardown, .ti
              CLFFN_MPIEXEC, CLFFN_RUN_PATH);
     cr_assert_eq(run(cmd), 2, "%s", out);
     cr_assert(strstr(out, "rank 0: w.safetensors: no tensor") != NULL, "%s", out);
+}
+
+/* A GGUF layer kept in q8_0: each of 3 ranks reads its rows of the gate and up projections and
+ * its 32-value blocks of the down projection's rows; 2 ranks would cut W2's blocks (48 hidden
+ * units each) and are refused with the reason. */
+Test(mpi, gguf_q8_0_slices, .init = setup, .fini = teardown, .timeout = 300) {
+    enum { D = 64, F = 96 };
+    uint8_t *q[3];
+    size_t bytes = D * F / 32 * 34;
+    for (int i = 0; i < 3; ++i) {
+        float w[D * F];
+        fill(w, D * F, 0.3f, 200 + (uint64_t)i);
+        q[i] = malloc(bytes);
+        ASSERT_OK(clffn_convert_weights(CLFFN_DTYPE_Q8_0, w, D * F, q[i], bytes));
+    }
+    const gw_tensor ts[3] = {{"blk.0.ffn_gate.weight", CLFFN_GGML_Q8_0, 2, {D, F}, q[0], bytes, 0},
+                             {"blk.0.ffn_up.weight", CLFFN_GGML_Q8_0, 2, {D, F}, q[1], bytes, 0},
+                             {"blk.0.ffn_down.weight", CLFFN_GGML_Q8_0, 2, {F, D}, q[2], bytes, 0}};
+    size_t len;
+    uint8_t *img = gw_image(3, 0, NULL, 0, ts, 3, &len);
+    char path[128];
+    snprintf(path, sizeof path, "%s/w.gguf", dir);
+    cr_assert_eq(gw_write(path, img, len), 0);
+    free(img);
+    for (int i = 0; i < 3; ++i) { free(q[i]); }
+    write_inputs(D);
+    split_equals_single_on("w.gguf", "", 1, 3, 3); /* input alone: q8_0 has no gradients */
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "%s -np 2 %s --tensor-parallel --weights w.gguf --input x.npy --output y.npy",
+             CLFFN_MPIEXEC, CLFFN_RUN_PATH);
+    cr_assert_eq(run(cmd), 2, "%s", out);
+    cr_assert(strstr(out, "must start and end on a multiple of 32") != NULL, "%s", out);
 }

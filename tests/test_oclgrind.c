@@ -214,26 +214,139 @@ Test(oclgrind, device_offsets_separate_gate, .timeout = 600) {
     release(ctx);
 }
 
+/* Weights in a stored type through clffn's own kernels (kernel_tokens ≥ T, with the few-token
+ * shapes wgemv: reductions split across work-items, so the local-memory sums run) or through the
+ * dequantizer and SGEMM (kernel_tokens 0, K-blocks of 32): forward, then dx and the biases'
+ * gradients, against the reference on the dequantized weights. */
+static void run_typed(const sim_case *s, clffn_dtype t, const size_t wgemv[CLFFN_WGEMV_PARAMS],
+                      size_t kernel_tokens) {
+    char what[200];
+    describe(s, what, sizeof what);
+    snprintf(what + strlen(what), sizeof what - strlen(what), " %s kernel_tokens=%zu",
+             clffn_dtype_name(t), kernel_tokens);
+    const clffn_config c = config_of(s);
+    const size_t T = s->T, D = s->D, F = s->F;
+    clffn_context *ctx = test_context();
+    ASSERT_OK(clffn_context_set_kernel_max_tokens(ctx, t != CLFFN_DTYPE_F32, kernel_tokens));
+    ASSERT_OK(clffn_context_set_gemm_k_block(ctx, 32));
+    ASSERT_OK(clffn_context_set_gemm_k_block_min_rows(ctx, 0));
+    if (wgemv) { ASSERT_OK(clffn_context_set_wgemv(ctx, wgemv)); }
+    test_weights w;
+    test_weights_make(&w, &c, s->layout, 41 + T + D + F);
+    typed_set ts;
+    typed_make(&ts, &c, &w, t, s->layout);
+    float *x = malloc(T * D * 4), *dy = malloc(T * D * 4), *y = malloc(T * D * 4);
+    float *dx = malloc(T * D * 4), *gb = malloc((2 * F + D) * 4), *gw = malloc(3 * D * F * 4);
+    double *ry = malloc(T * D * 8), *rdx = malloc(T * D * 8), *rw = malloc(3 * D * F * 8);
+    double *rb = malloc((2 * F + D) * 8);
+    cr_assert(x && dy && y && dx && gb && gw && ry && rdx && rw && rb);
+    fill_uniform(x, T * D, -1.0f, 1.0f, 15);
+    fill_uniform(dy, T * D, -1.0f, 1.0f, 16);
+    clffn_ffn *ffn = NULL;
+    ASSERT_OK(clffn_ffn_create(ctx, &c, &ffn));
+    ASSERT_OK(clffn_ffn_upload_weights_typed(ffn, s->layout, &ts.typed));
+    ASSERT_OK(clffn_forward_host(ffn, T, x, T * D, y, T * D));
+    ASSERT_OK(clffn_reference_forward(&c, s->layout, &ts.ref, T, x, 0, 0, 0, ry, NULL));
+    assert_close(y, ry, T * D, act_rtol(s->act), what);
+    /* the matrices' gradients only where they are f32 (else refused, test_compressed.c) */
+    const int f32 = t == CLFFN_DTYPE_F32;
+    const clffn_weight_arrays g = {f32 ? gw : NULL,
+                                   gb,
+                                   f32 && s->gated ? gw + D * F : NULL,
+                                   gb + F,
+                                   f32 ? gw + 2 * D * F : NULL,
+                                   gb + 2 * F};
+    ASSERT_OK(clffn_backward_host(ffn, T, x, T * D, dy, T * D, dx, T * D, &g, 0));
+    const clffn_ref_grads rg = {rw, rb, rw + D * F, rb + F, rw + 2 * D * F, rb + 2 * F};
+    ASSERT_OK(clffn_reference_backward(&c, s->layout, &ts.ref, T, x, dy, 0, 0, 0, rdx, &rg));
+    assert_close(dx, rdx, T * D, act_rtol(s->act), what);
+    if (s->bias) {
+        assert_close(gb, rb, F, act_rtol(s->act), what);
+        assert_close(gb + 2 * F, rb + 2 * F, D, act_rtol(s->act), what);
+    }
+    if (f32) {
+        assert_close(gw, rw, D * F, act_rtol(s->act), what);
+        assert_close(gw + 2 * D * F, rw + 2 * D * F, D * F, act_rtol(s->act), what);
+    }
+    clffn_ffn_destroy(ffn);
+    typed_free(&ts);
+    test_weights_free(&w);
+    free(x), free(dy), free(y), free(dx), free(gb), free(gw), free(ry), free(rdx), free(rw),
+        free(rb);
+    release(ctx);
+}
+
+ParameterizedTestParameters(oclgrind, typed_passes) {
+    static int types[CLFFN_DTYPE_COUNT_];
+    for (int t = 0; t < CLFFN_DTYPE_COUNT_; ++t) { types[t] = t; }
+    return cr_make_param_array(int, types, CLFFN_DTYPE_COUNT_);
+}
+
+/* Each weight type on both of its paths, in the layouts it takes (each pass runs both GEMV
+ * kernels: one in the forward, the other for dx), two shape sets; the element types also at
+ * d_model 13, d_ff 29, whose rows end in scalar tails and whose column groups run past the last
+ * column. */
+ParameterizedTest(int *type, oclgrind, typed_passes, .timeout = 600) {
+    const clffn_dtype t = (clffn_dtype)*type;
+    const int q = t == CLFFN_DTYPE_Q8_0 || t == CLFFN_DTYPE_Q4_0; /* out_in only */
+    const clffn_layout in_out = q ? CLFFN_LAYOUT_OUT_IN : CLFFN_LAYOUT_IN_OUT;
+    static const size_t split[CLFFN_WGEMV_PARAMS] = {4, 2, 8, 4, 2};
+    static const size_t wide[CLFFN_WGEMV_PARAMS] = {1, 4, 32, 2, 2};
+    const sim_case gated = {CLFFN_ACT_SILU, 1, CLFFN_LAYOUT_OUT_IN, 0, 0, 1, 0, 3, 64, 96, 0};
+    const sim_case plain = {CLFFN_ACT_GELU, 0, in_out, 1, 0, 0, 0, 2, 64, 96, 0};
+    const sim_case many = {CLFFN_ACT_GELU, 1, in_out, 1, 0, 0, 0, 5, 64, 96, 0};
+    /* 9 tokens: the 16-token kernels, whose rows are read 8 values at a time, not 16 */
+    const sim_case nine = {CLFFN_ACT_SILU, 1, CLFFN_LAYOUT_OUT_IN, 1, 0, 0, 0, 9, 64, 96, 0};
+    run_typed(&gated, t, split, CLFFN_MAX_KERNEL_TOKENS);
+    run_typed(&plain, t, wide, CLFFN_MAX_KERNEL_TOKENS);
+    run_typed(&nine, t, wide, CLFFN_MAX_KERNEL_TOKENS);
+    run_typed(&many, t, NULL, 0);
+    if (q) { return; }
+    const sim_case odd = {CLFFN_ACT_RELU, 1, CLFFN_LAYOUT_OUT_IN, 1, 0, 0, 0, 3, 13, 29, 0};
+    const sim_case odd_in = {CLFFN_ACT_SILU, 0, CLFFN_LAYOUT_IN_OUT, 1, 0, 0, 0, 3, 13, 29, 0};
+    run_typed(&odd, t, split, CLFFN_MAX_KERNEL_TOKENS);
+    run_typed(&odd_in, t, wide, CLFFN_MAX_KERNEL_TOKENS);
+    run_typed(&odd, t, NULL, 0);
+}
+
+/* Every weight program (type × token bucket) builds with -cl-std=CL1.2, with the reductions
+ * split (local memory and barriers in both GEMVs) and without. */
+Test(oclgrind, every_weight_program_builds_as_cl12, .timeout = 600) {
+    clffn_context *ctx = test_context();
+    static const clffn_wgemv_params shapes[2] = {{1, 8, 64, 1, 4}, {4, 2, 8, 4, 2}};
+    for (int t = 0; t < CLFFN_DTYPE_COUNT_; ++t) {
+        for (int tokens = 1; tokens <= (int)CLFFN_MAX_KERNEL_TOKENS; tokens *= 2) {
+            for (int sh = 0; sh < 2; ++sh) {
+                const clffn_program_key key = {
+                    .weights = 1 + t, .tokens = tokens, .wgemv = shapes[sh]};
+                cl_program p = NULL;
+                ASSERT_OK(clffn__get_program(&ctx->programs, &key, &p));
+                cr_assert(p != NULL, "%s, %d tokens", clffn_dtype_name((clffn_dtype)t), tokens);
+            }
+        }
+    }
+    release(ctx);
+}
+
 /* Every epilogue program (activation × gated × dropout) builds with -cl-std=CL1.2 on a device
  * that is OpenCL 1.2 and nothing more. */
 Test(oclgrind, every_program_builds_as_cl12, .timeout = 600) {
     clffn_context *ctx = test_context();
     for (int a = 0; a < CLFFN_ACT_COUNT_; ++a) {
         for (int k = 0; k < 4; ++k) {
-            const clffn_program_key key = {a, k & 1, k >> 1};
+            const clffn_program_key key = {.activation = a, .gated = k & 1, .dropout = k >> 1};
             cl_program p = NULL;
-            ASSERT_OK(clffn__get_program(ctx, &key, &p));
+            ASSERT_OK(clffn__get_program(&ctx->programs, &key, &p));
             cr_assert(p != NULL);
         }
     }
     release(ctx);
 }
 
-/* The kernels use core OpenCL 1.2 only: no extension enabled, no double or half anywhere (no
- * device is required to have cl_khr_fp64 or cl_khr_fp16). */
-Test(oclgrind, kernels_use_core_cl12_only) {
-    char *src = NULL;
-    ASSERT_OK(clffn__kernel_source(&src));
+/* The kernels use core OpenCL 1.2 only: no extension enabled, no double anywhere (no device is
+ * required to have cl_khr_fp64 or cl_khr_fp16), and half only as the pointer vload_half reads
+ * through, which core 1.2 allows without the extension. */
+static void assert_core_cl12(const char *src, const char *what) {
     static const char *const banned[] = {"OPENCL EXTENSION", "cl_khr_", "double", "half"};
     for (size_t i = 0; i < sizeof banned / sizeof banned[0]; ++i) {
         const size_t n = strlen(banned[i]);
@@ -241,9 +354,22 @@ Test(oclgrind, kernels_use_core_cl12_only) {
             /* the types as whole words ("halfway" is none); the others anywhere */
             const int part_of_word = (p > src && (isalnum((unsigned char)p[-1]) || p[-1] == '_')) ||
                                      isalnum((unsigned char)p[n]) || p[n] == '_';
+            const int half_pointer = i == 3 && !strncmp(p + n, " *", 2);
             const int is_type = i >= 2;
-            cr_assert(is_type && part_of_word, "the kernels use '%s': %.60s", banned[i], p);
+            cr_assert(is_type && (part_of_word || half_pointer), "%s uses '%s': %.60s", what,
+                      banned[i], p);
         }
     }
+}
+
+Test(oclgrind, kernels_use_core_cl12_only) {
+    char *src = NULL;
+    ASSERT_OK(clffn__kernel_source(NULL, &src));
+    assert_core_cl12(src, "the epilogue program");
+    cr_assert(strstr(src, "half *") == NULL, "the epilogue program needs no half pointer");
+    free(src);
+    ASSERT_OK(clffn__kernel_source("weights.cl", &src));
+    assert_core_cl12(src, "weights.cl");
+    cr_assert(strstr(src, "vload_half") != NULL);
     free(src);
 }

@@ -20,7 +20,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             abort();
         }
         /* reading a small convertible tensor touches exactly its bytes */
-        if (clffn_dtype_is_convertible(t->dtype) && t->numel <= 4096) {
+        if (clffn_io_dtype_is_convertible(t->dtype) && t->numel <= 4096) {
             float *out = malloc((size_t)(t->numel ? t->numel : 1) * sizeof *out);
             if (out && clffn_st_read_f32(&f, t, out, err) != 0) { abort(); }
             free(out);

@@ -1,0 +1,338 @@
+/* Weights kept in their stored type (f16, bf16, q8_0, q4_0, and f32 through clffn's own
+ * kernels): every type × plain and gated × the layouts it takes × 1, 2, 3, 8, 64 and 130 tokens
+ * (both sides of the few-token crossover), against the double reference run on the dequantized
+ * weights; the backward's dx and bias gradients; the refusals. */
+#include "common.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const size_t TOKENS[] = {1, 2, 3, 8, 64, 130};
+enum { N_TOKENS = sizeof TOKENS / sizeof TOKENS[0] };
+
+/* An FFN of config c on ctx with random weights (seed) stored as type t in layout: w and s own
+ * the host arrays (test_weights_free, typed_free). */
+static clffn_ffn *typed_ffn(clffn_context *ctx, const clffn_config *c, clffn_dtype t,
+                            clffn_layout layout, uint64_t seed, test_weights *w, typed_set *s) {
+    test_weights_make(w, c, layout, seed);
+    typed_make(s, c, w, t, layout);
+    clffn_ffn *ffn = NULL;
+    ASSERT_OK(clffn_ffn_create(ctx, c, &ffn));
+    ASSERT_OK(clffn_ffn_upload_weights_typed(ffn, layout, &s->typed));
+    return ffn;
+}
+
+/* T tokens through the FFN against the reference on the dequantized weights. */
+static void assert_forward(clffn_ffn *ffn, const clffn_config *c, const typed_set *s, size_t T,
+                           const char *what) {
+    const size_t D = c->d_model;
+    float *x = malloc(T * D * sizeof *x), *y = malloc(T * D * sizeof *y);
+    double *ref = malloc(T * D * sizeof *ref);
+    cr_assert(x && y && ref);
+    fill_uniform(x, T * D, -1, 1, 1000 + T);
+    ASSERT_OK(clffn_forward_host(ffn, T, x, T * D, y, T * D));
+    ASSERT_OK(clffn_reference_forward(c, s->layout, &s->ref, T, x, 0, 0, 0, ref, NULL));
+    assert_mostly_nonzero(ref, T * D, 0.9, what);
+    assert_close(y, ref, T * D, act_rtol(c->activation), what);
+    free(x), free(y), free(ref);
+}
+
+/* Every token count through one type, plain or gated, in one layout, on shape D → F. */
+static void forward_case(clffn_context *ctx, clffn_dtype t, int gated, clffn_layout layout,
+                         size_t D, size_t F) {
+    clffn_config c = clffn_config_default(D, F);
+    c.gated = gated;
+    c.activation = gated ? CLFFN_ACT_SILU : CLFFN_ACT_GELU;
+    c.bias_gate = 0; /* b1 without bv: each bias flag on its own */
+    test_weights w;
+    typed_set s;
+    clffn_ffn *ffn = typed_ffn(ctx, &c, t, layout, 7 + (uint64_t)t, &w, &s);
+    cr_assert_eq(clffn_ffn_weight_dtype(ffn), t);
+    for (int i = 0; i < N_TOKENS; ++i) {
+        char what[96];
+        snprintf(what, sizeof what, "%s %s %s, %zu -> %zu, %zu tokens", clffn_dtype_name(t),
+                 gated ? "gated" : "plain", layout ? "in_out" : "out_in", D, F, TOKENS[i]);
+        assert_forward(ffn, &c, &s, TOKENS[i], what);
+    }
+    clffn_ffn_destroy(ffn);
+    typed_free(&s);
+    test_weights_free(&w);
+}
+
+/* The f32 path through clffn's own kernels too: they take f32 up to 16 tokens here, and
+ * compressed weights up to 8 (whatever the device's profile says), so that 1, 2, 3 and 8 tokens
+ * run the kernels and 64 and 130 the dequantized SGEMMs; setting one leaves the other. */
+static clffn_context *kernels_context(void) {
+    clffn_context *ctx = test_context();
+    ASSERT_OK(clffn_context_set_kernel_max_tokens(ctx, 1, 8));
+    ASSERT_OK(clffn_context_set_kernel_max_tokens(ctx, 0, CLFFN_MAX_KERNEL_TOKENS));
+    cr_assert_eq(clffn_context_kernel_max_tokens(ctx, 1), 8);
+    cr_assert_eq(clffn_context_kernel_max_tokens(ctx, 0), CLFFN_MAX_KERNEL_TOKENS);
+    return ctx;
+}
+
+Test(compressed, forward_element_types, .timeout = 600) {
+    clffn_context *ctx = kernels_context();
+    static const clffn_dtype types[] = {CLFFN_DTYPE_F32, CLFFN_DTYPE_F16, CLFFN_DTYPE_BF16};
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; ++t) {
+        for (int gated = 0; gated < 2; ++gated) {
+            for (int l = 0; l < 2; ++l) {
+                forward_case(ctx, types[t], gated, (clffn_layout)l, 64, 96);
+                /* odd sizes: rows that end in a tail, columns past the last vector */
+                forward_case(ctx, types[t], gated, (clffn_layout)l, 45, 70);
+            }
+        }
+    }
+    clffn_context_destroy(ctx);
+}
+
+/* f32 weights kept [out, in] (the context's layout), so the forward runs the row kernels too;
+ * and rows longer than CLFFN_WROW_PAIR_COLS, which a CPU device reads two at a time: an odd
+ * row count (45) leaves the last pair one row short, 4100 values end in a tail. */
+Test(compressed, forward_row_kernels_and_pairs, .timeout = 600) {
+    clffn_context *ctx = kernels_context();
+    ASSERT_OK(clffn_context_set_weight_layout(ctx, CLFFN_LAYOUT_OUT_IN));
+    static const clffn_dtype types[] = {CLFFN_DTYPE_F32, CLFFN_DTYPE_F16, CLFFN_DTYPE_BF16};
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; ++t) {
+        forward_case(ctx, types[t], 1, CLFFN_LAYOUT_OUT_IN, 45, 70);
+        forward_case(ctx, types[t], 0, CLFFN_LAYOUT_IN_OUT, 45, 4100);
+    }
+    forward_case(ctx, CLFFN_DTYPE_Q8_0, 1, CLFFN_LAYOUT_OUT_IN, 64, 4128);
+    forward_case(ctx, CLFFN_DTYPE_Q4_0, 0, CLFFN_LAYOUT_OUT_IN, 64, 4128);
+    clffn_context_destroy(ctx);
+}
+
+Test(compressed, forward_quantized, .timeout = 600) {
+    clffn_context *ctx = kernels_context();
+    static const clffn_dtype types[] = {CLFFN_DTYPE_Q8_0, CLFFN_DTYPE_Q4_0};
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; ++t) {
+        for (int gated = 0; gated < 2; ++gated) {
+            forward_case(ctx, types[t], gated, CLFFN_LAYOUT_OUT_IN, 64, 96);
+            forward_case(ctx, types[t], gated, CLFFN_LAYOUT_OUT_IN, 160, 32);
+        }
+    }
+    clffn_context_destroy(ctx);
+}
+
+/* Both sides of the crossover at one count: all kernels, then all dequantized SGEMMs. */
+Test(compressed, either_path_at_the_same_tokens, .timeout = 300) {
+    clffn_context *ctx = test_context();
+    clffn_config c = clffn_config_default(96, 128);
+    c.gated = 1, c.activation = CLFFN_ACT_SILU;
+    test_weights w;
+    typed_set s;
+    clffn_ffn *ffn = typed_ffn(ctx, &c, CLFFN_DTYPE_Q4_0, CLFFN_LAYOUT_OUT_IN, 3, &w, &s);
+    for (int side = 0; side < 2; ++side) {
+        ASSERT_OK(clffn_context_set_kernel_max_tokens(ctx, 1, side ? 16 : 0));
+        for (size_t T = 1; T <= 16; T += 5) {
+            assert_forward(ffn, &c, &s, T, side ? "kernels" : "dequantized SGEMMs");
+        }
+    }
+    ASSERT_STATUS(clffn_context_set_kernel_max_tokens(ctx, 1, 17), CLFFN_ERROR_INVALID_SIZE);
+    clffn_ffn_destroy(ffn);
+    typed_free(&s);
+    test_weights_free(&w);
+    clffn_context_destroy(ctx);
+}
+
+/* ∂x and the biases' gradients through compressed weights, against the reference backward on
+ * the dequantized weights; no weight gradient is computed, and asking for one is refused. */
+static void backward_case(clffn_context *ctx, clffn_dtype t, int gated, size_t T) {
+    clffn_config c = clffn_config_default(64, 96);
+    c.gated = gated, c.activation = gated ? CLFFN_ACT_SILU : CLFFN_ACT_RELU, c.residual = 1;
+    const size_t D = c.d_model, F = c.d_ff;
+    test_weights w;
+    typed_set s;
+    clffn_ffn *ffn = typed_ffn(ctx, &c, t, CLFFN_LAYOUT_OUT_IN, 11, &w, &s);
+    float *x = malloc(T * D * 4), *y = malloc(T * D * 4), *dy = malloc(T * D * 4);
+    float *dx = malloc(T * D * 4), gb1[96], gbv[96], gb2[64], gw[64 * 96];
+    double *rdx = malloc(T * D * 8), rw1[64 * 96], rv[64 * 96], rw2[64 * 96], rb1[96], rbv[96],
+           rb2[64];
+    fill_uniform(x, T * D, -1, 1, 21), fill_uniform(dy, T * D, -1, 1, 22);
+    ASSERT_OK(clffn_forward_host(ffn, T, x, T * D, y, T * D));
+    const clffn_weight_arrays g = {NULL, gb1, NULL, gbv, NULL, gb2};
+    ASSERT_OK(clffn_backward_host(ffn, T, x, T * D, dy, T * D, dx, T * D, &g, 0));
+    const clffn_ref_grads rg = {rw1, rb1, rv, rbv, rw2, rb2};
+    ASSERT_OK(
+        clffn_reference_backward(&c, CLFFN_LAYOUT_OUT_IN, &s.ref, T, x, dy, 0, 0, 0, rdx, &rg));
+    assert_close(dx, rdx, T * D, TOL_RTOL, "dx");
+    assert_close(gb1, rb1, F, TOL_RTOL, "db1");
+    if (gated) { assert_close(gbv, rbv, F, TOL_RTOL, "dbv"); }
+    assert_close(gb2, rb2, D, TOL_RTOL, "db2");
+    const clffn_weight_arrays asks = {gw, gb1, gated ? gw : NULL, gbv, gw, gb2};
+    ASSERT_STATUS(clffn_backward_host(ffn, T, x, T * D, dy, T * D, dx, T * D, &asks, 0),
+                  CLFFN_ERROR_COMPRESSED_WEIGHTS);
+    cr_assert(strstr(clffn_ffn_error_message(ffn), clffn_dtype_name(t)) != NULL, "%s",
+              clffn_ffn_error_message(ffn));
+    clffn_ffn_destroy(ffn);
+    free(x), free(y), free(dy), free(dx), free(rdx);
+    typed_free(&s);
+    test_weights_free(&w);
+}
+
+Test(compressed, backward_input_and_bias_gradients, .timeout = 600) {
+    clffn_context *ctx = test_context();
+    static const clffn_dtype types[] = {CLFFN_DTYPE_F16, CLFFN_DTYPE_BF16, CLFFN_DTYPE_Q8_0,
+                                        CLFFN_DTYPE_Q4_0};
+    static const size_t ts[] = {1, 3, 64};
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; ++t) {
+        for (int gated = 0; gated < 2; ++gated) {
+            for (size_t i = 0; i < sizeof ts / sizeof ts[0]; ++i) {
+                backward_case(ctx, types[t], gated, ts[i]);
+            }
+        }
+    }
+    clffn_context_destroy(ctx);
+}
+
+/* A refused upload changes nothing: the earlier weights still run. Shapes a quantized type
+ * cannot take are refused before anything is allocated, with the dimension named. */
+Test(compressed, refusals_keep_the_old_weights) {
+    clffn_context *ctx = test_context();
+    clffn_config c = clffn_config_default(45, 64);
+    test_weights w;
+    test_weights_make(&w, &c, CLFFN_LAYOUT_OUT_IN, 5);
+    typed_set f16, q8;
+    typed_make(&f16, &c, &w, CLFFN_DTYPE_F16, CLFFN_LAYOUT_OUT_IN);
+    clffn_ffn *ffn = NULL;
+    ASSERT_OK(clffn_ffn_create(ctx, &c, &ffn));
+    cr_assert_eq(clffn_ffn_weight_bytes(ffn), 0);
+    cr_assert_eq(clffn_ffn_weight_dtype(ffn), CLFFN_DTYPE_F32);
+    ASSERT_OK(clffn_ffn_upload_weights_typed(ffn, CLFFN_LAYOUT_OUT_IN, &f16.typed));
+    cr_assert_eq(clffn_ffn_weight_bytes(ffn), 2 * 45 * 64 * 2);
+    cr_assert_str_empty(clffn_ffn_error_message(ffn));
+    float zeros[64 * 45] = {0};
+    clffn_typed_weights q = {CLFFN_DTYPE_Q8_0, zeros, NULL, zeros, w.host.b1, NULL, w.host.b2};
+    ASSERT_STATUS(clffn_ffn_upload_weights_typed(ffn, CLFFN_LAYOUT_OUT_IN, &q),
+                  CLFFN_ERROR_INVALID_ARGUMENT);
+    cr_assert(strstr(clffn_ffn_error_message(ffn), "d_model") &&
+                  strstr(clffn_ffn_error_message(ffn), "45"),
+              "%s", clffn_ffn_error_message(ffn));
+    ASSERT_STATUS(clffn_ffn_upload_weights_typed(ffn, CLFFN_LAYOUT_IN_OUT, &q),
+                  CLFFN_ERROR_INVALID_LAYOUT);
+    cr_assert(strstr(clffn_ffn_error_message(ffn), "OUT_IN"), "%s", clffn_ffn_error_message(ffn));
+    q.dtype = (clffn_dtype)42;
+    ASSERT_STATUS(clffn_ffn_upload_weights_typed(ffn, CLFFN_LAYOUT_OUT_IN, &q),
+                  CLFFN_ERROR_INVALID_ARGUMENT);
+    q.dtype = CLFFN_DTYPE_F16, q.w2 = NULL;
+    ASSERT_STATUS(clffn_ffn_upload_weights_typed(ffn, CLFFN_LAYOUT_OUT_IN, &q),
+                  CLFFN_ERROR_NULL_ARGUMENT);
+    cr_assert_eq(clffn_ffn_weight_dtype(ffn), CLFFN_DTYPE_F16);
+    assert_forward(ffn, &c, &f16, 3, "the f16 weights after the refusals");
+    clffn_ffn_destroy(ffn);
+    /* d_ff, W2's input dimension, named when it is the one */
+    c = clffn_config_default(64, 70);
+    test_weights w2;
+    test_weights_make(&w2, &c, CLFFN_LAYOUT_OUT_IN, 6);
+    typed_make(&q8, &c, &w2, CLFFN_DTYPE_F16, CLFFN_LAYOUT_OUT_IN); /* any bytes of the size */
+    ASSERT_OK(clffn_ffn_create(ctx, &c, &ffn));
+    q8.typed.dtype = CLFFN_DTYPE_Q4_0;
+    ASSERT_STATUS(clffn_ffn_upload_weights_typed(ffn, CLFFN_LAYOUT_OUT_IN, &q8.typed),
+                  CLFFN_ERROR_INVALID_ARGUMENT);
+    cr_assert(strstr(clffn_ffn_error_message(ffn), "d_ff") &&
+                  strstr(clffn_ffn_error_message(ffn), "70"),
+              "%s", clffn_ffn_error_message(ffn));
+    cr_assert_eq(clffn_ffn_weight_bytes(ffn), 0, "nothing was uploaded");
+    clffn_ffn_destroy(ffn);
+    typed_free(&f16), typed_free(&q8);
+    test_weights_free(&w), test_weights_free(&w2);
+    clffn_context_destroy(ctx);
+}
+
+/* The device level with compressed weights: the caller's buffers at offsets, canaries intact,
+ * a few tokens (the kernels) and many (dequantized SGEMMs). */
+Test(compressed, device_level_offsets_and_canaries, .timeout = 300) {
+    clffn_context *ctx = test_context();
+    clffn_config c = clffn_config_default(64, 96);
+    c.gated = 1, c.activation = CLFFN_ACT_GELU;
+    test_weights w;
+    typed_set s;
+    clffn_ffn *ffn = typed_ffn(ctx, &c, CLFFN_DTYPE_Q8_0, CLFFN_LAYOUT_OUT_IN, 9, &w, &s);
+    const size_t ts[2] = {2, 40};
+    for (int i = 0; i < 2; ++i) {
+        const size_t T = ts[i], n = T * c.d_model;
+        float *x = malloc(n * 4), *y = malloc(n * 4);
+        double *ref = malloc(n * 8);
+        fill_uniform(x, n, -1, 1, 31 + T);
+        guarded gx = guarded_make(ctx, CANARY + 5, n, x),
+                gy = guarded_make(ctx, CANARY + 9, n, NULL);
+        cl_event ev = NULL;
+        ASSERT_OK(clffn_forward(ffn, T, gx.mem, gx.offset, gy.mem, gy.offset,
+                                clffn_context_queue(ctx), &ev));
+        ASSERT_OK(clWaitForEvents(1, &ev));
+        clReleaseEvent(ev);
+        guarded_read(ctx, &gy, y);
+        ASSERT_OK(
+            clffn_reference_forward(&c, CLFFN_LAYOUT_OUT_IN, &s.ref, T, x, 0, 0, 0, ref, NULL));
+        assert_close(y, ref, n, act_rtol(c.activation), "device level");
+        guarded_assert_canaries(ctx, &gy, "y");
+        guarded_assert_canaries(ctx, &gx, "x");
+        guarded_free(&gx), guarded_free(&gy);
+        free(x), free(y), free(ref);
+    }
+    clffn_ffn_destroy(ffn);
+    typed_free(&s);
+    test_weights_free(&w);
+    clffn_context_destroy(ctx);
+}
+
+/* The blocks' f16 scales decode exactly on the device, on both paths: subnormal, negative,
+ * the largest, zero. W1 is one block per row with those scales and every quant; W2 is the
+ * identity (scale 1, quant 1 on the diagonal, q4_0's 9); a one-hot token then returns a column
+ * of W1 exactly (every product but one is of a zero), which is what the host's decoding gives. */
+static void scales_case(clffn_context *ctx, clffn_dtype t, size_t kernel_tokens) {
+    enum { N = 32 };
+    static const uint16_t scales[] = {0x0001, 0x03ff, 0x8001, 0x0400, 0x3c00,
+                                      0xc000, 0x7bff, 0x0000, 0x83ff, 0x3555};
+    const size_t blk = t == CLFFN_DTYPE_Q8_0 ? 34 : 18;
+    uint8_t w1[N * 34], w2[N * 34];
+    for (size_t r = 0; r < N; ++r) {
+        uint8_t *b1 = w1 + r * blk, *b2 = w2 + r * blk;
+        const uint16_t d = scales[r % (sizeof scales / sizeof scales[0])];
+        b1[0] = (uint8_t)d, b1[1] = (uint8_t)(d >> 8);
+        b2[0] = 0x00, b2[1] = 0x3c; /* 1.0 */
+        for (size_t i = 0; i < blk - 2; ++i) {
+            b1[2 + i] = (uint8_t)(r * 37 + i * 11 + 3); /* every quant, q8_0's -128 too */
+            /* q4_0: byte i's low nibble is value i, its high one value i + 16 */
+            b2[2 + i] = t == CLFFN_DTYPE_Q8_0
+                            ? (uint8_t)(i == r)
+                            : (uint8_t)((i + 16 == r ? 9 : 8) << 4 | (i == r ? 9 : 8));
+        }
+    }
+    float exact[N * N];
+    ASSERT_OK(clffn_convert_to_f32(t, w1, N * blk, N * N, exact, N * N));
+    clffn_config c = clffn_config_default(N, N);
+    c.activation = CLFFN_ACT_IDENTITY, c.bias1 = c.bias2 = 0;
+    const clffn_typed_weights tw = {t, w1, NULL, w2, NULL, NULL, NULL};
+    clffn_ffn *ffn = NULL;
+    ASSERT_OK(clffn_context_set_kernel_max_tokens(ctx, 1, kernel_tokens));
+    ASSERT_OK(clffn_ffn_create(ctx, &c, &ffn));
+    ASSERT_OK(clffn_ffn_upload_weights_typed(ffn, CLFFN_LAYOUT_OUT_IN, &tw));
+    float x[N * N] = {0}, y[N * N];
+    for (size_t j = 0; j < N; ++j) { x[j * N + j] = 1.0f; } /* token j: column j */
+    const size_t T = kernel_tokens ? kernel_tokens : N;
+    for (size_t j0 = 0; j0 < N; j0 += T) {
+        ASSERT_OK(clffn_forward_host(ffn, T, x + j0 * N, T * N, y + j0 * N, T * N));
+    }
+    for (size_t j = 0; j < N; ++j) {
+        for (size_t r = 0; r < N; ++r) {
+            cr_assert(y[j * N + r] == exact[r * N + j], /* exact; a zero's sign aside */
+                      "%s, %zu-token kernels: W1[%zu, %zu] = %a, the host decodes %a",
+                      clffn_dtype_name(t), kernel_tokens, r, j, (double)y[j * N + r],
+                      (double)exact[r * N + j]);
+        }
+    }
+    clffn_ffn_destroy(ffn);
+}
+
+Test(compressed, scales_decode_exactly_on_the_device, .timeout = 300) {
+    clffn_context *ctx = test_context();
+    static const size_t kernel_tokens[] = {1, 4, 16, 0};
+    for (size_t k = 0; k < sizeof kernel_tokens / sizeof kernel_tokens[0]; ++k) {
+        scales_case(ctx, CLFFN_DTYPE_Q8_0, kernel_tokens[k]);
+        scales_case(ctx, CLFFN_DTYPE_Q4_0, kernel_tokens[k]);
+    }
+    clffn_context_destroy(ctx);
+}
