@@ -140,8 +140,8 @@ def _ptr(a):
     return a.ctypes.data_as(_lib.c_float_p) if a is not None else None
 
 
-# Tensor names of each preset: the same as clffn-run's (tools/clffn-run.c), with the layout the
-# file stores matrices in and the FFN the preset describes.
+# Tensor names of each preset: the same as clffn-run's (tools/clffn-run/presets.c), with the
+# layout the file stores matrices in and the FFN the preset describes.
 PRESETS = {
     "annotated": dict(w1="w_1.weight", b1="w_1.bias", v=None, bv=None, w2="w_2.weight",
                       b2="w_2.bias", prefixes=("",), layout="out_in", activation="relu",
@@ -162,17 +162,32 @@ PRESETS = {
                   v="model.layers.{L}.mlp.up_proj.weight", bv=None,
                   w2="model.layers.{L}.mlp.down_proj.weight", b2=None, prefixes=("",),
                   layout="out_in", activation="silu", gated=True),
+    # a GGUF file's (clffn.load finds them by the file's magic), for state_dict()'s names
+    "gguf": dict(w1="blk.{L}.ffn_gate.weight", b1="blk.{L}.ffn_gate.bias",
+                 v="blk.{L}.ffn_up.weight", bv="blk.{L}.ffn_up.bias",
+                 w2="blk.{L}.ffn_down.weight", b2="blk.{L}.ffn_down.bias", prefixes=("",),
+                 layout="out_in", activation="silu", gated=True),
+    "gguf_plain": dict(w1="blk.{L}.ffn_up.weight", b1="blk.{L}.ffn_up.bias", v=None, bv=None,
+                       w2="blk.{L}.ffn_down.weight", b2="blk.{L}.ffn_down.bias",
+                       prefixes=("",), layout="out_in", activation="gelu_tanh", gated=False),
 }
+
+def _open_checkpoint(path, struct, opener):
+    """libclffn_io, the file opened by its `opener` into a `struct`, and an error buffer for
+    the reads that follow; a file it refuses raises with its reason."""
+    io = _lib.io()
+    f = struct()
+    err = ctypes.create_string_buffer(_lib.IO_ERR)
+    if getattr(io, opener)(os.fsencode(path), ctypes.byref(f), err) != 0:
+        raise ArgumentError(INVALID_ARGUMENT, f"{path}: {err.value.decode(errors='replace')}")
+    return io, f, err
+
 
 def _read_safetensors(path, wanted):
     """The tensors of a safetensors file whose names are in `wanted`, as float32 arrays, read by
     libclffn_io (clffn-run's loader: the file mapped, its header checked, F32/F64/F16/BF16
     converted). Names present in the file but not wanted are listed with None."""
-    io = _lib.io()
-    f = _lib.StFile()
-    err = ctypes.create_string_buffer(_lib.IO_ERR)
-    if io.clffn_st_open(os.fsencode(path), ctypes.byref(f), err) != 0:
-        raise ArgumentError(INVALID_ARGUMENT, f"{path}: {err.value.decode(errors='replace')}")
+    io, f, err = _open_checkpoint(path, _lib.StFile, "clffn_st_open")
     try:
         out = {}
         for i in range(f.count):
@@ -181,9 +196,9 @@ def _read_safetensors(path, wanted):
             if name not in wanted:
                 out[name] = None
                 continue
-            if not io.clffn_dtype_is_convertible(t.dtype):
+            if not io.clffn_io_dtype_is_convertible(t.dtype):
                 raise ArgumentError(INVALID_ARGUMENT, f"{path}: tensor '{name}' is "
-                                    f"{io.clffn_dtype_name(t.dtype).decode()}; only F32, F16, "
+                                    f"{io.clffn_io_dtype_name(t.dtype).decode()}; only F32, F16, "
                                     f"BF16 and F64 can be used")
             a = np.empty(tuple(t.shape[:t.rank]), np.float32)
             if io.clffn_st_read_f32(ctypes.byref(f), ctypes.pointer(t), _ptr(a), err) != 0:
@@ -217,11 +232,13 @@ class FFN:
     """
 
     def __init__(self, d_model, d_ff, activation="relu", gated=False, bias1=True, bias2=True,
-                 bias_gate=True, dropout=0.0, residual=False, device=None):
+                 bias_gate=True, dropout=0.0, residual=False, device=None, weight_dtype="f32",
+                 _init_weights=True):
         for name, v in (("d_model", d_model), ("d_ff", d_ff)):
             if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v <= 0:
                 raise ArgumentError(INVALID_SIZE, f"{name} must be a positive integer, not {v!r}")
         act, gated = _parse_activation(activation, gated)
+        self._dtype = _parse_dtype(weight_dtype)
         self._handle = None
         self._ctx = _context(device)
         cfg = _lib.config_default(int(d_model), int(d_ff))
@@ -239,6 +256,8 @@ class FFN:
         self.preset = "labml" if gated else "annotated"
         self._grads = None
         self._last_shape = None
+        if not _init_weights:  # clffn.load() sets them from the file
+            return
         D, F = int(d_model), int(d_ff)
         rng = np.random.default_rng(0)
         b1, b2 = 1 / np.sqrt(D), 1 / np.sqrt(F)
@@ -264,6 +283,17 @@ class FFN:
     @property
     def gated(self):
         return bool(self._cfg.gated)
+
+    @property
+    def weight_dtype(self):
+        """The type W1, V and W2 are kept in on the device: "f32", "f16", "bf16", "q8_0" or
+        "q4_0"."""
+        return _lib.DTYPES[self._dtype]
+
+    @property
+    def weight_bytes(self):
+        """The bytes W1, V and W2 take on the device: what a one-token forward reads."""
+        return _lib.ffn_weight_bytes(self._handle)
 
     @property
     def dropout(self):
@@ -344,9 +374,31 @@ class FFN:
         return a.astype(np.float32, copy=False)
 
     def _set(self, w1, b1, w2, b2, v, bv):
-        hw = _lib.Weights(_ptr(w1), _ptr(b1), _ptr(v), _ptr(bv), _ptr(w2), _ptr(b2))
-        _check(_lib.ffn_upload_weights(self._handle, 0, ctypes.byref(hw)), "uploading weights")
-        self._w = dict(w1=w1, b1=b1, v=v, bv=bv, w2=w2, b2=b2)
+        """f32 arrays [out, in] onto the device, converted on the host to the FFN's weight type
+        (GGUF's rounding for q8_0 and q4_0)."""
+        if self._dtype == 0:
+            hw = _lib.Weights(_ptr(w1), _ptr(b1), _ptr(v), _ptr(bv), _ptr(w2), _ptr(b2))
+            _check(_lib.ffn_upload_weights(self._handle, 0, ctypes.byref(hw)), "uploading weights")
+            self._w = dict(w1=w1, b1=b1, v=v, bv=bv, w2=w2, b2=b2)
+            return
+        self._set_stored(self._dtype, *(_encode(self._dtype, m, self.weight_dtype, name)
+                                        for m, name in ((w1, "w1"), (v, "v"), (w2, "w2"))),
+                         b1, bv, b2)
+
+    def _set_stored(self, dtype, w1, v, w2, b1, bv, b2):
+        """Matrices as (bytes, shape) in dtype, [out, in], onto the device as they are; the
+        values the device then holds are kept as float32 for state_dict()."""
+        tw = _lib.TypedWeights(dtype, w1[0].ctypes.data, v[0].ctypes.data if v else None,
+                               w2[0].ctypes.data, _ptr(b1), _ptr(bv), _ptr(b2))
+        st = _lib.ffn_upload_weights_typed(self._handle, 0, ctypes.byref(tw))
+        if st != 0:
+            detail = _lib.ffn_error_message(self._handle).decode(errors="replace")
+            if detail:
+                raise ArgumentError(st, detail)
+            _check(st, "uploading weights")
+        self._dtype = dtype
+        self._w = dict(w1=_decode(dtype, *w1), b1=b1, v=_decode(dtype, *v) if v else None,
+                       bv=bv, w2=_decode(dtype, *w2), b2=b2)
 
     def set_weights(self, w1, b1, w2, b2, v=None, bv=None, layout="out_in"):
         """Sets every weight from arrays (copied). layout "out_in": W1 and V [d_ff, d_model], W2
@@ -439,7 +491,9 @@ class FFN:
             raise ArgumentError(BUFFER_TOO_SMALL, f"dy has shape {list(dy.shape)}, the last "
                                 f"forward's output {list(self._last_shape)}")
         if self._grads is None or not accumulate:
-            self._grads = {k: (np.zeros_like(a) if a is not None else None)
+            # weights kept compressed have no gradients of their own: the biases' only
+            keep = ("b1", "bv", "b2") if self._dtype else tuple(self._w)
+            self._grads = {k: (np.zeros_like(a) if a is not None and k in keep else None)
                            for k, a in self._w.items()}
         g = self._grads
         ga = _lib.Weights(*(_ptr(g[k]) for k in ("w1", "b1", "v", "bv", "w2", "b2")))
@@ -472,6 +526,41 @@ class FFN:
         return out
 
 
+def _parse_dtype(name):
+    if not isinstance(name, str) or name.lower() not in _lib.DTYPES:
+        raise ArgumentError(INVALID_ARGUMENT, f"weight_dtype must be one of "
+                                              f"{', '.join(_lib.DTYPES)}, not {name!r}")
+    return _lib.DTYPES.index(name.lower())
+
+
+def _encode(dtype, a, dtype_name, name):
+    """An f32 matrix [out, in] (None: none) as (uint8 bytes, shape) in dtype."""
+    if a is None:
+        return None
+    a = np.ascontiguousarray(a, dtype=np.float32)
+    n = ctypes.c_size_t()
+    st = _lib.dtype_bytes(dtype, a.size, ctypes.byref(n))
+    if st == 0 and dtype >= 3 and a.shape[-1] % 32:
+        st = INVALID_ARGUMENT
+    if st != 0:
+        raise ArgumentError(st, f"{name}: {dtype_name} weights need the input dimension "
+                                f"({a.shape[-1]}) to be a multiple of 32")
+    out = np.empty(n.value, np.uint8)
+    st = _lib.convert_weights(dtype, _ptr(a), a.size, out.ctypes.data, out.size)
+    if st != 0:
+        raise ArgumentError(st, f"{name}: cannot convert to {dtype_name} (a value that is not "
+                                f"finite?)")
+    return out, a.shape
+
+
+def _decode(dtype, raw, shape):
+    """(bytes, shape) in dtype back to the float32 values they hold."""
+    out = np.empty(shape, np.float32)
+    _check(_lib.convert_to_f32(dtype, raw.ctypes.data, raw.size, out.size, _ptr(out), out.size),
+           "decoding weights")
+    return out
+
+
 def _find_layer(path, preset, layer):
     """The preset's tensors of one layer in a checkpoint, read once: ({"w1": array, …}, the
     name prefix they were found under). W1 and W2 must be there."""
@@ -497,14 +586,90 @@ def _find_layer(path, preset, layer):
     return found, prefix
 
 
-def load(path, preset="annotated", layer=0, activation=None, device=None, **options):
-    """An FFN made from a safetensors checkpoint: d_model and d_ff from its shapes, the
-    activation and gate from the preset (or `activation`), a bias wherever its tensor exists."""
+_GGML_KEPT = {0: 0, 1: 1, 30: 2, 8: 3, 2: 4}  # ggml's type numbers to clffn_dtype's
+
+
+def _is_gguf(path):
+    with open(path, "rb") as f:
+        return f.read(4) == b"GGUF"
+
+
+def _read_gguf_layer(path, layer):
+    """A GGUF file's FFN tensors of one layer, read by libclffn_io (clffn-run's reader: the file
+    mapped, every offset and size checked): {"w1": (dtype, bytes, shape), …} for the matrices as
+    stored ([out, in]), float32 arrays for the biases; gated when the layer has ffn_gate."""
+    io, f, err = _open_checkpoint(path, _lib.GgufFile, "clffn_gguf_open")
+    try:
+        tensors = {f.tensors[i].name.decode(errors="replace"): f.tensors[i]
+                   for i in range(f.count)}
+        gated = f"blk.{layer}.ffn_gate.weight" in tensors
+        names = dict(w1="ffn_gate" if gated else "ffn_up", v="ffn_up" if gated else None,
+                     w2="ffn_down")
+        found = {}
+        for k, base in names.items():
+            if base is None:
+                continue
+            for part, key in (("weight", k), ("bias", "b" + k[1:] if k != "v" else "bv")):
+                t = tensors.get(f"blk.{layer}.{base}.{part}")
+                if t is None:
+                    if part == "weight":
+                        raise ArgumentError(INVALID_ARGUMENT, f"{path}: no tensor "
+                                            f"'blk.{layer}.{base}.weight' (GGUF, layer {layer})")
+                    continue
+                if t.type not in _GGML_KEPT:
+                    name = io.clffn_gguf_type_name(t.type)
+                    raise ArgumentError(INVALID_ARGUMENT, f"{path}: tensor "
+                                        f"'blk.{layer}.{base}.{part}' is "
+                                        f"{name.decode() if name else t.type}, which clffn does "
+                                        f"not read (F32, F16, BF16, Q8_0 and Q4_0 are)")
+                raw = np.frombuffer(ctypes.string_at(f.data + t.offset, t.bytes), np.uint8).copy()
+                shape = tuple(t.ne[d] for d in range(t.rank))[::-1]
+                dtype = _GGML_KEPT[t.type]
+                found[key] = (dtype, raw, shape) if part == "weight" else \
+                    _decode(dtype, raw, shape).reshape(-1)
+        return found, gated
+    finally:
+        io.clffn_gguf_close(ctypes.byref(f))
+
+
+def _load_gguf(path, layer, activation, device, weight_dtype, options):
+    found, gated = _read_gguf_layer(path, layer)
+    F, D = found["w1"][2]
+    stored = {found[k][0] for k in ("w1", "v", "w2") if k in found}
+    if weight_dtype == "stored":
+        dtype = stored.pop() if len(stored) == 1 else 0
+    else:
+        dtype = _parse_dtype(weight_dtype)
+    ffn = FFN(D, F, activation=activation or ("silu" if gated else "gelu_tanh"), gated=gated,
+              bias1="b1" in found, bias2="b2" in found, bias_gate="bv" in found, device=device,
+              weight_dtype=_lib.DTYPES[dtype], _init_weights=False, **options)
+    mats = {k: found.get(k) for k in ("w1", "v", "w2")}
+    if all(m is None or m[0] == dtype for m in mats.values()):  # the file's bytes as they are
+        ffn._set_stored(dtype, *(m[1:] if m else None for m in mats.values()),
+                        found.get("b1"), found.get("bv"), found.get("b2"))
+    else:  # the values, converted to the type asked for
+        vals = {k: _decode(*m) if m else None for k, m in mats.items()}
+        ffn._set(vals["w1"], found.get("b1"), vals["w2"], found.get("b2"), vals["v"],
+                 found.get("bv"))
+    ffn.preset, ffn._layer, ffn._prefix = "gguf" if gated else "gguf_plain", layer, ""
+    return ffn
+
+
+def load(path, preset="annotated", layer=0, activation=None, device=None, weight_dtype="stored",
+         **options):
+    """An FFN made from a checkpoint: d_model and d_ff from its shapes, the activation and gate
+    from the preset (or `activation`), a bias wherever its tensor exists. A GGUF file (found by
+    its magic; no preset) gives llama.cpp's layer blk.{layer}: SwiGLU with ffn_gate, else a
+    plain FFN of ffn_up and ffn_down (GELU, ggml's tanh form). weight_dtype "stored" keeps the
+    weights in the file's type where clffn keeps it (F16, BF16, Q8_0, Q4_0; else f32); "f32",
+    "f16", "bf16", "q8_0" or "q4_0" converts them on the host."""
+    if _is_gguf(os.fspath(path)):
+        return _load_gguf(os.fspath(path), layer, activation, device, weight_dtype, options)
     layer_found = _find_layer(path, preset, layer)
     found, p = layer_found[0], PRESETS[preset]
     F, D = found["w1"].shape if p["layout"] == "out_in" else found["w1"].shape[::-1]
     gated = p["gated"] if p["gated"] is not None else "v" in found
     ffn = FFN(D, F, activation=activation or p["activation"], gated=gated,
               bias1="b1" in found, bias2="b2" in found, bias_gate="bv" in found, device=device,
-              **options)
+              weight_dtype="f32" if weight_dtype == "stored" else weight_dtype, **options)
     return ffn._use(layer_found, preset, layer)

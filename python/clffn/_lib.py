@@ -114,6 +114,22 @@ backward_host = _fn("clffn_backward_host", i32, vp, c_size, c_float_p, c_size, c
                     c_float_p, c_size, ctypes.POINTER(Weights), i32)
 read_hidden = _fn("clffn_ffn_read_hidden", i32, vp, i32, c_float_p, c_size,
                   ctypes.POINTER(c_size))
+# weights kept in their stored type
+class TypedWeights(ctypes.Structure):
+    """clffn_typed_weights, field for field."""
+    _fields_ = [("dtype", ctypes.c_int), ("w1", vp), ("v", vp), ("w2", vp), ("b1", c_float_p),
+                ("bv", c_float_p), ("b2", c_float_p)]
+
+
+DTYPES = ("f32", "f16", "bf16", "q8_0", "q4_0")  # clffn_dtype's values, in order
+ffn_upload_weights_typed = _fn("clffn_ffn_upload_weights_typed", i32, vp, i32,
+                               ctypes.POINTER(TypedWeights))
+ffn_weight_dtype = _fn("clffn_ffn_weight_dtype", i32, vp)
+ffn_weight_bytes = _fn("clffn_ffn_weight_bytes", c_size, vp)
+ffn_error_message = _fn("clffn_ffn_error_message", ctypes.c_char_p, vp)
+dtype_bytes = _fn("clffn_dtype_bytes", i32, i32, c_size, ctypes.POINTER(c_size))
+convert_weights = _fn("clffn_convert_weights", i32, i32, c_float_p, c_size, vp, c_size)
+convert_to_f32 = _fn("clffn_convert_to_f32", i32, i32, vp, c_size, c_size, c_float_p, c_size)
 # hooks: the library's own dropout mask and double reference, for checks against the C side
 dropout_keep = _fn("clffn_dropout_keep", i32, ctypes.c_float, u64, u64, u64)
 tuning_has_profile = _fn("clffn_tuning_has_profile", i32, vp)
@@ -131,6 +147,22 @@ class StFile(ctypes.Structure):
     """clffn_st_file, field for field."""
     _fields_ = [("data", ctypes.c_void_p), ("data_len", ctypes.c_uint64),
                 ("tensors", ctypes.POINTER(StTensor)), ("count", c_size),
+                ("map", ctypes.c_void_p), ("map_len", c_size)]
+
+
+class GgufTensor(ctypes.Structure):
+    """clffn_gguf_tensor, field for field."""
+    _fields_ = [("name", ctypes.c_char_p), ("type", ctypes.c_uint32), ("rank", c_size),
+                ("ne", ctypes.c_uint64 * 4), ("numel", ctypes.c_uint64),
+                ("offset", ctypes.c_uint64), ("bytes", ctypes.c_uint64)]
+
+
+class GgufFile(ctypes.Structure):
+    """clffn_gguf_file, field for field."""
+    _fields_ = [("version", ctypes.c_uint32), ("alignment", ctypes.c_uint64),
+                ("kvs", ctypes.c_void_p), ("kv_count", c_size),
+                ("tensors", ctypes.POINTER(GgufTensor)), ("count", c_size),
+                ("data", ctypes.c_void_p), ("data_len", ctypes.c_uint64),
                 ("map", ctypes.c_void_p), ("map_len", c_size)]
 
 
@@ -173,8 +205,13 @@ def io():
             ("clffn_st_read_f32", ctypes.c_int,
              [ctypes.POINTER(StFile), ctypes.POINTER(StTensor), c_float_p, err]),
             ("clffn_st_close", None, [ctypes.POINTER(StFile)]),
-            ("clffn_dtype_name", ctypes.c_char_p, [ctypes.c_int]),
-            ("clffn_dtype_is_convertible", ctypes.c_int, [ctypes.c_int])):
+            ("clffn_io_dtype_name", ctypes.c_char_p, [ctypes.c_int]),
+            ("clffn_io_dtype_is_convertible", ctypes.c_int, [ctypes.c_int]),
+            ("clffn_gguf_open", ctypes.c_int, [ctypes.c_char_p, ctypes.POINTER(GgufFile), err]),
+            ("clffn_gguf_close", None, [ctypes.POINTER(GgufFile)]),
+            ("clffn_gguf_type_name", ctypes.c_char_p, [ctypes.c_uint32]),
+            ("clffn_gguf_string", ctypes.c_int,
+             [ctypes.POINTER(GgufFile), ctypes.c_char_p, ctypes.c_char_p, c_size])):
         f = getattr(lib_io, name)
         f.restype, f.argtypes = res, args
     _io = lib_io

@@ -1,0 +1,144 @@
+"""Weights kept in their stored type from Python: FFN(weight_dtype=…) converts as GGUF's
+reference does (checked here against numpy ports of quantize_row_q8_0_ref / q4_0_ref), the
+forward and dx match the numpy reference on the dequantized weights, and clffn.load() reads a
+GGUF file written here."""
+import struct
+
+import numpy as np
+import pytest
+
+import clffn
+import reference as ref
+
+D, F = 64, 96
+
+
+def q8_0(w):
+    """GGUF's q8_0 of an [out, in] float32 matrix, dequantized (the values the device holds)."""
+    b = w.astype(np.float32).reshape(-1, 32)
+    amax = np.abs(b).max(axis=1)
+    d = (amax / np.float32(127)).astype(np.float32)
+    idv = np.where(d != 0, np.float32(1) / np.where(d != 0, d, 1), 0).astype(np.float32)
+    v = (b * idv[:, None]).astype(np.float32).astype(np.float64)
+    q = np.sign(v) * np.floor(np.abs(v) + 0.5)  # roundf: halves away from zero
+    d16 = d.astype(np.float16).astype(np.float32)
+    return (q.astype(np.float32) * d16[:, None]).reshape(w.shape)
+
+
+def q4_0(w):
+    b = w.astype(np.float32).reshape(-1, 32)
+    i = np.abs(b).argmax(axis=1)  # the first of equal magnitudes, as the reference keeps
+    mx = b[np.arange(len(b)), i]
+    d = (mx / np.float32(-8)).astype(np.float32)
+    idv = np.where(d != 0, np.float32(1) / np.where(d != 0, d, 1), 0).astype(np.float32)
+    v = ((b * idv[:, None]).astype(np.float32) + np.float32(8.5)).astype(np.float32)
+    q = np.minimum(15, np.trunc(v)).astype(np.float32)
+    d16 = d.astype(np.float16).astype(np.float32)
+    return ((q - 8) * d16[:, None]).reshape(w.shape)
+
+
+def bf16(w):
+    u = w.astype(np.float32).view(np.uint32).astype(np.uint64)
+    r = ((u + 0x7fff + ((u >> 16) & 1)) >> 16).astype(np.uint32) << 16
+    return r.view(np.float32).reshape(w.shape)
+
+
+DEQUANT = {"f32": lambda w: w.astype(np.float32), "f16": lambda w: w.astype(np.float16)
+           .astype(np.float32), "bf16": bf16, "q8_0": q8_0, "q4_0": q4_0}
+
+
+def weights(seed=1, gated=True):
+    rng = np.random.default_rng(seed)
+    w = {"w1": rng.uniform(-0.3, 0.3, (F, D)), "w2": rng.uniform(-0.2, 0.2, (D, F)),
+         "b1": rng.uniform(-0.5, 0.5, F), "b2": rng.uniform(-0.5, 0.5, D)}
+    if gated:
+        w["v"] = rng.uniform(-0.3, 0.3, (F, D))
+    return {k: a.astype(np.float32) for k, a in w.items()}
+
+
+@pytest.mark.parametrize("dtype", list(DEQUANT))
+def test_types_convert_as_gguf_and_match_the_reference(dtype):
+    w = weights()
+    ffn = clffn.FFN(D, F, activation="swiglu", bias_gate=False, weight_dtype=dtype)
+    ffn.set_weights(w["w1"], w["b1"], w["w2"], w["b2"], v=w["v"])
+    assert ffn.weight_dtype == dtype
+    dq = {k: (DEQUANT[dtype](a) if a.ndim == 2 else a) for k, a in w.items()}
+    sd = ffn.state_dict()
+    np.testing.assert_array_equal(sd["layer1.weight"], dq["w1"])  # bit for bit
+    np.testing.assert_array_equal(sd["layer2.weight"], dq["w2"])
+    np.testing.assert_array_equal(sd["linear_v.weight"], dq["v"])
+    wd = {k: a.astype(np.float64) for k, a in dq.items()}
+    for T in (1, 3, 40):  # both sides of the few-token crossover
+        x = np.random.default_rng(T).uniform(-1, 1, (T, D)).astype(np.float32)
+        yr, keep = ref.forward(x, wd, "silu", True)
+        ref.close(ffn(x), yr)
+        dy = np.random.default_rng(T + 1).uniform(-1, 1, (T, D)).astype(np.float32)
+        dx, g = ffn.backward(dy)
+        dxr, gr = ref.backward(dy, wd, "silu", True, False, keep)
+        ref.close(dx, dxr)
+        if dtype == "f32":
+            assert "layer1.weight" in g
+        else:  # weights kept compressed: the biases' gradients only
+            assert set(g) == {"layer1.bias", "layer2.bias"}
+        ref.close(g["layer1.bias"], gr["b1"])
+
+
+def test_bytes_and_refusals():
+    assert clffn.FFN(D, F, weight_dtype="q4_0").weight_bytes == 2 * F * D // 32 * 18
+    assert clffn.FFN(D, F, weight_dtype="F16").weight_bytes == 2 * F * D * 2
+    with pytest.raises(clffn.ArgumentError, match="multiple of 32"):
+        clffn.FFN(12, 20, weight_dtype="q8_0")
+    with pytest.raises(clffn.ArgumentError, match="weight_dtype"):
+        clffn.FFN(D, F, weight_dtype="q5_k")
+
+
+def _gguf(path, tensors, version=3):
+    """A GGUF file of (name, ggml type, ne list, bytes), data aligned to 32."""
+    s = lambda t: struct.pack("<Q", len(t.encode())) + t.encode()
+    kv = s("general.architecture") + struct.pack("<I", 8) + s("llama")
+    infos, data = b"", b""
+    for name, t, ne, raw in tensors:
+        infos += s(name) + struct.pack("<I", len(ne)) + b"".join(struct.pack("<Q", n) for n in ne)
+        infos += struct.pack("<IQ", t, len(data))
+        data += raw + bytes(-len(raw) % 32)
+    head = b"GGUF" + struct.pack("<IQQ", version, len(tensors), 1) + kv + infos
+    with open(path, "wb") as f:
+        f.write(head + bytes(-len(head) % 32) + data)
+
+
+def _q8_0_bytes(w):
+    """GGUF's q8_0 blocks of an [out, in] matrix, from the reference above."""
+    b = w.astype(np.float32).reshape(-1, 32)
+    d = (np.abs(b).max(axis=1) / np.float32(127)).astype(np.float32)
+    idv = np.where(d != 0, np.float32(1) / np.where(d != 0, d, 1), 0).astype(np.float32)
+    v = (b * idv[:, None]).astype(np.float32).astype(np.float64)
+    q = (np.sign(v) * np.floor(np.abs(v) + 0.5)).astype(np.int8)
+    out = bytearray()
+    for di, qi in zip(d.astype(np.float16), q):
+        out += di.tobytes() + qi.tobytes()
+    return bytes(out)
+
+
+def test_load_gguf(tmp_path):
+    w = weights(7)
+    path = tmp_path / "m.gguf"
+    _gguf(path, [("blk.0.ffn_gate.weight", 8, [D, F], _q8_0_bytes(w["w1"])),
+                 ("blk.0.ffn_up.weight", 8, [D, F], _q8_0_bytes(w["v"])),
+                 ("blk.0.ffn_down.weight", 8, [F, D], _q8_0_bytes(w["w2"])),
+                 ("blk.0.ffn_down.bias", 0, [D], w["b2"].tobytes())])
+    ffn = clffn.load(path)
+    assert ffn.weight_dtype == "q8_0" and ffn.gated and ffn.activation == "silu"
+    assert ffn.weight_bytes == 3 * F * D // 32 * 34
+    sd = ffn.state_dict()
+    assert set(sd) == {"blk.0.ffn_gate.weight", "blk.0.ffn_up.weight", "blk.0.ffn_down.weight",
+                       "blk.0.ffn_down.bias"}
+    np.testing.assert_array_equal(sd["blk.0.ffn_up.weight"], q8_0(w["v"]))
+    x = np.random.default_rng(8).uniform(-1, 1, (2, D)).astype(np.float32)
+    wd = {"w1": q8_0(w["w1"]), "v": q8_0(w["v"]), "w2": q8_0(w["w2"]), "b2": w["b2"]}
+    yr, _ = ref.forward(x, {k: a.astype(np.float64) for k, a in wd.items()}, "silu", True)
+    ref.close(ffn(x), yr)
+    f32 = clffn.load(path, weight_dtype="f32")  # the file's values, kept as f32
+    assert f32.weight_dtype == "f32"
+    ref.close(f32(x), yr)
+    with pytest.raises(clffn.ArgumentError, match="no tensor 'blk.3.ffn_up.weight'"):
+        clffn.load(path, layer=3)
