@@ -47,9 +47,9 @@
   #define CLFFN_COL_GROUPS 8 // column groups per work-group in clffn_wgemv_cols
 #endif
 #ifndef CLFFN_SOFT_HALF
-  #define CLFFN_SOFT_HALF 0 // 1: quantized blocks' f16 scales decoded in integer arithmetic and
-                            // one multiply (exact; needs single-precision denormals), for
-                            // devices whose vload_half is a long emulation (POCL on x86)
+  #define CLFFN_SOFT_HALF 0 // 1: f16 weights and scales decoded in integer arithmetic (exact,
+                            // no subnormal float), for devices whose vload_half is a long
+                            // emulation (POCL on x86)
 #endif
 
 #define CLFFN_QK 32
@@ -82,31 +82,45 @@
 
 // ---- decoding -----------------------------------------------------------------------------------
 
-// The f16 scale at blk. The soft form puts sign, exponent and mantissa where a float has them
-// and multiplies by 2^112 (exact for normal and subnormal halves alike); infinities and NaNs keep
-// their bits.
+// Halves as floats in integer arithmetic, exactly, with no subnormal float anywhere: a CPU takes
+// a slow assist for each multiply with a subnormal operand (some hundred cycles on Intel cores,
+// where about one in 250 of a layer's f16 weights is a subnormal half), and a device without
+// CL_FP_DENORM flushes it. Exponent and mantissa move to a float's places and the exponent is
+// rebiased (15 -> 127, once more for infinities and NaNs, which keep their payload); a subnormal
+// half m * 2^-24 is 2^-14 * (1 + m / 1024) less 2^-14, exact; the sign goes on last, so -0
+// stays -0.
+#define CLFFN_SOFT_HALVES(n)                                                                      \
+  inline float##n clffn_halves##n(ushort##n h16) {                                               \
+    const uint##n h = convert_uint##n(h16);                                                      \
+    const uint##n em = (h & 0x7fffu) << 13;                                                      \
+    const uint##n e = em & 0x0f800000u;                                                          \
+    const uint##n u =                                                                            \
+        em + select((uint##n)0x38000000u, (uint##n)0x70000000u, as_uint##n(e == 0x0f800000u));   \
+    const float##n f =                                                                           \
+        select(as_float##n(u), as_float##n(u + 0x00800000u) - 0x1p-14f, as_int##n(e == 0u));     \
+    return as_float##n(as_uint##n(f) | ((h & 0x8000u) << 16));                                   \
+  }
+CLFFN_SOFT_HALVES(8)
+CLFFN_SOFT_HALVES(16)
+
+// The f16 scale at blk: vload_half, or its soft form (above) where vload_half is a long
+// emulation.
 inline float clffn_wscale(__global const uchar *blk) {
 #if CLFFN_SOFT_HALF
   const uint h = *(__global const ushort *)blk;
-  const uint m = (uint)((int)(h << 16) >> 3) & 0x8fffe000u;
-  return (h & 0x7c00u) == 0x7c00u ? as_float(m | 0x7f800000u) : as_float(m) * 0x1p112f;
+  const uint em = (h & 0x7fffu) << 13;
+  const uint e = em & 0x0f800000u;
+  const uint u = em + (e == 0x0f800000u ? 0x70000000u : 0x38000000u);
+  const float f = e == 0u ? as_float(u + 0x00800000u) - 0x1p-14f : as_float(u);
+  return as_float(as_uint(f) | ((h & 0x8000u) << 16));
 #else
   return vload_half(0, (__global const half *)blk);
 #endif
 }
 
-// Halves as floats, exactly: the soft form of vload_half8/16 (see clffn_wscale). Besides being
-// shorter than POCL's emulation, it reads through ushort vectors, which POCL loads unaligned:
-// its vload_half16 has been seen to load as if 32-byte aligned and fault on a row of 70 halves.
-#define CLFFN_SOFT_HALVES(n)                                                                      \
-  inline float##n clffn_halves##n(ushort##n h16) {                                               \
-    const uint##n h = convert_uint##n(h16);                                                      \
-    const uint##n m = as_uint##n(as_int##n(h << 16) >> 3) & 0x8fffe000u;                         \
-    return select(as_float##n(m) * 0x1p112f, as_float##n(m | 0x7f800000u),                       \
-                  as_int##n((h & 0x7c00u) == 0x7c00u));                                         \
-  }
-CLFFN_SOFT_HALVES(8)
-CLFFN_SOFT_HALVES(16)
+// Besides being shorter than POCL's emulation, the soft halves read through ushort vectors,
+// which POCL loads unaligned: its vload_half16 has been seen to load as if 32-byte aligned and
+// fault on a row of 70 halves.
 #if CLFFN_SOFT_HALF
   #define CLFFN_VLOAD_HALF(n, i, p)                                                             \
     CLFFN_CAT(clffn_halves, n)(CLFFN_CAT(vload, n)(i, (__global const ushort *)(p)))

@@ -153,10 +153,11 @@ static void build_options(cl_device_id device, const clffn_program_key *key, cha
                  div, key->activation, key->gated ? 1 : 0, key->dropout ? 1 : 0);
     if (key->weights && n > 0 && (size_t)n < size) {
         const clffn_wgemv_params *p = &key->wgemv;
-        /* a CPU compiler emulates vload_half at length; the integer form needs denormals */
+        /* a CPU compiler emulates vload_half at length; the integer form is exact on any
+         * device, flushing subnormals or not */
         cl_device_type type = 0;
         clGetDeviceInfo(device, CL_DEVICE_TYPE, sizeof type, &type, NULL);
-        const int soft_half = (type & CL_DEVICE_TYPE_CPU) && (fp & CL_FP_DENORM);
+        const int soft_half = (type & CL_DEVICE_TYPE_CPU) != 0;
         n += snprintf(buf + n, size - (size_t)n,
                       " -DCLFFN_WTYPE=%d -DCLFFN_WTOKENS=%d -DCLFFN_ROW_SPLIT=%d"
                       " -DCLFFN_ROW_ROWS=%d -DCLFFN_COL_WIDTH=%d -DCLFFN_COL_SPLIT=%d"

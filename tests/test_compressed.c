@@ -278,10 +278,33 @@ Test(compressed, device_level_offsets_and_canaries, .timeout = 300) {
     clffn_context_destroy(ctx);
 }
 
+/* The identity-activation, bias-free N → N FFN of tw, run on N one-hot tokens (token j is
+ * column j) in passes of kernel_tokens (0: one pass, the dequantizing path): y[j·N + r] is then
+ * Σ_i W2[r, i]·W1[i, j], W1's column j when W2 is the identity, exactly (every product but one
+ * is of a zero). */
+static void one_hot_forward(clffn_context *ctx, const clffn_typed_weights *tw, clffn_layout layout,
+                            size_t n, size_t kernel_tokens, float *y) {
+    float *x = calloc(n * n, sizeof *x);
+    cr_assert(x != NULL);
+    for (size_t j = 0; j < n; ++j) { x[j * n + j] = 1.0f; }
+    clffn_config c = clffn_config_default(n, n);
+    c.activation = CLFFN_ACT_IDENTITY, c.bias1 = c.bias2 = 0;
+    clffn_ffn *ffn = NULL;
+    ASSERT_OK(clffn_context_set_kernel_max_tokens(ctx, 1, kernel_tokens));
+    ASSERT_OK(clffn_ffn_create(ctx, &c, &ffn));
+    ASSERT_OK(clffn_ffn_upload_weights_typed(ffn, layout, tw));
+    const size_t T = kernel_tokens ? kernel_tokens : n;
+    for (size_t j0 = 0; j0 < n; j0 += T) {
+        ASSERT_OK(clffn_forward_host(ffn, T, x + j0 * n, T * n, y + j0 * n, T * n));
+    }
+    clffn_ffn_destroy(ffn);
+    free(x);
+}
+
 /* The blocks' f16 scales decode exactly on the device, on both paths: subnormal, negative,
  * the largest, zero. W1 is one block per row with those scales and every quant; W2 is the
- * identity (scale 1, quant 1 on the diagonal, q4_0's 9); a one-hot token then returns a column
- * of W1 exactly (every product but one is of a zero), which is what the host's decoding gives. */
+ * identity (scale 1, quant 1 on the diagonal, q4_0's 9), so one-hot tokens read W1 back a
+ * column at a time, which must be what the host's decoding gives. */
 static void scales_case(clffn_context *ctx, clffn_dtype t, size_t kernel_tokens) {
     enum { N = 32 };
     static const uint16_t scales[] = {0x0001, 0x03ff, 0x8001, 0x0400, 0x3c00,
@@ -303,19 +326,9 @@ static void scales_case(clffn_context *ctx, clffn_dtype t, size_t kernel_tokens)
     }
     float exact[N * N];
     ASSERT_OK(clffn_convert_to_f32(t, w1, N * blk, N * N, exact, N * N));
-    clffn_config c = clffn_config_default(N, N);
-    c.activation = CLFFN_ACT_IDENTITY, c.bias1 = c.bias2 = 0;
     const clffn_typed_weights tw = {t, w1, NULL, w2, NULL, NULL, NULL};
-    clffn_ffn *ffn = NULL;
-    ASSERT_OK(clffn_context_set_kernel_max_tokens(ctx, 1, kernel_tokens));
-    ASSERT_OK(clffn_ffn_create(ctx, &c, &ffn));
-    ASSERT_OK(clffn_ffn_upload_weights_typed(ffn, CLFFN_LAYOUT_OUT_IN, &tw));
-    float x[N * N] = {0}, y[N * N];
-    for (size_t j = 0; j < N; ++j) { x[j * N + j] = 1.0f; } /* token j: column j */
-    const size_t T = kernel_tokens ? kernel_tokens : N;
-    for (size_t j0 = 0; j0 < N; j0 += T) {
-        ASSERT_OK(clffn_forward_host(ffn, T, x + j0 * N, T * N, y + j0 * N, T * N));
-    }
+    float y[N * N];
+    one_hot_forward(ctx, &tw, CLFFN_LAYOUT_OUT_IN, N, kernel_tokens, y);
     for (size_t j = 0; j < N; ++j) {
         for (size_t r = 0; r < N; ++r) {
             cr_assert(y[j * N + r] == exact[r * N + j], /* exact; a zero's sign aside */
@@ -324,7 +337,6 @@ static void scales_case(clffn_context *ctx, clffn_dtype t, size_t kernel_tokens)
                       (double)exact[r * N + j]);
         }
     }
-    clffn_ffn_destroy(ffn);
 }
 
 Test(compressed, scales_decode_exactly_on_the_device, .timeout = 300) {
@@ -333,6 +345,42 @@ Test(compressed, scales_decode_exactly_on_the_device, .timeout = 300) {
     for (size_t k = 0; k < sizeof kernel_tokens / sizeof kernel_tokens[0]; ++k) {
         scales_case(ctx, CLFFN_DTYPE_Q8_0, kernel_tokens[k]);
         scales_case(ctx, CLFFN_DTYPE_Q4_0, kernel_tokens[k]);
+    }
+    clffn_context_destroy(ctx);
+}
+
+/* Every finite half decodes exactly on the device, subnormals included, in both layouts and on
+ * both paths: W1 [256, 256] holds each finite f16 bit pattern once (infinities and NaNs, which
+ * would turn the zero products into NaNs, are zeros there), W2 is the identity, and one-hot
+ * tokens read W1 back a column at a time. */
+static void halves_case(clffn_context *ctx, clffn_layout layout, size_t kernel_tokens) {
+    enum { N = 256 };
+    static uint16_t w1[N * N], w2[N * N];
+    static float exact[N * N], y[N * N];
+    for (size_t i = 0; i < N * N; ++i) {
+        w1[i] = (i & 0x7c00u) == 0x7c00u ? 0 : (uint16_t)i;
+        w2[i] = i / N == i % N ? 0x3c00 : 0;
+    }
+    ASSERT_OK(clffn_convert_to_f32(CLFFN_DTYPE_F16, w1, sizeof w1, N * N, exact, N * N));
+    const clffn_typed_weights tw = {CLFFN_DTYPE_F16, w1, NULL, w2, NULL, NULL, NULL};
+    one_hot_forward(ctx, &tw, layout, N, kernel_tokens, y);
+    for (size_t j = 0; j < N; ++j) {
+        for (size_t r = 0; r < N; ++r) {
+            const size_t at = layout == CLFFN_LAYOUT_OUT_IN ? r * N + j : j * N + r;
+            cr_assert(y[j * N + r] == exact[at], /* exact; a zero's sign aside */
+                      "%s, %zu-token kernels: half 0x%04x gives %a, the host decodes %a",
+                      layout == CLFFN_LAYOUT_OUT_IN ? "[out, in]" : "[in, out]", kernel_tokens,
+                      (unsigned)w1[at], (double)y[j * N + r], (double)exact[at]);
+        }
+    }
+}
+
+Test(compressed, every_finite_half_decodes_exactly_on_the_device, .timeout = 300) {
+    clffn_context *ctx = test_context();
+    static const size_t kernel_tokens[] = {1, 4, 16, 0};
+    for (size_t k = 0; k < sizeof kernel_tokens / sizeof kernel_tokens[0]; ++k) {
+        halves_case(ctx, CLFFN_LAYOUT_OUT_IN, kernel_tokens[k]);
+        halves_case(ctx, CLFFN_LAYOUT_IN_OUT, kernel_tokens[k]);
     }
     clffn_context_destroy(ctx);
 }
