@@ -770,6 +770,89 @@ CLFFN_API clffn_status clffn_ffn_set_profiling(clffn_ffn *ffn, int on);
  *  did not run them in order); OpenCL's. */
 CLFFN_API clffn_status clffn_ffn_stage_times(clffn_ffn *ffn, clffn_stage_times *out);
 
+/* ---------------------------------------------------------------------------------------------
+ * Mixture of experts
+ *
+ * A sparse layer of E expert FFNs of one config (Mixtral, Qwen-MoE, Switch Transformer): a
+ * router [E, D] (+ bias [E]) scores each token, the k best experts (a tie going to the lower
+ * index) each run the token, and the output is their weighted sum, plus an optional shared
+ * expert that every token passes through:
+ *   p[t] = softmax(x[t]·Wrᵀ + br)            over the E experts
+ *   e[t, 0..k) = the k largest p[t]           in order, ties to the lower index
+ *   w[t, j] = p[t, e[t, j]] / Σ_j p[t, e[t, j]]   (CLFFN_ROUTING_TOPK_NORMALIZED), or
+ *             p[t, e[t, j]]                       (CLFFN_ROUTING_TOPK)
+ *   y[t] = shared(x[t]) + Σ_j w[t, j]·expert_{e[t, j]}(x[t])   added in that order
+ * Routing runs on the device; each expert runs on its tokens gathered into contiguous rows
+ * (CLBlast's SGEMM for many, clffn's few-token kernels for few, as any FFN), and an expert no
+ * token chose is not run, so its weights are not read. The weights are uploaded per expert
+ * through the FFN API (clffn_moe_expert()), in any stored type.
+ * ------------------------------------------------------------------------------------------- */
+typedef struct clffn_moe clffn_moe;
+
+/** How router probabilities become the chosen experts' weights. */
+typedef enum clffn_routing {
+    CLFFN_ROUTING_TOPK_NORMALIZED = 0, /* softmax → top-k → renormalised to sum 1 (Mixtral) */
+    CLFFN_ROUTING_TOPK = 1             /* softmax → top-k, as they are (Switch; Qwen2-MoE without
+                              norm_topk_prob) */
+} clffn_routing;
+
+/** What a mixture-of-experts layer computes. */
+typedef struct clffn_moe_config {
+    clffn_config expert;   /* each expert's FFN (and the shared expert's); residual must be 0 */
+    size_t experts;        /* E ≥ 1 */
+    size_t top_k;          /* k in [1, E] */
+    clffn_routing routing; /* default CLFFN_ROUTING_TOPK_NORMALIZED */
+    int router_bias;       /* 1: the router has a bias [E] (default 0) */
+    int shared_expert;     /* 1: an expert of the same config that every token passes through,
+                              its output added (default 0) */
+} clffn_moe_config;
+
+/** Mixtral's defaults for the given shapes: experts SwiGLU without biases (as clffn-run's
+ *  mixtral preset reads them), normalised top-k, no router bias, no shared expert. */
+CLFFN_API clffn_moe_config clffn_moe_config_default(size_t d_model, size_t d_ff, size_t experts,
+                                                    size_t top_k);
+
+/** Creates a mixture-of-experts layer on ctx: E expert FFNs (and the shared one) without
+ *  weights, and the router without weights. Errors: NULL_ARGUMENT; the expert config's
+ *  validate status; INVALID_ARGUMENT (E = 0, k outside [1, E], an unknown routing, residual
+ *  set, E beyond 2^24); SIZE_OVERFLOW; OUT_OF_HOST_MEMORY; clffn_ffn_create()'s. Nothing is
+ *  left behind on error. */
+CLFFN_API clffn_status clffn_moe_create(clffn_context *ctx, const clffn_moe_config *config,
+                                        clffn_moe **out);
+
+/** Releases the layer, its experts and its device buffers (NULL is a no-op). */
+CLFFN_API void clffn_moe_destroy(clffn_moe *moe);
+
+/** Expert e (0 ≤ e < E), or the shared expert (e = E, when the config has one): an FFN whose
+ *  weights are uploaded or bound with the FFN API (clffn_ffn_upload_weights(),
+ *  clffn_ffn_upload_weights_typed(), …). Owned by the layer. NULL for any other e. */
+CLFFN_API clffn_ffn *clffn_moe_expert(clffn_moe *moe, size_t e);
+
+/** Uploads the router (blocking): weight [E, D] row-major (nn.Linear's layout: Mixtral's
+ *  block_sparse_moe.gate.weight), bias [E] (NULL unless the config has router_bias). Replaces
+ *  any earlier router; on error the earlier one stays. Errors: NULL_ARGUMENT (weight; bias
+ *  when the config has one), OpenCL's. */
+CLFFN_API clffn_status clffn_moe_upload_router(clffn_moe *moe, const float *weight,
+                                               const float *bias);
+
+/** Device-level forward: enqueues y[T, D] = MoE(x[T, D]) on queue (in-order, on the layer's
+ *  context and device). Blocks once, for the E expert row counts the routing found: the
+ *  experts' products are sized on the host. x and y are the caller's, offsets in floats; y may
+ *  equal x exactly but not overlap it partly; only y is written. tokens = 0 enqueues nothing.
+ *  Errors, before anything is enqueued: NULL_ARGUMENT, NO_WEIGHTS (the router or an expert has
+ *  none), INVALID_QUEUE, SIZE_OVERFLOW, BUFFER_TOO_SMALL, BUFFER_OVERLAP, INVALID_ARGUMENT
+ *  (a buffer of another context); then OpenCL's and CLBlast's, and an expert forward's. */
+CLFFN_API clffn_status clffn_moe_forward(clffn_moe *moe, size_t tokens, cl_mem x, size_t x_offset,
+                                         cl_mem y, size_t y_offset, cl_command_queue queue);
+
+/** Host-level forward, blocking, on the context's queue: y[T, D] = MoE(x[T, D]); x_len and
+ *  y_len in floats, ≥ T·D. experts [T, k] and weights [T, k] (either may be NULL) receive each
+ *  token's chosen experts, best first, and their weights. The outputs are written only on
+ *  success. Errors as clffn_moe_forward(), BUFFER_TOO_SMALL for a short array. */
+CLFFN_API clffn_status clffn_moe_forward_host(clffn_moe *moe, size_t tokens, const float *x,
+                                              size_t x_len, float *y, size_t y_len,
+                                              int32_t *experts, float *weights);
+
 #ifdef __cplusplus
 }
 #endif
@@ -906,6 +989,20 @@ CLFFN_API clffn_status clffn_reference_backward(const clffn_config *config, clff
                                                 const float *x, const float *dy, int training,
                                                 uint64_t seed, uint64_t offset, double *dx,
                                                 const clffn_ref_grads *grads);
+
+/** A mixture-of-experts layer in plain C with double accumulation: routing as
+ *  clffn_moe_config describes (the router's logits in double), each chosen expert by
+ *  clffn_reference_forward() (inference), the weighted sum in the same order. router [E, D],
+ *  router_bias [E] (NULL when the config has none); experts: E host weight sets, then the
+ *  shared expert's when the config has one, in `layout`. Writes y [T, D], and chosen [T, k] and
+ *  weights [T, k] where not NULL. Errors: NULL_ARGUMENT, clffn_moe_create()'s argument checks,
+ *  SIZE_OVERFLOW, OUT_OF_HOST_MEMORY, clffn_reference_forward()'s. */
+CLFFN_API clffn_status clffn_moe_reference_forward(const clffn_moe_config *config,
+                                                   clffn_layout layout, const float *router,
+                                                   const float *router_bias,
+                                                   const clffn_host_weights *experts, size_t tokens,
+                                                   const float *x, double *y, int32_t *chosen,
+                                                   double *weights);
 
 #ifdef __cplusplus
 }

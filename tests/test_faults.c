@@ -698,3 +698,63 @@ Test(faults, device_forward_once) { device_sweep(0, 0); }
 Test(faults, device_forward_sticky) { device_sweep(0, 1); }
 Test(faults, device_backward_once) { device_sweep(1, 0); }
 Test(faults, device_backward_sticky) { device_sweep(1, 1); }
+
+/* A mixture-of-experts layer (4 experts, k = 2, a shared one) made and run with host allocation
+ * n failing, then with device allocation n failing: each failure is a status, y keeps what it
+ * held, nothing leaks, and a run with nothing failing gives a clean run's y. */
+enum { ME = 4 };
+
+static int moe_run(clffn_context *ctx, const float *x, float *y) {
+    clffn_moe_config c = clffn_moe_config_default(D, F, ME, 2);
+    c.shared_expert = 1;
+    float router[ME * D], w[3 * F * D];
+    for (size_t i = 0; i < ME * D; ++i) { router[i] = (float)((int)(i % 9) - 4) / 8.0f; }
+    for (size_t i = 0; i < 3 * F * D; ++i) { w[i] = (float)((int)(i % 11) - 5) / 32.0f; }
+    const clffn_host_weights hw = {w, NULL, w + F * D, NULL, w + 2 * F * D, NULL};
+    clffn_moe *moe = NULL;
+    int st = clffn_moe_create(ctx, &c, &moe);
+    if (st == CLFFN_SUCCESS) { st = clffn_moe_upload_router(moe, router, NULL); }
+    for (size_t e = 0; e <= ME && st == CLFFN_SUCCESS; ++e) {
+        st = clffn_ffn_upload_weights(clffn_moe_expert(moe, e), CLFFN_LAYOUT_OUT_IN, &hw);
+    }
+    if (st == CLFFN_SUCCESS) {
+        st = clffn_moe_forward_host(moe, T, x, T * D, y, T * D, NULL, NULL);
+    }
+    clffn_moe_destroy(moe);
+    return st;
+}
+
+static void moe_sweep(int device) {
+    clffn_context *ctx = NULL;
+    cr_assert_eq(clffn_context_create_default(&ctx), CLFFN_SUCCESS);
+    float x[T * D], clean[T * D], y[T * D];
+    for (size_t i = 0; i < T * D; ++i) { x[i] = (float)((int)(i % 13) - 6) / 8.0f; }
+    cr_assert_eq(moe_run(ctx, x, clean), CLFFN_SUCCESS);
+    const long live0 = clffn__fi_live();
+    long n = 1;
+    for (;; ++n) {
+        for (size_t i = 0; i < T * D; ++i) { y[i] = -3.0f; }
+        device ? clffn__fi_arm_device(n, 0) : clffn__fi_arm(n, 0);
+        const int st = moe_run(ctx, x, y);
+        const long failed = device ? clffn__fi_device_failed() : clffn__fi_failed();
+        device ? clffn__fi_arm_device(0, 0) : clffn__fi_arm(0, 0);
+        cr_assert_eq(clffn__fi_live(), live0, "allocation %ld failing: blocks leaked", n);
+        if (failed == 0) {
+            cr_assert_eq(st, CLFFN_SUCCESS);
+            for (size_t i = 0; i < T * D; ++i) {
+                cr_assert(fabsf(y[i] - clean[i]) <= 1e-6f * (1.0f + fabsf(clean[i])));
+            }
+            break;
+        }
+        cr_assert_eq(st, device ? CL_MEM_OBJECT_ALLOCATION_FAILURE : CLFFN_ERROR_OUT_OF_HOST_MEMORY,
+                     "%s allocation %ld failing: %s", device ? "device" : "host", n,
+                     clffn_status_string(st));
+        for (size_t i = 0; i < T * D; ++i) { cr_assert(y[i] == -3.0f, "y[%zu] changed", i); }
+        cr_assert(n < 10000, "no end to the allocations");
+    }
+    cr_assert(n > 3, "fewer than three allocations failed in turn; vacuous");
+    clffn_context_destroy(ctx);
+}
+
+Test(faults, moe_host_allocations) { moe_sweep(0); }
+Test(faults, moe_device_allocations) { moe_sweep(1); }

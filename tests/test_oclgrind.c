@@ -392,3 +392,36 @@ Test(oclgrind, kernels_use_core_cl12_only) {
     cr_assert(strstr(src, "vload_half") != NULL);
     free(src);
 }
+
+/* A mixture-of-experts layer's routing kernels and passes (cl/moe.cl): 6 tokens, 4 experts,
+ * k = 2, a shared expert and a router bias, odd widths; x and the router in steps of 1/16 so
+ * every logit is exact and the choice is the reference's. */
+Test(oclgrind, moe_forward, .timeout = 600) {
+    clffn_context *ctx = test_context();
+    enum { T = 6, E = 4, D = 13, F = 29 };
+    clffn_moe_config c = clffn_moe_config_default(D, F, E, 2);
+    c.shared_expert = 1, c.router_bias = 1;
+    float x[T * D], router[E * D], bias[E] = {0.5f, -0.25f, 0.0f, 0.125f}, y[T * D];
+    for (size_t i = 0; i < T * D; ++i) { x[i] = (float)((int)((i * 7) % 33) - 16) / 16.0f; }
+    for (size_t i = 0; i < E * D; ++i) { router[i] = (float)((int)((i * 5) % 17) - 8) / 16.0f; }
+    test_weights w[E + 1];
+    clffn_host_weights hw[E + 1];
+    clffn_moe *moe = NULL;
+    ASSERT_OK(clffn_moe_create(ctx, &c, &moe));
+    ASSERT_OK(clffn_moe_upload_router(moe, router, bias));
+    for (size_t e = 0; e <= E; ++e) {
+        test_weights_make(&w[e], &c.expert, CLFFN_LAYOUT_OUT_IN, 40 + e);
+        hw[e] = w[e].host;
+        ASSERT_OK(clffn_ffn_upload_weights(clffn_moe_expert(moe, e), CLFFN_LAYOUT_OUT_IN, &hw[e]));
+    }
+    int32_t ch[T * 2], rch[T * 2];
+    double ref[T * D];
+    ASSERT_OK(clffn_moe_forward_host(moe, T, x, T * D, y, T * D, ch, NULL));
+    ASSERT_OK(clffn_moe_reference_forward(&c, CLFFN_LAYOUT_OUT_IN, router, bias, hw, T, x, ref, rch,
+                                          NULL));
+    cr_assert(!memcmp(ch, rch, sizeof ch), "the choice differs from the reference's");
+    assert_close(y, ref, T * D, TOL_RTOL, "moe on Oclgrind");
+    for (size_t e = 0; e <= E; ++e) { test_weights_free(&w[e]); }
+    clffn_moe_destroy(moe);
+    release(ctx);
+}

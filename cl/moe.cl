@@ -1,0 +1,122 @@
+// =================================================================================================
+// moe.cl — a mixture-of-experts layer's routing, on the device (src/moe.c).
+//
+//   x[T,D] ─route─► experts[T,k], weights[T,k], probs[T,E]
+//          ─count, place─► counts[E], slot[T,k] (row of the gathered matrix), row[T·k] (token)
+//          ─gather─► xg[T·k, D]  (each expert's tokens contiguous, in token order)
+//          … each expert's FFN on its rows of xg, into yg …
+//          ─combine─► y[T,D] = shared[T,D] + Σ_j weights[t,j]·yg[slot[t,j]]
+//
+// Every step is deterministic and independent of work-group sizes: each output element is
+// computed by one work-item, in a fixed order, so a layer gives the same bits however it is
+// scheduled.
+// =================================================================================================
+
+// The router and the choice, one work-item per token t (NDRange T, any work-group):
+// logits[e] = b[e] + Σ_d x[t,d]·wr[e,d] (wr [E, D]; b NULL-less: has_bias 0 ignores it), softmax
+// probabilities over the E logits (max subtracted), then the k largest in order, a tie going to
+// the lower expert index: pass j takes the largest logit below pass j-1's in the order (logit
+// descending, index ascending), so no chosen-set is kept and E has no bound. normalize = 1
+// rescales the k probabilities to sum 1 (Mixtral); 0 keeps them (Switch, Qwen2-MoE with
+// norm_topk_prob false).
+__kernel void clffn_moe_route(__global const float *x, const ulong x_off, __global const float *wr,
+                              __global const float *br, const int has_bias, const uint E,
+                              const uint D, const uint k, const int normalize, const uint T,
+                              __global float *probs, __global int *experts,
+                              __global float *weights) {
+  const uint t = get_global_id(0);
+  if (t >= T) { return; }
+  __global const float *xt = x + x_off + (ulong)t * D;
+  __global float *p = probs + (ulong)t * E;
+  float mx = -INFINITY;
+  for (uint e = 0; e < E; ++e) {
+    __global const float *w = wr + (ulong)e * D;
+    float acc = has_bias ? br[e] : 0.0f;
+    for (uint d = 0; d < D; ++d) { acc = fma(xt[d], w[d], acc); }
+    p[e] = acc; // the logit, until the softmax below
+    mx = fmax(mx, acc);
+  }
+  // the choice is made on the logits, which order the experts as the probabilities do; a NaN
+  // logit (from a NaN or infinite input) ranks as -inf, so k experts are always chosen and every
+  // index stays in bounds (the token's outputs are then NaN, as its input was)
+  float prev = INFINITY;
+  int prev_e = -1;
+  for (uint j = 0; j < k; ++j) {
+    int best = -1;
+    float bl = -INFINITY;
+    for (uint e = 0; e < E; ++e) {
+      const float l = isnan(p[e]) ? -INFINITY : p[e];
+      const int after_prev = l < prev || (l == prev && (int)e > prev_e);
+      if (after_prev && (best < 0 || l > bl)) { best = (int)e, bl = l; }
+    }
+    experts[(ulong)t * k + j] = best;
+    prev = bl, prev_e = best;
+  }
+  float sum = 0.0f;
+  for (uint e = 0; e < E; ++e) {
+    p[e] = exp(p[e] - mx);
+    sum += p[e];
+  }
+  for (uint e = 0; e < E; ++e) { p[e] /= sum; }
+  float chosen = 0.0f;
+  for (uint j = 0; j < k; ++j) { chosen += p[experts[(ulong)t * k + j]]; }
+  for (uint j = 0; j < k; ++j) {
+    const float pj = p[experts[(ulong)t * k + j]];
+    weights[(ulong)t * k + j] = normalize ? pj / chosen : pj;
+  }
+}
+
+// counts[e] = how many of the n = T·k choices name expert e; one work-item per expert
+// (NDRange E, any work-group).
+__kernel void clffn_moe_count(__global const int *experts, const uint n, const uint E,
+                              __global uint *counts) {
+  const uint e = get_global_id(0);
+  if (e >= E) { return; }
+  uint c = 0;
+  for (uint i = 0; i < n; ++i) { c += experts[i] == (int)e; }
+  counts[e] = c;
+}
+
+// Expert e's rows of the gathered matrix start after every lower expert's; its choices take
+// them in token order: slot[i] is choice i's row, row[s] the token of row s. One work-item per
+// expert (NDRange E, any work-group).
+__kernel void clffn_moe_place(__global const int *experts, const uint n, const uint E,
+                              __global const uint *counts, __global uint *slot,
+                              __global uint *row, const uint k) {
+  const uint e = get_global_id(0);
+  if (e >= E) { return; }
+  uint s = 0;
+  for (uint f = 0; f < e; ++f) { s += counts[f]; }
+  for (uint i = 0; i < n; ++i) {
+    if (experts[i] == (int)e) {
+      slot[i] = s;
+      row[s] = i / k;
+      ++s;
+    }
+  }
+}
+
+// xg[s, d] = x[row[s], d]; NDRange (D, T·k), any work-group.
+__kernel void clffn_moe_gather(__global const float *x, const ulong x_off,
+                               __global const uint *row, const uint D, const uint n,
+                               __global float *xg) {
+  const uint d = get_global_id(0), s = get_global_id(1);
+  if (d >= D || s >= n) { return; }
+  xg[(ulong)s * D + d] = x[x_off + (ulong)row[s] * D + d];
+}
+
+// y[t, d] = (shared ? ys[t, d] : 0) + Σ_{j<k} weights[t, j]·yg[slot[t, j], d], in that order;
+// NDRange (D, T), any work-group.
+__kernel void clffn_moe_combine(__global const float *yg, __global const uint *slot,
+                                __global const float *weights, __global const float *ys,
+                                const int shared, const uint D, const uint T, const uint k,
+                                __global float *y, const ulong y_off) {
+  const uint d = get_global_id(0), t = get_global_id(1);
+  if (d >= D || t >= T) { return; }
+  float acc = shared ? ys[(ulong)t * D + d] : 0.0f;
+  for (uint j = 0; j < k; ++j) {
+    const ulong i = (ulong)t * k + j;
+    acc = fma(weights[i], yg[(ulong)slot[i] * D + d], acc);
+  }
+  y[y_off + (ulong)t * D + d] = acc;
+}

@@ -1,0 +1,335 @@
+/* A mixture-of-experts layer: a router, top-k, and expert FFNs on their gathered tokens.
+ *
+ *   x[T,D] ─route─► chosen[T,k], weights[T,k] ─count, place─► counts[E], slot[T,k], row[T·k]
+ *          ─gather─► xg[T·k, D] ─expert e on rows [o_e, o_e + n_e)─► yg[T·k, D]
+ *          ─combine─► y[T,D] = ys + Σ_j weights[t,j]·yg[slot[t,j]]   (ys: the shared expert's)
+ *
+ * The routing kernels are cl/moe.cl's; the experts are ordinary FFNs, so each runs whatever its
+ * row count and weight type call for. The one host wait is for the E counts, since the
+ * experts' products are sized on the host. y is written by the last kernel alone: a failure
+ * anywhere earlier leaves it untouched, and y may be x itself. */
+#include "ffn.h"
+#include "launch.h"
+#include "reference_moe.h"
+
+#include <stdlib.h>
+
+struct clffn_moe {
+    clffn_context *ctx;
+    clffn_moe_config cfg;
+    size_t n_ffn;        /* E, + 1 with a shared expert (the last) */
+    clffn_ffn **ffn;     /* [n_ffn] */
+    cl_mem router, bias; /* [E, D], [E] (bias NULL without one) */
+    cl_kernel route, count, place, gather, combine;
+    /* the workspace for `tokens` tokens: probs [T, E], chosen, weights, slot [T, k], row [T·k],
+     * counts [E], xg and yg [T·k, D], ys [T, D] (with a shared expert) */
+    size_t tokens;
+    cl_mem probs, chosen, weights, slot, row, counts, xg, yg, ys;
+    size_t io_tokens; /* the host-level forward's x and y [T, D] */
+    cl_mem io_x, io_y;
+    cl_uint *host_counts; /* [E] */
+};
+
+clffn_moe_config clffn_moe_config_default(size_t d_model, size_t d_ff, size_t experts,
+                                          size_t top_k) {
+    clffn_moe_config c;
+    c.expert = clffn_config_default(d_model, d_ff);
+    c.expert.activation = CLFFN_ACT_SILU;
+    c.expert.gated = 1;
+    c.expert.bias1 = c.expert.bias2 = c.expert.bias_gate = 0;
+    c.expert.dropout = 0.0f;
+    c.experts = experts;
+    c.top_k = top_k;
+    c.routing = CLFFN_ROUTING_TOPK_NORMALIZED;
+    c.router_bias = 0;
+    c.shared_expert = 0;
+    return c;
+}
+
+static void release_mem(cl_mem *m) {
+    if (*m) { clReleaseMemObject(*m); }
+    *m = NULL;
+}
+
+static void release_kernel(cl_kernel *k) {
+    if (*k) { clReleaseKernel(*k); }
+    *k = NULL;
+}
+
+void clffn_moe_destroy(clffn_moe *moe) {
+    if (!moe) { return; }
+    for (size_t i = 0; moe->ffn && i < moe->n_ffn; ++i) { clffn_ffn_destroy(moe->ffn[i]); }
+    free(moe->ffn);
+    cl_mem *mems[] = {&moe->router, &moe->bias, &moe->probs,  &moe->chosen, &moe->weights,
+                      &moe->slot,   &moe->row,  &moe->counts, &moe->xg,     &moe->yg,
+                      &moe->ys,     &moe->io_x, &moe->io_y};
+    for (size_t i = 0; i < sizeof mems / sizeof mems[0]; ++i) { release_mem(mems[i]); }
+    cl_kernel *ks[] = {&moe->route, &moe->count, &moe->place, &moe->gather, &moe->combine};
+    for (size_t i = 0; i < sizeof ks / sizeof ks[0]; ++i) { release_kernel(ks[i]); }
+    free(moe->host_counts);
+    free(moe);
+}
+
+/* The routing kernels, from the experts' own epilogue program (cl/moe.cl is part of it), so a
+ * layer builds nothing its experts do not. */
+static clffn_status make_kernels(clffn_moe *moe) {
+    const clffn_program_key key = {.activation = (int)moe->cfg.expert.activation,
+                                   .gated = moe->cfg.expert.gated ? 1 : 0};
+    cl_program p = NULL;
+    clffn_status st = clffn__get_program(&moe->ctx->programs, &key, &p);
+    if (st != CLFFN_SUCCESS) { return st; }
+    static const char *const names[5] = {"clffn_moe_route", "clffn_moe_count", "clffn_moe_place",
+                                         "clffn_moe_gather", "clffn_moe_combine"};
+    cl_kernel *ks[5] = {&moe->route, &moe->count, &moe->place, &moe->gather, &moe->combine};
+    cl_int err = CL_SUCCESS;
+    for (size_t i = 0; i < 5 && err == CL_SUCCESS; ++i) {
+        *ks[i] = clCreateKernel(p, names[i], &err);
+    }
+    return (clffn_status)err;
+}
+
+clffn_status clffn_moe_create(clffn_context *ctx, const clffn_moe_config *config, clffn_moe **out) {
+    if (!ctx || !out) { return CLFFN_ERROR_NULL_ARGUMENT; }
+    clffn_status st = clffn__moe_config_check(config);
+    if (st != CLFFN_SUCCESS) { return st; }
+    clffn_moe *moe = calloc(1, sizeof *moe);
+    if (!moe) { return CLFFN_ERROR_OUT_OF_HOST_MEMORY; }
+    moe->ctx = ctx;
+    moe->cfg = *config;
+    moe->n_ffn = config->experts + (config->shared_expert ? 1 : 0);
+    moe->ffn = calloc(moe->n_ffn, sizeof *moe->ffn);
+    moe->host_counts = malloc(config->experts * sizeof *moe->host_counts);
+    st = moe->ffn && moe->host_counts ? CLFFN_SUCCESS : CLFFN_ERROR_OUT_OF_HOST_MEMORY;
+    for (size_t i = 0; i < moe->n_ffn && st == CLFFN_SUCCESS; ++i) {
+        st = clffn_ffn_create(ctx, &config->expert, &moe->ffn[i]);
+    }
+    if (st == CLFFN_SUCCESS) { st = make_kernels(moe); }
+    if (st != CLFFN_SUCCESS) {
+        clffn_moe_destroy(moe);
+        return st;
+    }
+    *out = moe;
+    return CLFFN_SUCCESS;
+}
+
+clffn_ffn *clffn_moe_expert(clffn_moe *moe, size_t e) {
+    return moe && e < moe->n_ffn ? moe->ffn[e] : NULL;
+}
+
+/* A read-only device copy of n host floats (blocking). */
+static cl_mem upload(clffn_context *ctx, const float *src, size_t n, cl_int *err) {
+    cl_mem m = clffn__buffer(ctx, CL_MEM_READ_ONLY, n * sizeof(float), err);
+    if (*err == CL_SUCCESS) {
+        *err =
+            clEnqueueWriteBuffer(ctx->queue, m, CL_TRUE, 0, n * sizeof(float), src, 0, NULL, NULL);
+    }
+    if (*err != CL_SUCCESS && m) {
+        clReleaseMemObject(m);
+        m = NULL;
+    }
+    return m;
+}
+
+clffn_status clffn_moe_upload_router(clffn_moe *moe, const float *weight, const float *bias) {
+    if (!moe || !weight || (moe->cfg.router_bias && !bias)) { return CLFFN_ERROR_NULL_ARGUMENT; }
+    const size_t E = moe->cfg.experts, D = moe->cfg.expert.d_model;
+    size_t n, bytes;
+    if (!clffn__mul_ok(E, D, &n) || !clffn__mul_ok(n, sizeof(float), &bytes)) {
+        return CLFFN_ERROR_SIZE_OVERFLOW;
+    }
+    cl_int err = CL_SUCCESS;
+    cl_mem w = upload(moe->ctx, weight, n, &err), b = NULL;
+    if (err == CL_SUCCESS && moe->cfg.router_bias) { b = upload(moe->ctx, bias, E, &err); }
+    if (err != CL_SUCCESS) {
+        if (w) { clReleaseMemObject(w); }
+        return (clffn_status)err;
+    }
+    cl_command_queue q = moe->ctx->queue;
+    if (moe->router) { clffn__release_when_done(q, moe->router); }
+    if (moe->bias) { clffn__release_when_done(q, moe->bias); }
+    moe->router = w, moe->bias = b;
+    return CLFFN_SUCCESS;
+}
+
+/* Grows the workspace to T tokens, all of it or none. */
+static clffn_status grow(clffn_moe *moe, size_t T, cl_command_queue queue) {
+    if (T <= moe->tokens) { return CLFFN_SUCCESS; }
+    const size_t E = moe->cfg.experts, k = moe->cfg.top_k, D = moe->cfg.expert.d_model;
+    const size_t f = sizeof(float);
+    const size_t sizes[9] = {T * E * f,     T * k * f,     T * k * f,
+                             T * k * f,     T * k * f,     E * f,
+                             T * k * D * f, T * k * D * f, moe->cfg.shared_expert ? T * D * f : f};
+    cl_mem m[9] = {NULL};
+    cl_int err = CL_SUCCESS;
+    for (size_t i = 0; i < 9 && err == CL_SUCCESS; ++i) {
+        m[i] = clffn__buffer(moe->ctx, CL_MEM_READ_WRITE, sizes[i], &err);
+    }
+    if (err != CL_SUCCESS) {
+        for (size_t i = 0; i < 9; ++i) { release_mem(&m[i]); }
+        return (clffn_status)err;
+    }
+    cl_mem *mine[9] = {&moe->probs,  &moe->chosen, &moe->weights, &moe->slot, &moe->row,
+                       &moe->counts, &moe->xg,     &moe->yg,      &moe->ys};
+    for (size_t i = 0; i < 9; ++i) {
+        if (*mine[i]) { clffn__release_when_done(queue, *mine[i]); }
+        *mine[i] = m[i];
+    }
+    moe->tokens = T;
+    return CLFFN_SUCCESS;
+}
+
+/* Every size, buffer and weight the forward touches, checked before anything is enqueued. */
+static clffn_status check_forward(clffn_moe *moe, size_t T, cl_mem x, size_t xo, cl_mem y,
+                                  size_t yo, cl_command_queue queue) {
+    const size_t E = moe->cfg.experts, k = moe->cfg.top_k, D = moe->cfg.expert.d_model;
+    size_t nx, ng, bytes;
+    if (!clffn__mul_ok(T, D, &nx) || !clffn__mul_ok(nx, k, &ng) ||
+        !clffn__mul_ok(ng, sizeof(float), &bytes) || (cl_ulong)bytes > moe->ctx->max_alloc ||
+        !clffn__mul_ok(T, E * sizeof(float), &bytes) || (cl_ulong)bytes > moe->ctx->max_alloc ||
+        T * k > UINT32_MAX || D > UINT32_MAX) {
+        return CLFFN_ERROR_SIZE_OVERFLOW;
+    }
+    clffn_status st;
+    if ((st = clffn__check_queue(moe->ctx, queue)) != CLFFN_SUCCESS ||
+        (st = clffn__check_buffer(moe->ctx, x, xo, nx)) != CLFFN_SUCCESS ||
+        (st = clffn__check_buffer(moe->ctx, y, yo, nx)) != CLFFN_SUCCESS) {
+        return st;
+    }
+    if (x == y && xo != yo && xo < yo + nx && yo < xo + nx) { return CLFFN_ERROR_BUFFER_OVERLAP; }
+    if (!moe->router) { return CLFFN_ERROR_NO_WEIGHTS; }
+    for (size_t i = 0; i < moe->n_ffn; ++i) {
+        if (!moe->ffn[i]->has_weights) { return CLFFN_ERROR_NO_WEIGHTS; }
+    }
+    return CLFFN_SUCCESS;
+}
+
+static cl_int enqueue(cl_command_queue q, cl_kernel kernel, cl_uint dims, size_t g0, size_t g1) {
+    const size_t global[2] = {g0, g1};
+    return clEnqueueNDRangeKernel(q, kernel, dims, NULL, global, NULL, 0, NULL, NULL);
+}
+
+/* route, count, place and gather; then the counts, read back (blocking). */
+static cl_int enqueue_routing(clffn_moe *moe, cl_uint T, cl_mem x, cl_ulong xo,
+                              cl_command_queue q) {
+    const clffn_moe_config *c = &moe->cfg;
+    const cl_uint E = (cl_uint)c->experts, k = (cl_uint)c->top_k, D = (cl_uint)c->expert.d_model;
+    const cl_uint n = T * k;
+    const cl_int has_bias = c->router_bias ? 1 : 0;
+    const cl_int normalize = c->routing == CLFFN_ROUTING_TOPK_NORMALIZED;
+    cl_mem bias = moe->bias ? moe->bias : moe->router; /* not read without a bias */
+    clffn_args a = clffn__args(moe->route);
+    CLFFN_ARG(a, x), CLFFN_ARG(a, xo), CLFFN_ARG(a, moe->router), CLFFN_ARG(a, bias);
+    CLFFN_ARG(a, has_bias), CLFFN_ARG(a, E), CLFFN_ARG(a, D), CLFFN_ARG(a, k);
+    CLFFN_ARG(a, normalize), CLFFN_ARG(a, T), CLFFN_ARG(a, moe->probs);
+    CLFFN_ARG(a, moe->chosen), CLFFN_ARG(a, moe->weights);
+    cl_int err = clffn__args_end(&a);
+    if (err == CL_SUCCESS) { err = enqueue(q, moe->route, 1, T, 1); }
+    clffn_args b = clffn__args(moe->count);
+    CLFFN_ARG(b, moe->chosen), CLFFN_ARG(b, n), CLFFN_ARG(b, E), CLFFN_ARG(b, moe->counts);
+    if (err == CL_SUCCESS && (err = clffn__args_end(&b)) == CL_SUCCESS) {
+        err = enqueue(q, moe->count, 1, E, 1);
+    }
+    clffn_args p = clffn__args(moe->place);
+    CLFFN_ARG(p, moe->chosen), CLFFN_ARG(p, n), CLFFN_ARG(p, E), CLFFN_ARG(p, moe->counts);
+    CLFFN_ARG(p, moe->slot), CLFFN_ARG(p, moe->row), CLFFN_ARG(p, k);
+    if (err == CL_SUCCESS && (err = clffn__args_end(&p)) == CL_SUCCESS) {
+        err = enqueue(q, moe->place, 1, E, 1);
+    }
+    clffn_args g = clffn__args(moe->gather);
+    CLFFN_ARG(g, x), CLFFN_ARG(g, xo), CLFFN_ARG(g, moe->row), CLFFN_ARG(g, D), CLFFN_ARG(g, n);
+    CLFFN_ARG(g, moe->xg);
+    if (err == CL_SUCCESS && (err = clffn__args_end(&g)) == CL_SUCCESS) {
+        err = enqueue(q, moe->gather, 2, D, n);
+    }
+    if (err == CL_SUCCESS) {
+        err = clEnqueueReadBuffer(q, moe->counts, CL_TRUE, 0, E * sizeof(cl_uint), moe->host_counts,
+                                  0, NULL, NULL);
+    }
+    return err;
+}
+
+/* Each chosen expert on its rows, the shared one on every token, then y. */
+static clffn_status enqueue_experts(clffn_moe *moe, cl_uint T, cl_mem x, size_t xo, cl_mem y,
+                                    cl_ulong yo, cl_command_queue q) {
+    const clffn_moe_config *c = &moe->cfg;
+    const cl_uint k = (cl_uint)c->top_k, D = (cl_uint)c->expert.d_model;
+    clffn_status st = CLFFN_SUCCESS;
+    if (c->shared_expert) {
+        st = clffn_forward(moe->ffn[c->experts], T, x, xo, moe->ys, 0, q, NULL);
+    }
+    size_t row0 = 0;
+    for (size_t e = 0; e < c->experts && st == CLFFN_SUCCESS; ++e) {
+        const size_t n = moe->host_counts[e];
+        if (n) {
+            st = clffn_forward(moe->ffn[e], n, moe->xg, row0 * D, moe->yg, row0 * D, q, NULL);
+        }
+        row0 += n;
+    }
+    if (st != CLFFN_SUCCESS) { return st; }
+    const cl_int shared = c->shared_expert ? 1 : 0;
+    clffn_args a = clffn__args(moe->combine);
+    CLFFN_ARG(a, moe->yg), CLFFN_ARG(a, moe->slot), CLFFN_ARG(a, moe->weights);
+    CLFFN_ARG(a, moe->ys), CLFFN_ARG(a, shared), CLFFN_ARG(a, D), CLFFN_ARG(a, T);
+    CLFFN_ARG(a, k), CLFFN_ARG(a, y), CLFFN_ARG(a, yo);
+    cl_int err = clffn__args_end(&a);
+    if (err == CL_SUCCESS) { err = enqueue(q, moe->combine, 2, D, T); }
+    return (clffn_status)err;
+}
+
+clffn_status clffn_moe_forward(clffn_moe *moe, size_t tokens, cl_mem x, size_t x_offset, cl_mem y,
+                               size_t y_offset, cl_command_queue queue) {
+    if (!moe) { return CLFFN_ERROR_NULL_ARGUMENT; }
+    clffn_status st = check_forward(moe, tokens, x, x_offset, y, y_offset, queue);
+    if (st != CLFFN_SUCCESS || tokens == 0) { return st; }
+    if ((st = grow(moe, tokens, queue)) != CLFFN_SUCCESS) { return st; }
+    const cl_int err = enqueue_routing(moe, (cl_uint)tokens, x, x_offset, queue);
+    if (err != CL_SUCCESS) { return (clffn_status)err; }
+    return enqueue_experts(moe, (cl_uint)tokens, x, x_offset, y, y_offset, queue);
+}
+
+static clffn_status grow_io(clffn_moe *moe, size_t T) {
+    if (T <= moe->io_tokens) { return CLFFN_SUCCESS; }
+    const size_t bytes = T * moe->cfg.expert.d_model * sizeof(float);
+    cl_int err = CL_SUCCESS;
+    cl_mem x = clffn__buffer(moe->ctx, CL_MEM_READ_WRITE, bytes, &err), y = NULL;
+    if (err == CL_SUCCESS) { y = clffn__buffer(moe->ctx, CL_MEM_READ_WRITE, bytes, &err); }
+    if (err != CL_SUCCESS) {
+        release_mem(&x);
+        return (clffn_status)err;
+    }
+    release_mem(&moe->io_x);
+    release_mem(&moe->io_y);
+    moe->io_x = x, moe->io_y = y, moe->io_tokens = T;
+    return CLFFN_SUCCESS;
+}
+
+clffn_status clffn_moe_forward_host(clffn_moe *moe, size_t tokens, const float *x, size_t x_len,
+                                    float *y, size_t y_len, int32_t *experts, float *weights) {
+    if (!moe || (tokens && (!x || !y))) { return CLFFN_ERROR_NULL_ARGUMENT; }
+    const size_t D = moe->cfg.expert.d_model, k = moe->cfg.top_k;
+    size_t n;
+    if (!clffn__mul_ok(tokens, D, &n)) { return CLFFN_ERROR_SIZE_OVERFLOW; }
+    if (x_len < n || y_len < n) { return CLFFN_ERROR_BUFFER_TOO_SMALL; }
+    if (tokens == 0) { return CLFFN_SUCCESS; }
+    cl_command_queue q = moe->ctx->queue;
+    clffn_status st = grow_io(moe, tokens);
+    if (st == CLFFN_SUCCESS) {
+        st = (clffn_status)clEnqueueWriteBuffer(q, moe->io_x, CL_TRUE, 0, n * sizeof(float), x, 0,
+                                                NULL, NULL);
+    }
+    if (st == CLFFN_SUCCESS) { st = clffn_moe_forward(moe, tokens, moe->io_x, 0, moe->io_y, 0, q); }
+    if (st == CLFFN_SUCCESS) { st = (clffn_status)clFinish(q); }
+    if (st != CLFFN_SUCCESS) { return st; }
+    /* the outputs only now, when all of the forward has succeeded */
+    st = (clffn_status)clEnqueueReadBuffer(q, moe->io_y, CL_TRUE, 0, n * sizeof(float), y, 0, NULL,
+                                           NULL);
+    if (st == CLFFN_SUCCESS && experts) {
+        st = (clffn_status)clEnqueueReadBuffer(
+            q, moe->chosen, CL_TRUE, 0, tokens * k * sizeof(int32_t), experts, 0, NULL, NULL);
+    }
+    if (st == CLFFN_SUCCESS && weights) {
+        st = (clffn_status)clEnqueueReadBuffer(q, moe->weights, CL_TRUE, 0,
+                                               tokens * k * sizeof(float), weights, 0, NULL, NULL);
+    }
+    return st;
+}
