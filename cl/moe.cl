@@ -120,3 +120,90 @@ __kernel void clffn_moe_combine(__global const float *yg, __global const uint *s
   }
   y[y_off + (ulong)t * D + d] = acc;
 }
+
+// ---- backward ---------------------------------------------------------------------------------
+// With g[t, j] = dy[t]·yg[slot[t, j]] (∂L/∂weights[t, j]) and p the token's probabilities:
+//   expert rows:  dyg[slot[t, j]] = weights[t, j]·dy[t]
+//   normalised:   ∂L/∂p[e_j] = (g_j − Σ_i g_i·weights_i) / Σ_i p[e_i];   as they are: g_j
+//   softmax:      dlogit[e] = p[e]·(∂L/∂p[e] − Σ_j p[e_j]·∂L/∂p[e_j])   (0 for unchosen e's own
+//                 term, which the choice, piecewise constant, does not differentiate)
+//   dx[t] = dxs[t] + Σ_j dxg[slot[t, j]] + Σ_e dlogit[t, e]·wr[e];  dwr = dlogitᵀ·x; dbr = Σ_t
+
+// dyg[slot[i], d] = weights[i]·dy[i / k, d]; NDRange (D, T·k), any work-group.
+__kernel void clffn_moe_scatter_dy(__global const float *dy, const ulong dy_off,
+                                   __global const uint *slot, __global const float *weights,
+                                   const uint D, const uint n, const uint k,
+                                   __global float *dyg) {
+  const uint d = get_global_id(0), i = get_global_id(1);
+  if (d >= D || i >= n) { return; }
+  dyg[(ulong)slot[i] * D + d] = weights[i] * dy[dy_off + (ulong)(i / k) * D + d];
+}
+
+// dlogit[t, ·] for token t; NDRange T, any work-group.
+__kernel void clffn_moe_router_backward(__global const float *dy, const ulong dy_off,
+                                        __global const float *yg, __global const uint *slot,
+                                        __global const float *probs,
+                                        __global const int *experts,
+                                        __global const float *weights, const uint D,
+                                        const uint E, const uint k, const int normalize,
+                                        const uint T, __global float *dlogit) {
+  const uint t = get_global_id(0);
+  if (t >= T) { return; }
+  __global const float *p = probs + (ulong)t * E;
+  __global const float *dyt = dy + dy_off + (ulong)t * D;
+  __global float *dl = dlogit + (ulong)t * E;
+  for (uint e = 0; e < E; ++e) { dl[e] = 0.0f; }
+  // pass 1: g_j into dl[e_j] (distinct experts), and Σ g·w, Σ p of the chosen
+  float gw = 0.0f, psum = 0.0f;
+  for (uint j = 0; j < k; ++j) {
+    const ulong i = (ulong)t * k + j;
+    __global const float *yj = yg + (ulong)slot[i] * D;
+    float g = 0.0f;
+    for (uint d = 0; d < D; ++d) { g = fma(dyt[d], yj[d], g); }
+    dl[experts[i]] = g;
+    gw = fma(g, weights[i], gw);
+    psum += p[experts[i]];
+  }
+  // pass 2: ∂L/∂p of the chosen, and Σ p·∂L/∂p
+  float pdp = 0.0f;
+  for (uint j = 0; j < k; ++j) {
+    const int e = experts[(ulong)t * k + j];
+    const float dp = normalize ? (dl[e] - gw) / psum : dl[e];
+    dl[e] = dp;
+    pdp = fma(p[e], dp, pdp);
+  }
+  for (uint e = 0; e < E; ++e) { dl[e] = p[e] * (dl[e] - pdp); }
+}
+
+// dx[t, d] = (shared ? dxs[t, d] : 0) + Σ_j dxg[slot[t, j], d] + Σ_e dlogit[t, e]·wr[e, d],
+// in that order; NDRange (D, T), any work-group.
+__kernel void clffn_moe_dx(__global const float *dxg, __global const uint *slot,
+                           __global const float *dxs, const int shared,
+                           __global const float *dlogit, __global const float *wr, const uint D,
+                           const uint E, const uint k, const uint T, __global float *dx,
+                           const ulong dx_off) {
+  const uint d = get_global_id(0), t = get_global_id(1);
+  if (d >= D || t >= T) { return; }
+  float acc = shared ? dxs[(ulong)t * D + d] : 0.0f;
+  for (uint j = 0; j < k; ++j) { acc += dxg[(ulong)slot[(ulong)t * k + j] * D + d]; }
+  for (uint e = 0; e < E; ++e) { acc = fma(dlogit[(ulong)t * E + e], wr[(ulong)e * D + d], acc); }
+  dx[dx_off + (ulong)t * D + d] = acc;
+}
+
+// dwr[e, d] (+)= Σ_t dlogit[t, e]·x[t, d], and at d = D (the bias column) dbr[e] (+)= Σ_t
+// dlogit[t, e], in token order; NDRange (D + 1, E), any work-group.
+__kernel void clffn_moe_router_grads(__global const float *dlogit, __global const float *x,
+                                     const ulong x_off, const uint D, const uint E, const uint T,
+                                     const int accumulate, __global float *dwr,
+                                     const ulong dwr_off, __global float *dbr,
+                                     const ulong dbr_off, const int has_bias) {
+  const uint d = get_global_id(0), e = get_global_id(1);
+  if (d > D || e >= E || (d == D && !has_bias)) { return; }
+  float acc = 0.0f;
+  for (uint t = 0; t < T; ++t) {
+    const float xv = d < D ? x[x_off + (ulong)t * D + d] : 1.0f;
+    acc = fma(dlogit[(ulong)t * E + e], xv, acc);
+  }
+  __global float *out = d < D ? dwr + dwr_off + (ulong)e * D + d : dbr + dbr_off + e;
+  *out = accumulate ? *out + acc : acc;
+}

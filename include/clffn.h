@@ -853,6 +853,41 @@ CLFFN_API clffn_status clffn_moe_forward_host(clffn_moe *moe, size_t tokens, con
                                               size_t x_len, float *y, size_t y_len,
                                               int32_t *experts, float *weights);
 
+/** Where clffn_moe_backward() writes the layer's gradients: the router's [E, D] and its bias
+ *  [E] (with router_bias), and per expert what clffn_backward() takes (an array of E, then the
+ *  shared expert's; NULL for no expert gradients). A NULL router.mem skips the router's. */
+typedef struct clffn_moe_grads {
+    clffn_buffer router;
+    clffn_buffer router_bias;
+    const clffn_device_weights *experts;
+} clffn_moe_grads;
+
+/** Device-level backward of the last forward (same T, same x): given dy [T, D], enqueues dx
+ *  [T, D] (dx may be NULL to skip it) and the gradients on queue: the router's through the
+ *  softmax and the renormalisation (the top-k choice, piecewise constant, has none), and each
+ *  expert's weight and bias gradients from its own tokens, each scaled by its routing weight;
+ *  an expert no token chose gets zeros (accumulate = 0) or keeps what it had (1). Blocks for
+ *  nothing. The forward keeps what this needs (probabilities, choices, gathered rows and the
+ *  experts' outputs) until the next forward. Errors: NULL_ARGUMENT, NO_WEIGHTS, NO_FORWARD (no
+ *  forward of T tokens), INVALID_QUEUE, SIZE_OVERFLOW, BUFFER_TOO_SMALL, BUFFER_OVERLAP,
+ *  INVALID_ARGUMENT (a buffer of another context), before anything is enqueued; then OpenCL's,
+ *  CLBlast's and an expert backward's. */
+CLFFN_API clffn_status clffn_moe_backward(clffn_moe *moe, size_t tokens, cl_mem x, size_t x_offset,
+                                          cl_mem dy, size_t dy_offset, cl_mem dx, size_t dx_offset,
+                                          const clffn_moe_grads *grads, int accumulate,
+                                          cl_command_queue queue);
+
+/** Host-level backward of the last clffn_moe_forward_host(), blocking: dy [T, D] in; dx
+ *  [T, D], router_grad [E, D], router_bias_grad [E] (with router_bias) and expert_grads (E
+ *  host sets, then the shared expert's, in each expert's weights' layout) out, each NULL to
+ *  skip it, overwritten or with accumulate = 1 added to. Lengths in floats. Errors as
+ *  clffn_moe_backward(), BUFFER_TOO_SMALL for a short array. */
+CLFFN_API clffn_status clffn_moe_backward_host(clffn_moe *moe, size_t tokens, const float *dy,
+                                               size_t dy_len, float *dx, size_t dx_len,
+                                               float *router_grad, float *router_bias_grad,
+                                               const clffn_weight_arrays *expert_grads,
+                                               int accumulate);
+
 #ifdef __cplusplus
 }
 #endif
@@ -1003,6 +1038,16 @@ CLFFN_API clffn_status clffn_moe_reference_forward(const clffn_moe_config *confi
                                                    const clffn_host_weights *experts, size_t tokens,
                                                    const float *x, double *y, int32_t *chosen,
                                                    double *weights);
+
+/** The backward of clffn_moe_reference_forward() in double: given dy [T, D], writes dx [T, D],
+ *  router_grad [E, D], router_bias_grad [E] (with router_bias) and expert_grads (E sets, then
+ *  the shared expert's, as clffn_reference_backward() fills them), each NULL to skip it,
+ *  overwritten; an expert no token chose gets zeros. Errors as clffn_moe_reference_forward(). */
+CLFFN_API clffn_status clffn_moe_reference_backward(
+    const clffn_moe_config *config, clffn_layout layout, const float *router,
+    const float *router_bias, const clffn_host_weights *experts, size_t tokens, const float *x,
+    const float *dy, double *dx, double *router_grad, double *router_bias_grad,
+    const clffn_ref_grads *expert_grads);
 
 #ifdef __cplusplus
 }

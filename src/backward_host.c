@@ -39,17 +39,11 @@ static cl_int transfer_stacked(const clffn_ffn *ffn, cl_command_queue q, int wri
     return err;
 }
 
-/* x, dy and (to accumulate) the caller's gradients onto the device. */
-static cl_int upload_inputs(clffn_ffn *ffn, size_t n, const float *x, const float *dy,
-                            const clffn_weight_arrays *g, int accumulate) {
+cl_int clffn__host_grads_upload(clffn_ffn *ffn, cl_command_queue q, const clffn_weight_arrays *g) {
     const clffn_config *c = &ffn->cfg;
     const clffn_workspace *ws = &ffn->ws;
     const size_t D = c->d_model, F = c->d_ff;
-    cl_command_queue q = ffn->ctx->queue;
-    cl_int err = upload_to(q, ws->io_x, x, n);
-    if (err == CL_SUCCESS) { err = upload_to(q, ws->io_dy, dy, n); }
-    if (err != CL_SUCCESS || !accumulate) { return err; }
-    /* the sums continue from the caller's arrays */
+    cl_int err = CL_SUCCESS;
     if (g->w1) { err = transfer_stacked(ffn, q, 1, g->w1, c->gated ? g->v : NULL); }
     if (err == CL_SUCCESS && g->w2) { err = upload_to(q, ws->g_w2, g->w2, D * F); }
     if (err == CL_SUCCESS && c->bias1) { err = upload_to(q, ws->g_b1, g->b1, F); }
@@ -58,24 +52,31 @@ static cl_int upload_inputs(clffn_ffn *ffn, size_t n, const float *x, const floa
     return err;
 }
 
-static cl_int download_results(clffn_ffn *ffn, size_t n, float *dx, const clffn_weight_arrays *g) {
+/* x, dy and (to accumulate) the caller's gradients onto the device. */
+static cl_int upload_inputs(clffn_ffn *ffn, size_t n, const float *x, const float *dy,
+                            const clffn_weight_arrays *g, int accumulate) {
+    cl_command_queue q = ffn->ctx->queue;
+    cl_int err = upload_to(q, ffn->ws.io_x, x, n);
+    if (err == CL_SUCCESS) { err = upload_to(q, ffn->ws.io_dy, dy, n); }
+    /* the sums continue from the caller's arrays */
+    if (err == CL_SUCCESS && accumulate) { err = clffn__host_grads_upload(ffn, q, g); }
+    return err;
+}
+
+cl_int clffn__host_grads_download(clffn_ffn *ffn, cl_command_queue q,
+                                  const clffn_weight_arrays *g) {
     const clffn_config *c = &ffn->cfg;
     const clffn_workspace *ws = &ffn->ws;
     const size_t D = c->d_model, F = c->d_ff;
-    cl_command_queue q = ffn->ctx->queue;
     cl_int err = g->w1 ? transfer_stacked(ffn, q, 0, g->w1, c->gated ? g->v : NULL) : CL_SUCCESS;
     if (err == CL_SUCCESS && g->w2) { err = download(q, ws->g_w2, g->w2, D * F); }
     if (err == CL_SUCCESS && c->bias1) { err = download(q, ws->g_b1, g->b1, F); }
     if (err == CL_SUCCESS && c->gated && c->bias_gate) { err = download(q, ws->g_bv, g->bv, F); }
     if (err == CL_SUCCESS && c->bias2) { err = download(q, ws->g_b2, g->b2, D); }
-    if (err == CL_SUCCESS && dx) { err = download(q, ws->io_dx, dx, n); }
     return err;
 }
 
-clffn_status clffn_backward_host(clffn_ffn *ffn, size_t tokens, const float *x, size_t x_len,
-                                 const float *dy, size_t dy_len, float *dx, size_t dx_len,
-                                 const clffn_weight_arrays *g, int accumulate) {
-    if (!ffn || !x || !dy || !g) { return CLFFN_ERROR_NULL_ARGUMENT; }
+clffn_status clffn__host_grads_check(clffn_ffn *ffn, const clffn_weight_arrays *g) {
     const clffn_config *c = &ffn->cfg;
     /* weights kept compressed have no weight gradients: their arrays must be NULL */
     const bool weights = ffn->w1.dtype == CLFFN_DTYPE_F32;
@@ -84,12 +85,31 @@ clffn_status clffn_backward_host(clffn_ffn *ffn, size_t tokens, const float *x, 
         (c->bias2 && !g->b2) || (c->gated && c->bias_gate && !g->bv)) {
         return CLFFN_ERROR_NULL_ARGUMENT;
     }
+    return CLFFN_SUCCESS;
+}
+
+clffn_device_weights clffn__host_grads_device(const clffn_ffn *ffn) {
+    const clffn_workspace *ws = &ffn->ws;
+    const bool weights = ffn->w1.dtype == CLFFN_DTYPE_F32;
+    const clffn_device_weights dg = {
+        {weights ? ws->g_w1 : NULL, 0}, {ws->g_b1, 0}, {NULL, 0}, {ws->g_bv, 0},
+        {weights ? ws->g_w2 : NULL, 0}, {ws->g_b2, 0}};
+    return dg;
+}
+
+clffn_status clffn_backward_host(clffn_ffn *ffn, size_t tokens, const float *x, size_t x_len,
+                                 const float *dy, size_t dy_len, float *dx, size_t dx_len,
+                                 const clffn_weight_arrays *g, int accumulate) {
+    if (!ffn || !x || !dy || !g) { return CLFFN_ERROR_NULL_ARGUMENT; }
+    const clffn_config *c = &ffn->cfg;
+    const bool weights = ffn->w1.dtype == CLFFN_DTYPE_F32;
+    clffn_status st = clffn__host_grads_check(ffn, g);
+    if (st != CLFFN_SUCCESS) { return st; }
     if (!ffn->has_weights) { return CLFFN_ERROR_NO_WEIGHTS; }
     if (tokens == 0 || tokens != ffn->last_tokens) { return CLFFN_ERROR_NO_FORWARD; }
     const size_t n = tokens * c->d_model; /* fitted the forward */
     if (x_len < n || dy_len < n || (dx && dx_len < n)) { return CLFFN_ERROR_BUFFER_TOO_SMALL; }
-    clffn_status st =
-        clffn__workspace_host_backward(&ffn->ws, ffn->ctx, &ffn->cfg, tokens, weights);
+    st = clffn__workspace_host_backward(&ffn->ws, ffn->ctx, &ffn->cfg, tokens, weights);
     if (st != CLFFN_SUCCESS) { return st; }
     /* x goes where the host-level forward keeps it; the forward's own x buffer is that one */
     const clffn_workspace *ws = &ffn->ws;
@@ -100,16 +120,15 @@ clffn_status clffn_backward_host(clffn_ffn *ffn, size_t tokens, const float *x, 
         clFinish(q);
         return (clffn_status)err;
     }
-    const clffn_device_weights dg = {
-        {weights ? ws->g_w1 : NULL, 0}, {ws->g_b1, 0}, {NULL, 0}, {ws->g_bv, 0},
-        {weights ? ws->g_w2 : NULL, 0}, {ws->g_b2, 0}};
+    const clffn_device_weights dg = clffn__host_grads_device(ffn);
     st = clffn_backward(ffn, tokens, ws->io_x, 0, ws->io_dy, 0, dx ? ws->io_dx : NULL, 0, &dg,
                         accumulate, q, NULL);
     if (st != CLFFN_SUCCESS) {
         clFinish(q);
         return st;
     }
-    err = download_results(ffn, n, dx, g);
+    err = clffn__host_grads_download(ffn, q, g);
+    if (err == CL_SUCCESS && dx) { err = download(q, ws->io_dx, dx, n); }
     const cl_int fin = clFinish(q);
     return (clffn_status)(err != CL_SUCCESS ? err : fin);
 }

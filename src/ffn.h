@@ -74,6 +74,16 @@ void clffn__ffn_weights_set(clffn_ffn *ffn, clffn_layout layout, clffn_layout gi
                             clffn_dtype dtype, const clffn_buffer m[6]);
 void clffn__ffn_weights_release(clffn_ffn *ffn);
 
+/* backward_host.c: the caller's host gradient arrays and the FFN's own gradient buffers
+ * (its workspace's g_w1 … g_b2, W1 and V stacked): whether the arrays suit the FFN
+ * (NULL_ARGUMENT for a missing one, COMPRESSED_WEIGHTS for a weight gradient of compressed
+ * weights); the buffers as clffn_backward() takes them; copies in (to accumulate onto) and out,
+ * enqueued on q without waiting. */
+clffn_status clffn__host_grads_check(clffn_ffn *ffn, const clffn_weight_arrays *g);
+clffn_device_weights clffn__host_grads_device(const clffn_ffn *ffn);
+cl_int clffn__host_grads_upload(clffn_ffn *ffn, cl_command_queue q, const clffn_weight_arrays *g);
+cl_int clffn__host_grads_download(clffn_ffn *ffn, cl_command_queue q, const clffn_weight_arrays *g);
+
 /* ffn.c: refuses a call with st, keeping what it refused in words for
  * clffn_ffn_error_message(). Returns st. */
 clffn_status clffn__ffn_refuse(clffn_ffn *ffn, clffn_status st, const char *fmt, ...)

@@ -8,27 +8,12 @@
  * row count and weight type call for. The one host wait is for the E counts, since the
  * experts' products are sized on the host. y is written by the last kernel alone: a failure
  * anywhere earlier leaves it untouched, and y may be x itself. */
-#include "ffn.h"
+#include "moe.h"
+
 #include "launch.h"
 #include "reference_moe.h"
 
 #include <stdlib.h>
-
-struct clffn_moe {
-    clffn_context *ctx;
-    clffn_moe_config cfg;
-    size_t n_ffn;        /* E, + 1 with a shared expert (the last) */
-    clffn_ffn **ffn;     /* [n_ffn] */
-    cl_mem router, bias; /* [E, D], [E] (bias NULL without one) */
-    cl_kernel route, count, place, gather, combine;
-    /* the workspace for `tokens` tokens: probs [T, E], chosen, weights, slot [T, k], row [T·k],
-     * counts [E], xg and yg [T·k, D], ys [T, D] (with a shared expert) */
-    size_t tokens;
-    cl_mem probs, chosen, weights, slot, row, counts, xg, yg, ys;
-    size_t io_tokens; /* the host-level forward's x and y [T, D] */
-    cl_mem io_x, io_y;
-    cl_uint *host_counts; /* [E] */
-};
 
 clffn_moe_config clffn_moe_config_default(size_t d_model, size_t d_ff, size_t experts,
                                           size_t top_k) {
@@ -60,11 +45,14 @@ void clffn_moe_destroy(clffn_moe *moe) {
     if (!moe) { return; }
     for (size_t i = 0; moe->ffn && i < moe->n_ffn; ++i) { clffn_ffn_destroy(moe->ffn[i]); }
     free(moe->ffn);
-    cl_mem *mems[] = {&moe->router, &moe->bias, &moe->probs,  &moe->chosen, &moe->weights,
-                      &moe->slot,   &moe->row,  &moe->counts, &moe->xg,     &moe->yg,
-                      &moe->ys,     &moe->io_x, &moe->io_y};
+    cl_mem *mems[] = {&moe->router, &moe->bias, &moe->probs,  &moe->chosen,   &moe->weights,
+                      &moe->slot,   &moe->row,  &moe->counts, &moe->xg,       &moe->yg,
+                      &moe->ys,     &moe->io_x, &moe->io_y,   &moe->io_dx,    &moe->dyg,
+                      &moe->dxg,    &moe->dxs,  &moe->dlogit, &moe->g_router, &moe->g_rbias};
     for (size_t i = 0; i < sizeof mems / sizeof mems[0]; ++i) { release_mem(mems[i]); }
-    cl_kernel *ks[] = {&moe->route, &moe->count, &moe->place, &moe->gather, &moe->combine};
+    cl_kernel *ks[] = {&moe->route,           &moe->count,     &moe->place,
+                       &moe->gather,          &moe->combine,   &moe->scatter_dy,
+                       &moe->router_backward, &moe->dx_kernel, &moe->router_grads};
     for (size_t i = 0; i < sizeof ks / sizeof ks[0]; ++i) { release_kernel(ks[i]); }
     free(moe->host_counts);
     free(moe);
@@ -78,11 +66,15 @@ static clffn_status make_kernels(clffn_moe *moe) {
     cl_program p = NULL;
     clffn_status st = clffn__get_program(&moe->ctx->programs, &key, &p);
     if (st != CLFFN_SUCCESS) { return st; }
-    static const char *const names[5] = {"clffn_moe_route", "clffn_moe_count", "clffn_moe_place",
-                                         "clffn_moe_gather", "clffn_moe_combine"};
-    cl_kernel *ks[5] = {&moe->route, &moe->count, &moe->place, &moe->gather, &moe->combine};
+    static const char *const names[9] = {
+        "clffn_moe_route",           "clffn_moe_count",   "clffn_moe_place",
+        "clffn_moe_gather",          "clffn_moe_combine", "clffn_moe_scatter_dy",
+        "clffn_moe_router_backward", "clffn_moe_dx",      "clffn_moe_router_grads"};
+    cl_kernel *ks[9] = {&moe->route,           &moe->count,     &moe->place,
+                        &moe->gather,          &moe->combine,   &moe->scatter_dy,
+                        &moe->router_backward, &moe->dx_kernel, &moe->router_grads};
     cl_int err = CL_SUCCESS;
-    for (size_t i = 0; i < 5 && err == CL_SUCCESS; ++i) {
+    for (size_t i = 0; i < 9 && err == CL_SUCCESS; ++i) {
         *ks[i] = clCreateKernel(p, names[i], &err);
     }
     return (clffn_status)err;
@@ -282,24 +274,28 @@ clffn_status clffn_moe_forward(clffn_moe *moe, size_t tokens, cl_mem x, size_t x
     clffn_status st = check_forward(moe, tokens, x, x_offset, y, y_offset, queue);
     if (st != CLFFN_SUCCESS || tokens == 0) { return st; }
     if ((st = grow(moe, tokens, queue)) != CLFFN_SUCCESS) { return st; }
+    moe->last_tokens = 0, moe->last_host = false; /* what the workspace held is going */
     const cl_int err = enqueue_routing(moe, (cl_uint)tokens, x, x_offset, queue);
     if (err != CL_SUCCESS) { return (clffn_status)err; }
-    return enqueue_experts(moe, (cl_uint)tokens, x, x_offset, y, y_offset, queue);
+    st = enqueue_experts(moe, (cl_uint)tokens, x, x_offset, y, y_offset, queue);
+    if (st == CLFFN_SUCCESS) { moe->last_tokens = tokens; }
+    return st;
 }
 
 static clffn_status grow_io(clffn_moe *moe, size_t T) {
     if (T <= moe->io_tokens) { return CLFFN_SUCCESS; }
     const size_t bytes = T * moe->cfg.expert.d_model * sizeof(float);
     cl_int err = CL_SUCCESS;
-    cl_mem x = clffn__buffer(moe->ctx, CL_MEM_READ_WRITE, bytes, &err), y = NULL;
-    if (err == CL_SUCCESS) { y = clffn__buffer(moe->ctx, CL_MEM_READ_WRITE, bytes, &err); }
+    cl_mem m[3] = {NULL};
+    for (size_t i = 0; i < 3 && err == CL_SUCCESS; ++i) {
+        m[i] = clffn__buffer(moe->ctx, CL_MEM_READ_WRITE, bytes, &err);
+    }
     if (err != CL_SUCCESS) {
-        release_mem(&x);
+        for (size_t i = 0; i < 3; ++i) { release_mem(&m[i]); }
         return (clffn_status)err;
     }
-    release_mem(&moe->io_x);
-    release_mem(&moe->io_y);
-    moe->io_x = x, moe->io_y = y, moe->io_tokens = T;
+    release_mem(&moe->io_x), release_mem(&moe->io_y), release_mem(&moe->io_dx);
+    moe->io_x = m[0], moe->io_y = m[1], moe->io_dx = m[2], moe->io_tokens = T;
     return CLFFN_SUCCESS;
 }
 
@@ -320,6 +316,7 @@ clffn_status clffn_moe_forward_host(clffn_moe *moe, size_t tokens, const float *
     if (st == CLFFN_SUCCESS) { st = clffn_moe_forward(moe, tokens, moe->io_x, 0, moe->io_y, 0, q); }
     if (st == CLFFN_SUCCESS) { st = (clffn_status)clFinish(q); }
     if (st != CLFFN_SUCCESS) { return st; }
+    moe->last_host = true; /* io_x holds the x a host-level backward differentiates at */
     /* the outputs only now, when all of the forward has succeeded */
     st = (clffn_status)clEnqueueReadBuffer(q, moe->io_y, CL_TRUE, 0, n * sizeof(float), y, 0, NULL,
                                            NULL);

@@ -26,11 +26,12 @@ clffn_status clffn__moe_config_check(const clffn_moe_config *c) {
 static double rank(double l) { return isnan(l) ? -INFINITY : l; }
 
 static void route_token(const clffn_moe_config *c, const double *logit, int32_t *chosen,
-                        double *weights) {
+                        double *weights, double *probs) {
     const size_t E = c->experts, k = c->top_k;
     double mx = -INFINITY, sum = 0.0, picked = 0.0;
     for (size_t e = 0; e < E; ++e) { mx = fmax(mx, logit[e]); }
     for (size_t e = 0; e < E; ++e) { sum += exp(logit[e] - mx); }
+    for (size_t e = 0; e < E; ++e) { probs[e] = exp(logit[e] - mx) / sum; }
     for (size_t j = 0; j < k; ++j) {
         size_t best = E;
         for (size_t e = 0; e < E; ++e) {
@@ -45,6 +46,25 @@ static void route_token(const clffn_moe_config *c, const double *logit, int32_t 
     if (c->routing == CLFFN_ROUTING_TOPK_NORMALIZED) {
         for (size_t j = 0; j < k; ++j) { weights[j] /= picked; }
     }
+}
+
+/* Every token's choice, weights and probabilities, from logits in double. */
+static clffn_status route_all(const clffn_moe_config *c, const float *router,
+                              const float *router_bias, size_t tokens, const float *x, int32_t *ch,
+                              double *wt, double *probs) {
+    const size_t D = c->expert.d_model, E = c->experts, k = c->top_k;
+    double *logit = malloc(E * sizeof *logit);
+    if (!logit) { return CLFFN_ERROR_OUT_OF_HOST_MEMORY; }
+    for (size_t t = 0; t < tokens; ++t) {
+        for (size_t e = 0; e < E; ++e) {
+            double acc = c->router_bias ? router_bias[e] : 0.0;
+            for (size_t d = 0; d < D; ++d) { acc += (double)x[t * D + d] * router[e * D + d]; }
+            logit[e] = acc;
+        }
+        route_token(c, logit, ch + t * k, wt + t * k, probs + t * E);
+    }
+    free(logit);
+    return CLFFN_SUCCESS;
 }
 
 /* out[t] += w[t]·expert(x[t]) for the tokens t with use[t] != 0, through the FFN reference on
@@ -90,18 +110,11 @@ clffn_status clffn_moe_reference_forward(const clffn_moe_config *c, clffn_layout
     if (!clffn__mul_ok(tokens, D > E * k ? D : E * k, &n) || !clffn__mul_ok(n, 8, &n)) {
         return CLFFN_ERROR_SIZE_OVERFLOW;
     }
-    double *logit = malloc(E * sizeof *logit), *use = malloc((tokens + 1) * sizeof *use);
+    double *use = malloc((tokens + 1) * sizeof *use);
     int32_t *ch = malloc((tokens * k + 1) * sizeof *ch);
-    double *wt = malloc((tokens * k + 1) * sizeof *wt);
-    st = logit && use && ch && wt ? CLFFN_SUCCESS : CLFFN_ERROR_OUT_OF_HOST_MEMORY;
-    for (size_t t = 0; st == CLFFN_SUCCESS && t < tokens; ++t) {
-        for (size_t e = 0; e < E; ++e) {
-            double acc = c->router_bias ? router_bias[e] : 0.0;
-            for (size_t d = 0; d < D; ++d) { acc += (double)x[t * D + d] * router[e * D + d]; }
-            logit[e] = acc;
-        }
-        route_token(c, logit, ch + t * k, wt + t * k);
-    }
+    double *wt = malloc((tokens * k + 1) * sizeof *wt), *probs = malloc((tokens * E + 1) * 8);
+    st = use && ch && wt && probs ? CLFFN_SUCCESS : CLFFN_ERROR_OUT_OF_HOST_MEMORY;
+    if (st == CLFFN_SUCCESS) { st = route_all(c, router, router_bias, tokens, x, ch, wt, probs); }
     if (st == CLFFN_SUCCESS && tokens) { memset(y, 0, tokens * D * sizeof *y); }
     /* the device's order: the shared expert first, then each token's choices best first */
     if (st == CLFFN_SUCCESS && c->shared_expert) {
@@ -118,9 +131,149 @@ clffn_status clffn_moe_reference_forward(const clffn_moe_config *c, clffn_layout
     }
     if (st == CLFFN_SUCCESS && chosen && tokens) { memcpy(chosen, ch, tokens * k * sizeof *ch); }
     if (st == CLFFN_SUCCESS && weights && tokens) { memcpy(weights, wt, tokens * k * sizeof *wt); }
-    free(logit);
     free(use);
     free(ch);
     free(wt);
+    free(probs);
+    return st;
+}
+
+/* ---- backward ------------------------------------------------------------------------------- */
+
+/* An expert's gradient arrays as a list (w1, b1, v, bv, w2, b2) and their lengths (0 where the
+ * config has no such tensor). */
+static void grad_fields(const clffn_config *c, const clffn_ref_grads *g, double *f[6],
+                        size_t n[6]) {
+    const size_t D = c->d_model, F = c->d_ff;
+    double *const all[6] = {g->w1, g->b1, g->v, g->bv, g->w2, g->b2};
+    const size_t len[6] = {
+        F * D, c->bias1 ? F : 0, c->gated ? F * D : 0, c->gated && c->bias_gate ? F : 0,
+        D * F, c->bias2 ? D : 0};
+    for (int i = 0; i < 6; ++i) { f[i] = len[i] ? all[i] : NULL, n[i] = len[i]; }
+}
+
+/* Scratch for one token through one expert: its output and dx [D], and its gradients. */
+typedef struct token_scratch {
+    double *y, *dx;
+    clffn_ref_grads g;
+} token_scratch;
+
+/* Token x_t through expert w, backward with dy_t: adds scale·dx to dx_t and scale·(the
+ * gradients) to out (NULL: none), and sets *dot = dy_t·expert(x_t). */
+static clffn_status token_backward(const clffn_config *c, clffn_layout layout,
+                                   const clffn_host_weights *w, const float *xt, const float *dyt,
+                                   double scale, double *dxt, const clffn_ref_grads *out,
+                                   token_scratch *s, double *dot) {
+    clffn_status st = clffn_reference_forward(c, layout, w, 1, xt, 0, 0, 0, s->y, NULL);
+    if (st == CLFFN_SUCCESS) {
+        st = clffn_reference_backward(c, layout, w, 1, xt, dyt, 0, 0, 0, s->dx, &s->g);
+    }
+    if (st != CLFFN_SUCCESS) { return st; }
+    *dot = 0.0;
+    for (size_t d = 0; d < c->d_model; ++d) {
+        *dot += (double)dyt[d] * s->y[d];
+        if (dxt) { dxt[d] += scale * s->dx[d]; }
+    }
+    if (out) {
+        double *src[6], *dst[6];
+        size_t n[6];
+        grad_fields(c, &s->g, src, n);
+        grad_fields(c, out, dst, n);
+        for (int i = 0; i < 6; ++i) {
+            for (size_t j = 0; dst[i] && j < n[i]; ++j) { dst[i][j] += scale * src[i][j]; }
+        }
+    }
+    return CLFFN_SUCCESS;
+}
+
+/* Token t's router gradient: from g[j] = ∂L/∂weight_j to the logits (dl [E]), then into dx_t,
+ * the router's weight and bias gradients. */
+static void router_backward(const clffn_moe_config *c, const float *router, const float *xt,
+                            const int32_t *ch, const double *wt, const double *p, const double *g,
+                            double *dl, double *dxt, double *rg, double *rbg) {
+    const size_t D = c->expert.d_model, E = c->experts, k = c->top_k;
+    double gw = 0.0, psum = 0.0, pdp = 0.0;
+    for (size_t j = 0; j < k; ++j) { gw += g[j] * wt[j], psum += p[ch[j]]; }
+    for (size_t e = 0; e < E; ++e) { dl[e] = 0.0; }
+    for (size_t j = 0; j < k; ++j) {
+        dl[ch[j]] = c->routing == CLFFN_ROUTING_TOPK_NORMALIZED ? (g[j] - gw) / psum : g[j];
+        pdp += p[ch[j]] * dl[ch[j]];
+    }
+    for (size_t e = 0; e < E; ++e) {
+        dl[e] = p[e] * (dl[e] - pdp);
+        for (size_t d = 0; d < D; ++d) {
+            if (dxt) { dxt[d] += dl[e] * router[e * D + d]; }
+            if (rg) { rg[e * D + d] += dl[e] * xt[d]; }
+        }
+        if (rbg) { rbg[e] += dl[e]; }
+    }
+}
+
+/* Zeroes what the backward adds into. */
+static void zero_outputs(const clffn_moe_config *c, size_t tokens, double *dx, double *rg,
+                         double *rbg, const clffn_ref_grads *eg) {
+    const size_t D = c->expert.d_model, E = c->experts;
+    if (dx) { memset(dx, 0, tokens * D * sizeof *dx); }
+    if (rg) { memset(rg, 0, E * D * sizeof *rg); }
+    if (rbg) { memset(rbg, 0, E * sizeof *rbg); }
+    for (size_t e = 0; eg && e < E + (c->shared_expert ? 1 : 0); ++e) {
+        double *f[6];
+        size_t n[6];
+        grad_fields(&c->expert, &eg[e], f, n);
+        for (int i = 0; i < 6; ++i) {
+            if (f[i]) { memset(f[i], 0, n[i] * sizeof *f[i]); }
+        }
+    }
+}
+
+clffn_status clffn_moe_reference_backward(const clffn_moe_config *c, clffn_layout layout,
+                                          const float *router, const float *router_bias,
+                                          const clffn_host_weights *experts, size_t tokens,
+                                          const float *x, const float *dy, double *dx,
+                                          double *router_grad, double *router_bias_grad,
+                                          const clffn_ref_grads *expert_grads) {
+    clffn_status st = clffn__moe_config_check(c);
+    if (st != CLFFN_SUCCESS) { return st; }
+    if (!router || !experts || (c->router_bias && !router_bias) || (tokens && (!x || !dy))) {
+        return CLFFN_ERROR_NULL_ARGUMENT;
+    }
+    const size_t D = c->expert.d_model, F = c->expert.d_ff, E = c->experts, k = c->top_k;
+    size_t n;
+    if (!clffn__mul_ok(tokens, D > E * k ? D : E * k, &n) || !clffn__mul_ok(n, 8, &n) ||
+        !clffn__mul_ok(F, 4 * D + 3, &n)) {
+        return CLFFN_ERROR_SIZE_OVERFLOW;
+    }
+    int32_t *ch = malloc((tokens * k + 1) * sizeof *ch);
+    double *wt = malloc((tokens * k + 1) * 8), *p = malloc((tokens * E + 1) * 8);
+    double *g = malloc(k * 8), *dl = malloc(E * 8), *buf = calloc(2 * D + n, 8);
+    st = ch && wt && p && g && dl && buf ? CLFFN_SUCCESS : CLFFN_ERROR_OUT_OF_HOST_MEMORY;
+    if (st == CLFFN_SUCCESS) { st = route_all(c, router, router_bias, tokens, x, ch, wt, p); }
+    /* the scratch gradients, one full set: W1, b1, V, bv, W2, b2 */
+    token_scratch s = {buf,
+                       buf + D,
+                       {buf + 2 * D, buf + 2 * D + F * D, buf + 2 * D + F * D + F,
+                        buf + 2 * D + 2 * F * D + F, buf + 2 * D + 2 * F * D + 2 * F,
+                        buf + 2 * D + 3 * F * D + 2 * F}};
+    if (st == CLFFN_SUCCESS) {
+        zero_outputs(c, tokens, dx, router_grad, router_bias_grad, expert_grads);
+    }
+    for (size_t t = 0; t < tokens && st == CLFFN_SUCCESS; ++t) {
+        const float *xt = x + t * D, *dyt = dy + t * D;
+        double *dxt = dx ? dx + t * D : NULL, unused;
+        if (c->shared_expert) {
+            st = token_backward(&c->expert, layout, &experts[E], xt, dyt, 1.0, dxt,
+                                expert_grads ? &expert_grads[E] : NULL, &s, &unused);
+        }
+        for (size_t j = 0; j < k && st == CLFFN_SUCCESS; ++j) {
+            const int32_t e = ch[t * k + j];
+            st = token_backward(&c->expert, layout, &experts[e], xt, dyt, wt[t * k + j], dxt,
+                                expert_grads ? &expert_grads[e] : NULL, &s, &g[j]);
+        }
+        if (st == CLFFN_SUCCESS) {
+            router_backward(c, router, xt, ch + t * k, wt + t * k, p + t * E, g, dl, dxt,
+                            router_grad, router_bias_grad);
+        }
+    }
+    free(ch), free(wt), free(p), free(g), free(dl), free(buf);
     return st;
 }

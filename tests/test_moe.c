@@ -122,24 +122,36 @@ static const moe_case cases[] = {
     {2, 5, 2, CLFFN_ROUTING_TOPK, 1, 1, 1, CLFFN_ACT_SILU},
 };
 
-Test(moe, forward_matches_the_double_reference, .timeout = 300) {
+typedef void (*case_check)(clffn_moe *moe, const moe_data *m, const moe_case *mc, const char *what);
+
+/* Runs check on a layer of each case (D → F experts), named in what. */
+static void each_case(const moe_case *cs, size_t n, size_t D, size_t F, uint64_t seed,
+                      case_check check) {
     clffn_context *ctx = test_context();
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
-        const moe_case *mc = &cases[i];
+    for (size_t i = 0; i < n; ++i) {
+        const moe_case *mc = &cs[i];
         moe_data m;
-        data_make(&m, mc, 64, 96, 100 + i);
+        data_make(&m, mc, D, F, seed + i);
         clffn_moe *moe = moe_make(ctx, &m);
         char what[96];
         snprintf(what, sizeof what, "T %zu, E %zu, k %zu, %s%s", mc->tokens, mc->experts, mc->k,
                  mc->routing == CLFFN_ROUTING_TOPK ? "top-k" : "normalised",
                  mc->shared ? ", shared expert" : "");
-        check_against_reference(moe, &m, mc->tokens, what);
-        /* fewer tokens on the same layer: the grown workspace serves a smaller pass */
-        check_against_reference(moe, &m, 1 + mc->tokens / 3, what);
+        check(moe, &m, mc, what);
         clffn_moe_destroy(moe);
         data_free(&m);
     }
     clffn_context_destroy(ctx);
+}
+
+static void forward_check(clffn_moe *moe, const moe_data *m, const moe_case *mc, const char *what) {
+    check_against_reference(moe, m, mc->tokens, what);
+    /* fewer tokens on the same layer: the grown workspace serves a smaller pass */
+    check_against_reference(moe, m, 1 + mc->tokens / 3, what);
+}
+
+Test(moe, forward_matches_the_double_reference, .timeout = 300) {
+    each_case(cases, sizeof cases / sizeof cases[0], 64, 96, 100, forward_check);
 }
 
 /* All logits equal (a zero router): every token takes experts 0..k-1, in that order, each with
@@ -263,4 +275,170 @@ Test(moe, a_nan_token_stays_in_bounds) {
     clffn_moe_destroy(moe);
     data_free(&m);
     clffn_context_destroy(ctx);
+}
+
+/* ---- backward ----------------------------------------------------------------------------- */
+
+/* An expert's gradient arrays, float (the device's, filled with 5) and double (the
+ * reference's). */
+typedef struct grad_set {
+    float *f[6];
+    double *d[6];
+    size_t n[6];
+} grad_set;
+
+static void grads_make(grad_set *g, const clffn_config *c) {
+    const size_t D = c->d_model, F = c->d_ff;
+    const size_t n[6] = {
+        F * D, c->bias1 ? F : 0, c->gated ? F * D : 0, c->gated && c->bias_gate ? F : 0,
+        D * F, c->bias2 ? D : 0};
+    for (int i = 0; i < 6; ++i) {
+        g->n[i] = n[i];
+        g->f[i] = n[i] ? malloc(n[i] * sizeof(float)) : NULL;
+        g->d[i] = n[i] ? calloc(n[i], sizeof(double)) : NULL;
+        /* what a backward that does not accumulate must overwrite, unchosen experts' too */
+        for (size_t j = 0; j < n[i]; ++j) { g->f[i][j] = 5.0f; }
+    }
+}
+
+static void grads_free(grad_set *g) {
+    for (int i = 0; i < 6; ++i) { free(g->f[i]), free(g->d[i]); }
+}
+
+/* The device's backward of m's T tokens against the reference's: dx, the router's gradients,
+ * every expert's; with accumulate = 1 on arrays already holding one backward, twice. */
+static void check_backward(clffn_moe *moe, const moe_data *m, size_t T, int twice,
+                           const char *what) {
+    const size_t D = m->c.expert.d_model, E = m->c.experts, ne = m->n_w;
+    float *dy = malloc(T * D * sizeof *dy), *y = malloc(T * D * sizeof *y);
+    float *dx = malloc(T * D * sizeof *dx), *rg = malloc(E * D * sizeof *rg), rbg[16];
+    double *rdx = malloc(T * D * 8), *rrg = malloc(E * D * 8), rrbg[16];
+    grad_set *gs = calloc(ne, sizeof *gs);
+    clffn_weight_arrays *wa = calloc(ne, sizeof *wa);
+    clffn_ref_grads *ra = calloc(ne, sizeof *ra);
+    cr_assert(dy && y && dx && rg && rdx && rrg && gs && wa && ra);
+    fill_uniform(dy, T * D, -1.0f, 1.0f, 77);
+    for (size_t e = 0; e < ne; ++e) {
+        grads_make(&gs[e], &m->c.expert);
+        const clffn_weight_arrays a = {gs[e].f[0], gs[e].f[1], gs[e].f[2],
+                                       gs[e].f[3], gs[e].f[4], gs[e].f[5]};
+        const clffn_ref_grads r = {gs[e].d[0], gs[e].d[1], gs[e].d[2],
+                                   gs[e].d[3], gs[e].d[4], gs[e].d[5]};
+        wa[e] = a, ra[e] = r;
+    }
+    ASSERT_OK(clffn_moe_forward_host(moe, T, m->x, T * D, y, T * D, NULL, NULL));
+    for (int pass = 0; pass <= twice; ++pass) {
+        ASSERT_OK(clffn_moe_backward_host(moe, T, dy, T * D, dx, T * D, rg, rbg, wa, pass));
+    }
+    ASSERT_OK(clffn_moe_reference_backward(&m->c, CLFFN_LAYOUT_OUT_IN, m->router,
+                                           m->c.router_bias ? m->bias : NULL, m->hw, T, m->x, dy,
+                                           rdx, rrg, m->c.router_bias ? rrbg : NULL, ra));
+    const double times = twice ? 2.0 : 1.0;
+    for (size_t i = 0; i < E * D; ++i) { rrg[i] *= times; }
+    for (size_t i = 0; i < E; ++i) { rrbg[i] *= times; }
+    char msg[160];
+    assert_close(dx, rdx, T * D, TOL_RTOL, what);
+    snprintf(msg, sizeof msg, "%s: the router's gradient", what);
+    assert_close(rg, rrg, E * D, TOL_RTOL, msg);
+    if (m->c.router_bias) { assert_close(rbg, rrbg, E, TOL_RTOL, msg); }
+    for (size_t e = 0; e < ne; ++e) {
+        for (int i = 0; i < 6; ++i) {
+            if (!gs[e].n[i]) { continue; }
+            for (size_t j = 0; j < gs[e].n[i]; ++j) { gs[e].d[i][j] *= times; }
+            snprintf(msg, sizeof msg, "%s: expert %zu's gradient %d", what, e, i);
+            assert_close(gs[e].f[i], gs[e].d[i], gs[e].n[i], TOL_RTOL, msg);
+        }
+        grads_free(&gs[e]);
+    }
+    free(dy), free(y), free(dx), free(rg), free(rdx), free(rrg), free(gs), free(wa), free(ra);
+}
+
+static const moe_case bwd_cases[] = {
+    {1, 4, 2, CLFFN_ROUTING_TOPK_NORMALIZED, 0, 0, 1, CLFFN_ACT_SILU},
+    {9, 6, 3, CLFFN_ROUTING_TOPK, 1, 1, 0, CLFFN_ACT_GELU},
+    {24, 8, 2, CLFFN_ROUTING_TOPK_NORMALIZED, 1, 1, 1, CLFFN_ACT_RELU},
+    {5, 3, 1, CLFFN_ROUTING_TOPK_NORMALIZED, 0, 1, 0, CLFFN_ACT_SIGMOID},
+};
+
+static void backward_check(clffn_moe *moe, const moe_data *m, const moe_case *mc,
+                           const char *what) {
+    check_backward(moe, m, mc->tokens, 0, what);
+    check_backward(moe, m, mc->tokens, 1, what); /* accumulated: twice the gradients */
+}
+
+Test(moe, backward_matches_the_double_reference, .timeout = 300) {
+    each_case(bwd_cases, sizeof bwd_cases / sizeof bwd_cases[0], 32, 40, 300, backward_check);
+}
+
+/* L = Σ y·dy of the reference forward. */
+static double loss(const moe_data *m, size_t T, const float *dy, int32_t *chosen) {
+    const size_t D = m->c.expert.d_model;
+    double *y = malloc(T * D * sizeof *y), l = 0.0;
+    cr_assert(y);
+    ASSERT_OK(clffn_moe_reference_forward(&m->c, CLFFN_LAYOUT_OUT_IN, m->router,
+                                          m->c.router_bias ? m->bias : NULL, m->hw, T, m->x, y,
+                                          chosen, NULL));
+    for (size_t i = 0; i < T * D; ++i) { l += y[i] * dy[i]; }
+    free(y);
+    return l;
+}
+
+/* ∂L/∂v at v by central differences (h = 2^-9), or NAN where the choice moved. */
+static double central(const moe_data *m, size_t T, const float *dy, float *v) {
+    const size_t k = m->c.top_k;
+    int32_t c0[64], cp[64], cm[64];
+    const float v0 = *v, h = 1.0f / 512.0f;
+    loss(m, T, dy, c0);
+    *v = v0 + h;
+    const double lp = loss(m, T, dy, cp);
+    *v = v0 - h;
+    const double lm = loss(m, T, dy, cm);
+    *v = v0;
+    const int moved = memcmp(c0, cp, T * k * 4) || memcmp(c0, cm, T * k * 4);
+    return moved ? NAN : (lp - lm) / (2.0 * (double)h);
+}
+
+/* The reference's gradients against central differences of its forward: the router's weights
+ * and bias, x, and an expert's W1, for both routing modes. */
+Test(moe, reference_gradients_match_finite_differences, .timeout = 120) {
+    for (int mode = 0; mode < 2; ++mode) {
+        const moe_case mc = {4, 5, 2, (clffn_routing)mode, 1, 1, 1, CLFFN_ACT_SILU};
+        moe_data m;
+        data_make(&m, &mc, 16, 24, 500 + mode);
+        const size_t T = 4, D = 16, E = 5;
+        float dy[4 * 16];
+        fill_uniform(dy, T * D, -1.0f, 1.0f, 9);
+        double dx[4 * 16], rg[5 * 16], rbg[5];
+        grad_set g[6];
+        clffn_ref_grads ra[6];
+        for (size_t e = 0; e <= E; ++e) {
+            grads_make(&g[e], &m.c.expert);
+            const clffn_ref_grads r = {g[e].d[0], g[e].d[1], g[e].d[2],
+                                       g[e].d[3], g[e].d[4], g[e].d[5]};
+            ra[e] = r;
+        }
+        ASSERT_OK(clffn_moe_reference_backward(&m.c, CLFFN_LAYOUT_OUT_IN, m.router, m.bias, m.hw, T,
+                                               m.x, dy, dx, rg, rbg, ra));
+        size_t checked = 0;
+        for (size_t i = 0; i < 12; ++i) {
+            struct {
+                float *v;
+                double want;
+            } probes[4] = {{&m.router[i * 7 % (E * D)], rg[i * 7 % (E * D)]},
+                           {&m.bias[i % E], rbg[i % E]},
+                           {&m.x[i * 5 % (T * D)], dx[i * 5 % (T * D)]},
+                           {&m.w[i % E].w1[i * 11], g[i % E].d[0][i * 11]}};
+            for (int p = 0; p < 4; ++p) {
+                const double fd = central(&m, T, dy, probes[p].v);
+                if (isnan(fd)) { continue; }
+                cr_assert(fabs(fd - probes[p].want) <= 1e-4 * (1.0 + fabs(fd)),
+                          "mode %d, probe %d.%zu: finite differences %.8g, the reference %.8g",
+                          mode, p, i, fd, probes[p].want);
+                ++checked;
+            }
+        }
+        cr_assert(checked >= 40, "only %zu probes kept their choice", checked);
+        for (size_t e = 0; e <= E; ++e) { grads_free(&g[e]); }
+        data_free(&m);
+    }
 }

@@ -393,10 +393,10 @@ Test(oclgrind, kernels_use_core_cl12_only) {
     free(src);
 }
 
-/* A mixture-of-experts layer's routing kernels and passes (cl/moe.cl): 6 tokens, 4 experts,
+/* A mixture-of-experts layer's kernels, forward and backward (cl/moe.cl): 6 tokens, 4 experts,
  * k = 2, a shared expert and a router bias, odd widths; x and the router in steps of 1/16 so
  * every logit is exact and the choice is the reference's. */
-Test(oclgrind, moe_forward, .timeout = 600) {
+Test(oclgrind, moe_forward_backward, .timeout = 600) {
     clffn_context *ctx = test_context();
     enum { T = 6, E = 4, D = 13, F = 29 };
     clffn_moe_config c = clffn_moe_config_default(D, F, E, 2);
@@ -421,6 +421,16 @@ Test(oclgrind, moe_forward, .timeout = 600) {
                                           NULL));
     cr_assert(!memcmp(ch, rch, sizeof ch), "the choice differs from the reference's");
     assert_close(y, ref, T * D, TOL_RTOL, "moe on Oclgrind");
+    /* the backward's kernels: dx and the router's gradients (the experts' own are the FFN's) */
+    float dy[T * D], dx[T * D], rg[E * D], rbg[E];
+    double rdx[T * D], rrg[E * D], rrbg[E];
+    fill_uniform(dy, T * D, -1.0f, 1.0f, 3);
+    ASSERT_OK(clffn_moe_backward_host(moe, T, dy, T * D, dx, T * D, rg, rbg, NULL, 0));
+    ASSERT_OK(clffn_moe_reference_backward(&c, CLFFN_LAYOUT_OUT_IN, router, bias, hw, T, x, dy, rdx,
+                                           rrg, rrbg, NULL));
+    assert_close(dx, rdx, T * D, TOL_RTOL, "moe dx on Oclgrind");
+    assert_close(rg, rrg, E * D, TOL_RTOL, "moe router gradient on Oclgrind");
+    assert_close(rbg, rrbg, E, TOL_RTOL, "moe router bias gradient on Oclgrind");
     for (size_t e = 0; e <= E; ++e) { test_weights_free(&w[e]); }
     clffn_moe_destroy(moe);
     release(ctx);

@@ -1,0 +1,33 @@
+/* The clffn_moe, owned by moe.c (create, router, forward); moe_backward.c differentiates it.
+ * Shapes as in clffn.h: T tokens, D = d_model, E experts, k chosen per token. */
+#ifndef CLFFN_MOE_H
+#define CLFFN_MOE_H
+
+#include "ffn.h"
+
+struct clffn_moe {
+    clffn_context *ctx;
+    clffn_moe_config cfg;
+    size_t n_ffn;                                   /* E, + 1 with a shared expert (the last) */
+    clffn_ffn **ffn;                                /* [n_ffn] */
+    cl_mem router, bias;                            /* [E, D], [E] (bias NULL without one) */
+    cl_kernel route, count, place, gather, combine; /* forward */
+    cl_kernel scatter_dy, router_backward, dx_kernel, router_grads; /* backward */
+    /* the workspace for `tokens` tokens: probs [T, E], chosen, weights, slot [T, k], row [T·k],
+     * counts [E], xg and yg [T·k, D], ys [T, D] (with a shared expert) */
+    size_t tokens;
+    cl_mem probs, chosen, weights, slot, row, counts, xg, yg, ys;
+    size_t io_tokens; /* the host-level passes' x, y (dy in the backward) and dx [T, D] */
+    cl_mem io_x, io_y, io_dx;
+    /* the last forward, for the backward: its T (0: none), and whether it was host-level */
+    size_t last_tokens;
+    bool last_host;
+    /* the backward's workspace for bwd_tokens tokens: dyg and dxg [T·k, D], dxs [T, D] (with a
+     * shared expert), dlogit [T, E]; the host-level backward's router gradients [E, D], [E] */
+    size_t bwd_tokens;
+    cl_mem dyg, dxg, dxs, dlogit;
+    cl_mem g_router, g_rbias;
+    cl_uint *host_counts; /* [E] */
+};
+
+#endif
