@@ -731,3 +731,27 @@ Test(clffn_tune, damaged_profile_falls_back_and_opt_out) {
     ASSERT_STATUS(clffn_tuning_dir(small, sizeof small), CLFFN_ERROR_BUFFER_TOO_SMALL);
     remove_dir();
 }
+
+/* --experts: the layer's JSON, its experts read no more than the tokens could choose, and the
+ * same-work comparison with the dense FFN. */
+Test(clffn_bench, experts_report, .timeout = 120) {
+    char out[4096], cmd[512];
+    snprintf(cmd, sizeof cmd,
+             "'%s' --json --experts 6 --top-k 2 --tokens 1 --d-model 16 --d-ff 32 "
+             "--activation swiglu --reps 2",
+             CLFFN_BENCH_PATH);
+    cr_assert_eq(run(cmd, out, sizeof out), 0, "%s", out);
+    cJSON *o = cJSON_Parse(out);
+    cr_assert_not_null(o, "not JSON: %s", out);
+    cr_assert_eq(num(o, "experts"), 6);
+    cr_assert_eq(num(o, "top_k"), 2);
+    cr_assert_eq(num(o, "experts_read"), 2, "one token reads its two experts: %s", out);
+    /* two experts' W1, V and W2 of 16·32 f32 weights each, and the router's 6·16 */
+    cr_assert_eq(num(o, "weights_read_bytes"), 2 * 4 * (3 * 16 * 32) + 4 * 6 * 16, "%s", out);
+    cr_assert_eq(num(o, "dense_rows"), 1);
+    cr_assert(num(o, "best_s") > 0 && num(o, "speed_vs_dense") > 0);
+    cJSON_Delete(o);
+    snprintf(cmd, sizeof cmd, "'%s' --experts 2 --top-k 3 2>&1", CLFFN_BENCH_PATH);
+    cr_assert_eq(run(cmd, out, sizeof out), 2, "%s", out);
+    cr_assert(strstr(out, "--top-k from 1 to E") != NULL, "%s", out);
+}

@@ -1,6 +1,7 @@
 /* clffn-bench's rooms: main.c (the command line, one shape or the sweep), device.c (the FFN on
  * the device, timed, and the device's copy bandwidth), cpu.c (the same FFN through the host's
- * CBLAS, built when CMake found OpenBLAS) and report.c (one shape's results as text or JSON). */
+ * CBLAS, built when CMake found OpenBLAS), report.c (one shape's results as text or JSON) and
+ * moe.c (--experts: a mixture-of-experts layer of the FFN). */
 #ifndef CLFFN_BENCH_H
 #define CLFFN_BENCH_H
 
@@ -8,6 +9,7 @@
 #include "clffn.h"
 
 #include <stddef.h>
+#include <stdint.h>
 
 typedef struct args {
     size_t tokens, d_model, d_ff;
@@ -25,6 +27,8 @@ typedef struct args {
     clffn_dtype dtype; /* --weights-dtype: the type the weights are kept in */
     int all_dtypes;    /* --weights-dtype all (the sweep, each type in turn) */
     int cpu_only;      /* --cpu-only: the CPU FFN alone, in a child (cpu.c) */
+    size_t experts;    /* --experts: a mixture-of-experts layer of this many (moe.c); 0: none */
+    size_t top_k;      /* --top-k: experts per token (default 2) */
 } args;
 
 typedef struct timing {
@@ -61,6 +65,10 @@ typedef struct device_run {
     size_t cap;
 } device_run;
 
+/* The FFN's weights, nn.Linear's initialisation from seed, uploaded as f32 or converted on the
+ * host to --weights-dtype (GGUF's rounding for the quantized ones) and kept in it. */
+clffn_status bench_upload_weights(clffn_ffn *ffn, const args *a, const clffn_config *c,
+                                  uint64_t seed);
 /* Seconds from this process's exec to now; -1 off Linux. */
 double bench_seconds_since_exec(void);
 /* Opens the device and makes the FFN and the buffers for up to max_tokens; st, when not NULL,
@@ -113,6 +121,9 @@ typedef struct bench_result {
     cpu_timing cpu;
 } bench_result;
 void bench_report_json(const args *a, device_run *r, const bench_result *res);
+
+/* moe.c: --experts: the layer timed beside the dense FFN, reported. 0 or 1 (printed). */
+int bench_moe(const args *a);
 void bench_report_text(const args *a, device_run *r, const bench_result *res);
 
 #endif

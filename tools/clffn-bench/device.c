@@ -69,11 +69,10 @@ static int device_buffers(device_run *r, const args *a, size_t max_tokens) {
     return 0;
 }
 
-/* The FFN's weights, nn.Linear's initialisation from seed 1, uploaded as f32 or converted on
- * the host to the type asked for (GGUF's rounding for the quantized ones) and kept in it. */
-static clffn_status bench_weights(device_run *r, const args *a, const clffn_config *c) {
+clffn_status bench_upload_weights(clffn_ffn *ffn, const args *a, const clffn_config *c,
+                                  uint64_t seed) {
     if (a->dtype == CLFFN_DTYPE_F32) {
-        return clffn_ffn_init_weights(r->ffn, CLFFN_INIT_TORCH_LINEAR, 1);
+        return clffn_ffn_init_weights(ffn, CLFFN_INIT_TORCH_LINEAR, seed);
     }
     const size_t D = c->d_model, F = c->d_ff, n = D * F;
     size_t bytes;
@@ -83,7 +82,7 @@ static clffn_status bench_weights(device_run *r, const args *a, const clffn_conf
     unsigned char *q = malloc(3 * bytes);
     const clffn_weight_arrays w = {f,         f + 3 * n,        f + n, f + 3 * n + F,
                                    f + 2 * n, f + 3 * n + 2 * F};
-    st = f && q ? clffn_init_weights_host(c, CLFFN_INIT_TORCH_LINEAR, 1, CLFFN_LAYOUT_OUT_IN, &w)
+    st = f && q ? clffn_init_weights_host(c, CLFFN_INIT_TORCH_LINEAR, seed, CLFFN_LAYOUT_OUT_IN, &w)
                 : CLFFN_ERROR_OUT_OF_HOST_MEMORY;
     const float *const m[3] = {w.w1, w.v, w.w2};
     for (int i = 0; i < 3 && st == CLFFN_SUCCESS; ++i) {
@@ -92,11 +91,9 @@ static clffn_status bench_weights(device_run *r, const args *a, const clffn_conf
     const clffn_typed_weights tw = {a->dtype,      q,    c->gated ? q + bytes : NULL,
                                     q + 2 * bytes, w.b1, c->gated ? w.bv : NULL,
                                     w.b2};
-    if (st == CLFFN_SUCCESS) {
-        st = clffn_ffn_upload_weights_typed(r->ffn, CLFFN_LAYOUT_OUT_IN, &tw);
-    }
-    if (st != CLFFN_SUCCESS && *clffn_ffn_error_message(r->ffn)) {
-        fprintf(stderr, "clffn-bench: %s\n", clffn_ffn_error_message(r->ffn));
+    if (st == CLFFN_SUCCESS) { st = clffn_ffn_upload_weights_typed(ffn, CLFFN_LAYOUT_OUT_IN, &tw); }
+    if (st != CLFFN_SUCCESS && *clffn_ffn_error_message(ffn)) {
+        fprintf(stderr, "clffn-bench: %s\n", clffn_ffn_error_message(ffn));
     }
     free(f);
     free(q);
@@ -144,7 +141,7 @@ int device_setup(device_run *r, const args *a, size_t max_tokens, startup_times 
     }
     tm.ffn = tool_now_s() - t0;
     t0 = tool_now_s();
-    if ((st = bench_weights(r, a, &c)) != CLFFN_SUCCESS ||
+    if ((st = bench_upload_weights(r->ffn, a, &c, 1)) != CLFFN_SUCCESS ||
         (st = clffn_ffn_set_profiling(r->ffn, 1)) != CLFFN_SUCCESS) {
         return bench_fail("setting the weights", st);
     }

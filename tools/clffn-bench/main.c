@@ -2,7 +2,7 @@
  *
  *   clffn-bench --tokens T --d-model D --d-ff F --activation A [--gated] [--reps N] [--json]
  *               [--compare-cpu] [--sweep] [--device SPEC] [--k-block N] [--gemv-max N]
- *               [--weight-layout out_in|in_out]
+ *               [--weight-layout out_in|in_out] [--experts E [--top-k K]]
  *
  * Times N device-level forwards (after two warm-ups) with the wall clock around each forward and
  * its clFinish, reports best and median, GFLOP/s, the per-stage split from OpenCL profiling
@@ -18,7 +18,8 @@
  * choices can be compared in one sitting. Few tokens are bound by reading the weights, so both
  * modes also report the weights' bytes over the forward's time beside the device's copy
  * bandwidth, measured here with a plain copy kernel ((bytes read + bytes written) / time, as
- * STREAM's copy counts them).
+ * STREAM's copy counts them). --experts times a mixture-of-experts layer of such FFNs instead
+ * (moe.c).
  *
  * Exit status: 0 success, 1 device or runtime failure, 2 usage. */
 #include "bench.h"
@@ -77,6 +78,8 @@ enum {
     OPT_WEIGHTS_DTYPE,
     OPT_KERNEL_MAX,
     OPT_CPU_ONLY,
+    OPT_EXPERTS,
+    OPT_TOP_K,
 };
 
 static const tool_option OPTIONS[] = {
@@ -113,6 +116,10 @@ static const tool_option OPTIONS[] = {
     {"kernel-max", OPT_KERNEL_MAX, TOOL_VALUE, "N",
      "run up to N tokens through clffn's own kernels for the\nweights' type instead of the "
      "profile's crossover (0: never)"},
+    {"experts", OPT_EXPERTS, TOOL_VALUE, "E",
+     "a mixture-of-experts layer of E such FFNs with a router,\nbeside the dense FFN doing the "
+     "same rows per expert"},
+    {"top-k", OPT_TOP_K, TOOL_VALUE, "K", "experts per token with --experts (default 2)"},
     /* the CPU FFN alone, in a child with another OpenBLAS core (cpu.c) */
     {"cpu-only", OPT_CPU_ONLY, TOOL_FLAG, NULL, NULL},
     {0},
@@ -163,6 +170,8 @@ static int take_option(int key, const char *name, const char *v, args *a) {
     case OPT_GEMV_MAX:
         a->set_gemv_max = 1;
         return take_size(name, v, 0, CLFFN_MAX_GEMV_TOKENS, &a->gemv_max);
+    case OPT_EXPERTS: return take_size(name, v, 1, 1u << 24, &a->experts);
+    case OPT_TOP_K: return take_size(name, v, 1, 1u << 24, &a->top_k);
     case OPT_KERNEL_MAX:
         a->set_kernel_max = 1;
         return take_size(name, v, 0, CLFFN_MAX_KERNEL_TOKENS, &a->kernel_max);
@@ -197,6 +206,16 @@ static int parse_args(int argc, char **argv, args *a) {
         if (take_option(key, p.name, p.value, a) != 0) { return tool_usage_error(&CLI); }
     }
     if (p.status >= 0) { return p.status; }
+    if (a->top_k && !a->experts) {
+        fprintf(stderr, "clffn-bench: --top-k goes with --experts\n");
+        return tool_usage_error(&CLI);
+    }
+    if (a->experts && !a->top_k) { a->top_k = a->experts < 2 ? a->experts : 2; }
+    if (a->top_k > a->experts || (a->experts && (a->sweep || a->compare_cpu))) {
+        fprintf(stderr, "clffn-bench: --experts takes --top-k from 1 to E, and goes without "
+                        "--sweep and --compare-cpu\n");
+        return tool_usage_error(&CLI);
+    }
     if (a->all_dtypes && !a->sweep) {
         fprintf(stderr, "clffn-bench: --weights-dtype all goes with --sweep\n");
         return tool_usage_error(&CLI);
@@ -330,6 +349,7 @@ static int tool_main(int argc, char **argv) {
 #ifdef CLFFN_HAVE_CBLAS
     if (a.cpu_only) { return cpu_only(&a, &a.tokens, 1); }
 #endif
+    if (a.experts) { return bench_moe(&a); }
     return a.sweep ? sweep(&a) : single(&a, process_start);
 }
 
