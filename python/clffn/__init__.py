@@ -8,10 +8,14 @@ checks what it is given and converts arrays.
     ffn = clffn.FFN(512, 2048, activation="gelu")        # nn.Linear-style random weights
     y = ffn(np.random.rand(64, 10, 512).astype(np.float32))
 
-PyTorch: clffn.torch.FeedForward (an nn.Module whose forward and backward run on clffn).
+Mixture of experts: clffn.MoE(d_model, d_ff, experts, top_k=2) (Mixtral's block by default).
+
+PyTorch: clffn.torch.FeedForward and clffn.torch.MoE (nn.Modules whose forward and backward run
+on clffn).
 """
 from ._ffn import (ACTIVATIONS, PRESETS, ArgumentError, Error, FFN, devices, load, version)
+from ._moe import MoE
 
-__all__ = ["FFN", "Error", "ArgumentError", "devices", "load", "version", "ACTIVATIONS",
+__all__ = ["FFN", "MoE", "Error", "ArgumentError", "devices", "load", "version", "ACTIVATIONS",
            "PRESETS"]
 __version__ = version()

@@ -216,3 +216,25 @@ def io():
         f.restype, f.argtypes = res, args
     _io = lib_io
     return _io
+
+
+class MoeConfig(ctypes.Structure):
+    """clffn_moe_config, field for field."""
+    _fields_ = [("expert", Config), ("experts", c_size), ("top_k", c_size),
+                ("routing", ctypes.c_int), ("router_bias", ctypes.c_int),
+                ("shared_expert", ctypes.c_int)]
+
+
+moe_config_default = _fn("clffn_moe_config_default", MoeConfig, c_size, c_size, c_size, c_size)
+moe_create = _fn("clffn_moe_create", ctypes.c_int32, ctypes.c_void_p, ctypes.POINTER(MoeConfig),
+                 ctypes.POINTER(ctypes.c_void_p))
+moe_destroy = _fn("clffn_moe_destroy", None, ctypes.c_void_p)
+moe_expert = _fn("clffn_moe_expert", ctypes.c_void_p, ctypes.c_void_p, c_size)
+moe_upload_router = _fn("clffn_moe_upload_router", ctypes.c_int32, ctypes.c_void_p, c_float_p,
+                        c_float_p)
+moe_forward_host = _fn("clffn_moe_forward_host", ctypes.c_int32, ctypes.c_void_p, c_size,
+                       c_float_p, c_size, c_float_p, c_size, ctypes.POINTER(ctypes.c_int32),
+                       c_float_p)
+moe_backward_host = _fn("clffn_moe_backward_host", ctypes.c_int32, ctypes.c_void_p, c_size,
+                        c_float_p, c_size, c_float_p, c_size, c_float_p, c_float_p,
+                        ctypes.POINTER(Weights), ctypes.c_int)

@@ -16,6 +16,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ._ffn import FFN, ArgumentError, INVALID_ARGUMENT
+from ._moe import MoE as _NpMoE
 
 _FUNCS = {F.relu: "relu", F.gelu: "gelu", F.silu: "silu", torch.sigmoid: "sigmoid",
           torch.relu: "relu", F.sigmoid: "sigmoid"}
@@ -151,3 +152,65 @@ def from_module(m, device=None):
                 mine[k].copy_(t)
     ff.train(m.training)
     return ff
+
+
+class _MoeFn(torch.autograd.Function):
+    """y = MoE(x) on clffn; its backward is clffn's backward of the same forward (run again
+    first if another forward of the module came in between)."""
+
+    @staticmethod
+    def forward(ctx, module, x, *params):
+        module._upload()
+        y = module._moe(_np(x))
+        module._calls += 1
+        ctx.module, ctx.call, ctx.x = module, module._calls, x.detach()
+        return torch.from_numpy(y).to(x.device)
+
+    @staticmethod
+    def backward(ctx, dy):
+        module = ctx.module
+        if module._calls != ctx.call:
+            module._upload()
+            module._moe(_np(ctx.x))
+        dx, g = module._moe.backward(_np(dy.contiguous()))
+        grads = [torch.from_numpy(np.ascontiguousarray(g[name])).to(p.device)
+                 if name in g else torch.zeros_like(p) for name, p in module.named_parameters()]
+        return (None, torch.from_numpy(dx).to(dy.device), *grads)
+
+
+class _Expert(nn.Module):
+    """Mixtral's MixtralBlockSparseTop2MLP: w2(act(w1(x)) * w3(x)), no biases."""
+
+    def __init__(self, d_model, d_ff):
+        super().__init__()
+        self.w1 = nn.Linear(d_model, d_ff, bias=False)
+        self.w2 = nn.Linear(d_ff, d_model, bias=False)
+        self.w3 = nn.Linear(d_model, d_ff, bias=False)
+
+
+class MoE(nn.Module):
+    """MoE(d_model, d_ff, experts=8, top_k=2, activation="swiglu", routing="normalized",
+    device=None): Mixtral's sparse MoE block (block_sparse_moe), computed by clffn. Its
+    parameters are named as Mixtral's (gate.weight [experts, d_model]; experts.{e}.w1, w2, w3),
+    so a Mixtral layer's block_sparse_moe state_dict loads as it is. Returns y only (Mixtral's
+    module also returns the router logits). Every forward uploads the current parameters."""
+
+    def __init__(self, d_model, d_ff, experts=8, top_k=2, activation="swiglu",
+                 routing="normalized", device=None):
+        super().__init__()
+        self._moe = _NpMoE(d_model, d_ff, experts, top_k=top_k, activation=activation,
+                           routing=routing, device=device)
+        self.gate = nn.Linear(d_model, experts, bias=False)
+        self.experts = nn.ModuleList(_Expert(d_model, d_ff) for _ in range(experts))
+        self._calls = 0
+
+    def _upload(self):
+        self._moe.load_state_dict({k: _np(v) for k, v in self.state_dict().items()})
+
+    def forward(self, x):
+        if x.dtype != torch.float32:
+            x = x.to(torch.float32)  # documented: clffn computes in float32
+        return _MoeFn.apply(self, x.contiguous(), *self.parameters())
+
+    def extra_repr(self):
+        return repr(self._moe)

@@ -1,0 +1,224 @@
+"""clffn.MoE: the C library's mixture-of-experts layer (clffn_moe) behind a numpy interface."""
+import ctypes
+
+import numpy as np
+
+from . import _lib
+from ._ffn import (ArgumentError, FFN, INVALID_ARGUMENT, INVALID_SIZE, NO_FORWARD, _check,
+                   _context, _parse_activation, _parse_dtype, _ptr)
+
+ROUTINGS = ("normalized", "topk")
+
+
+class _Expert(FFN):
+    """One expert of a layer: an FFN whose handle the layer owns (set_weights, state_dict and
+    the properties work as on any FFN; its own forward would replace what the layer's backward
+    needs, so the layer runs it)."""
+
+    def __init__(self, layer, handle, cfg, dtype):  # pylint: disable=super-init-not-called
+        self._layer, self._ctx, self._cfg, self._dtype = layer, layer._ctx, cfg, dtype
+        self._handle = ctypes.c_void_p(handle)
+        self.training, self._grads, self._last_shape, self._w = False, None, None, None
+        self.preset = "labml" if cfg.gated else "annotated"
+
+    def __del__(self):
+        self._handle = None  # the layer's, released with it
+
+
+class MoE:
+    """A sparse mixture-of-experts layer on an OpenCL device (Mixtral, Qwen-MoE, Switch).
+
+    MoE(d_model, d_ff, experts, top_k=2, activation="swiglu", bias=False,
+    routing="normalized", router_bias=False, shared_expert=False, device=None,
+    weight_dtype="f32"). Each expert is an FFN of (d_model, d_ff, activation, bias); the
+    router [experts, d_model] scores each token, the top_k best experts (ties to the lower
+    index) run it, and their outputs are summed with the softmax probabilities renormalised over
+    the chosen ("normalized", Mixtral's) or as they are ("topk", Switch's). A shared expert
+    (Qwen-MoE's) runs on every token and is added. Weights start as nn.Linear initialises them
+    (seed 0); load_state_dict() takes a Mixtral block's (gate.weight, experts.{e}.w1/w2/w3).
+
+    layer(x) takes [..., d_model] and returns float32 of the same shape; last_experts and
+    last_weights then hold each token's choice [..., top_k] and its weights.
+    """
+
+    def __init__(self, d_model, d_ff, experts, top_k=2, activation="swiglu", bias=False,
+                 routing="normalized", router_bias=False, shared_expert=False, device=None,
+                 weight_dtype="f32"):
+        for name, v in (("d_model", d_model), ("d_ff", d_ff), ("experts", experts),
+                        ("top_k", top_k)):
+            if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v <= 0:
+                raise ArgumentError(INVALID_SIZE, f"{name} must be a positive integer, not {v!r}")
+        if top_k > experts:
+            raise ArgumentError(INVALID_ARGUMENT, f"top_k ({top_k}) exceeds experts ({experts})")
+        if routing not in ROUTINGS:
+            raise ArgumentError(INVALID_ARGUMENT, f"routing must be one of {ROUTINGS}, not "
+                                                  f"{routing!r}")
+        act, gated = _parse_activation(activation, False)
+        dtype = _parse_dtype(weight_dtype)
+        self._handle = None
+        self._ctx = _context(device)
+        mc = _lib.moe_config_default(int(d_model), int(d_ff), int(experts), int(top_k))
+        mc.expert.activation, mc.expert.gated = act, int(gated)
+        mc.expert.bias1 = mc.expert.bias2 = mc.expert.bias_gate = int(bool(bias))
+        mc.routing = ROUTINGS.index(routing)
+        mc.router_bias, mc.shared_expert = int(bool(router_bias)), int(bool(shared_expert))
+        handle = ctypes.c_void_p()
+        _check(_lib.moe_create(self._ctx.handle, ctypes.byref(mc), ctypes.byref(handle)),
+               "creating the layer")
+        self._handle, self._mc = handle, mc
+        n = int(experts) + (1 if shared_expert else 0)
+        self._experts = [_Expert(self, _lib.moe_expert(handle, e), mc.expert, dtype)
+                         for e in range(n)]
+        self.last_experts = self.last_weights = None
+        self._last_shape = None
+        rng = np.random.default_rng(0)
+        D, F = int(d_model), int(d_ff)
+        u = lambda shape, b: rng.uniform(-b, b, shape).astype(np.float32)
+        self.set_router(u((int(experts), D), 1 / np.sqrt(D)),
+                        u(int(experts), 1 / np.sqrt(D)) if router_bias else None)
+        for ex in self._experts:
+            b1, b2 = 1 / np.sqrt(D), 1 / np.sqrt(F)
+            ex.set_weights(u((F, D), b1), u(F, b1) if bias else None, u((D, F), b2),
+                           u(D, b2) if bias else None, v=u((F, D), b1) if gated else None,
+                           bv=u(F, b1) if gated and bias else None)
+
+    def __del__(self):
+        if getattr(self, "_handle", None) and _lib is not None:
+            _lib.moe_destroy(self._handle)
+            self._handle = None
+
+    # -- configuration and weights -------------------------------------------------------------
+    @property
+    def num_experts(self):
+        return self._mc.experts
+
+    @property
+    def top_k(self):
+        return self._mc.top_k
+
+    @property
+    def experts(self):
+        """The E experts (clffn.FFN objects the layer owns: set_weights, state_dict)."""
+        return self._experts[:self._mc.experts]
+
+    @property
+    def shared_expert(self):
+        return self._experts[-1] if self._mc.shared_expert else None
+
+    def set_router(self, weight, bias=None):
+        """The router: weight [experts, d_model] (nn.Linear's layout), bias [experts] when the
+        layer has one."""
+        E, D = self._mc.experts, self._mc.expert.d_model
+        w = np.ascontiguousarray(FFN._floats(weight, "router weight"), dtype=np.float32)
+        if w.shape != (E, D):
+            raise ArgumentError(INVALID_ARGUMENT, f"router weight has shape {w.shape}, "
+                                                  f"expected {(E, D)}")
+        if bool(bias is not None) != bool(self._mc.router_bias):
+            raise ArgumentError(INVALID_ARGUMENT, "router bias given without router_bias, or "
+                                                  "missing with it")
+        b = None
+        if bias is not None:
+            b = np.ascontiguousarray(FFN._floats(bias, "router bias"), dtype=np.float32)
+            if b.shape != (E,):
+                raise ArgumentError(INVALID_ARGUMENT, f"router bias has shape {b.shape}")
+        _check(_lib.moe_upload_router(self._handle, _ptr(w), _ptr(b)), "uploading the router")
+        self._router = (w, b)
+
+    def state_dict(self):
+        """Mixtral's names: gate.weight (and gate.bias), experts.{e}.w1 (W1, the activated
+        projection), w3 (V, gated layers) and w2 (W2) .weight/.bias; shared_expert.* likewise."""
+        out = {"gate.weight": self._router[0].copy()}
+        if self._router[1] is not None:
+            out["gate.bias"] = self._router[1].copy()
+        for name, ex in self._named_experts():
+            for k, a in ex._w.items():
+                if a is not None:
+                    out[f"{name}.{_MIXTRAL[k]}"] = a.copy()
+        return out
+
+    def load_state_dict(self, sd):
+        """Sets the router and every expert from a state_dict with state_dict()'s names (a
+        Mixtral block's block_sparse_moe state_dict loads as it is)."""
+        sd = {k: np.asarray(v.detach().cpu().numpy() if hasattr(v, "detach") else v)
+              for k, v in sd.items()}
+        self.set_router(sd["gate.weight"], sd.get("gate.bias"))
+        c = self._mc.expert
+        for name, ex in self._named_experts():
+            g = lambda k: sd.get(f"{name}.{_MIXTRAL[k]}")
+            ex.set_weights(g("w1"), g("b1") if c.bias1 else None, g("w2"),
+                           g("b2") if c.bias2 else None, v=g("v") if c.gated else None,
+                           bv=g("bv") if c.gated and c.bias_gate else None)
+        return self
+
+    def _named_experts(self):
+        names = [f"experts.{e}" for e in range(self._mc.experts)]
+        if self._mc.shared_expert:
+            names.append("shared_expert")
+        return zip(names, self._experts)
+
+    # -- passes --------------------------------------------------------------------------------
+    def __call__(self, x):
+        return self.forward(x)
+
+    def forward(self, x):
+        """y = MoE(x) for x [..., d_model]; each token's experts and weights are kept in
+        last_experts and last_weights [..., top_k]."""
+        x = self._experts[0]._input(x, "x")
+        D, k = self._mc.expert.d_model, self._mc.top_k
+        T = x.size // D
+        y = np.empty_like(x)
+        ch = np.empty(x.shape[:-1] + (k,), np.int32)
+        wt = np.empty(x.shape[:-1] + (k,), np.float32)
+        _check(_lib.moe_forward_host(self._handle, T, _ptr(x), x.size, _ptr(y), y.size,
+                                     ch.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)), _ptr(wt)),
+               "forward pass")
+        self.last_experts, self.last_weights, self._last_shape = ch, wt, x.shape
+        return y
+
+    def backward(self, dy, accumulate=False):
+        """The backward of the last forward: dy [the output's shape] in; returns (dx, grads),
+        grads under state_dict()'s names (experts kept compressed: their biases' only; experts
+        no token chose: zeros). accumulate=True adds to the gradients the previous backward
+        returned (kept by the layer)."""
+        if self._last_shape is None:
+            raise ArgumentError(NO_FORWARD, "backward() needs a forward() first")
+        dy = self._experts[0]._input(dy, "dy")
+        if dy.shape != self._last_shape:
+            raise ArgumentError(INVALID_ARGUMENT, f"dy has shape {list(dy.shape)}, the last "
+                                f"forward's output {list(self._last_shape)}")
+        if not accumulate or getattr(self, "_grads", None) is None:
+            self._grads = self._zero_grads()
+        g = self._grads
+        arrays = (_lib.Weights * len(self._experts))()
+        for i, (name, _) in enumerate(self._named_experts()):
+            arrays[i] = _lib.Weights(*(_ptr(g.get(f"{name}.{_MIXTRAL[k]}"))
+                                       for k in ("w1", "b1", "v", "bv", "w2", "b2")))
+        dx = np.empty_like(dy)
+        T = dy.size // self._mc.expert.d_model
+        _check(_lib.moe_backward_host(self._handle, T, _ptr(dy), dy.size, _ptr(dx), dx.size,
+                                      _ptr(g["gate.weight"]), _ptr(g.get("gate.bias")), arrays,
+                                      int(bool(accumulate))), "backward pass")
+        return dx, {k: a.copy() for k, a in g.items()}
+
+    def _zero_grads(self):
+        g = {"gate.weight": np.zeros_like(self._router[0])}
+        if self._router[1] is not None:
+            g["gate.bias"] = np.zeros_like(self._router[1])
+        for name, ex in self._named_experts():
+            keep = ("b1", "bv", "b2") if ex._dtype else tuple(ex._w)
+            for k, a in ex._w.items():
+                if a is not None and k in keep:
+                    g[f"{name}.{_MIXTRAL[k]}"] = np.zeros_like(a)
+        return g
+
+    def __repr__(self):
+        c = self._mc
+        return (f"clffn.MoE(d_model={c.expert.d_model}, d_ff={c.expert.d_ff}, "
+                f"experts={c.experts}, top_k={c.top_k}, routing={ROUTINGS[c.routing]!r}, "
+                f"shared_expert={bool(c.shared_expert)}) on "
+                f"{self._experts[0].device_name()!r}")
+
+
+# clffn's names for an expert's tensors, and Mixtral's
+_MIXTRAL = {"w1": "w1.weight", "b1": "w1.bias", "v": "w3.weight", "bv": "w3.bias",
+            "w2": "w2.weight", "b2": "w2.bias"}

@@ -1,0 +1,120 @@
+"""clffn.MoE against a numpy float64 mixture of experts written from the formulas, and
+clffn.torch.MoE against a PyTorch (float64) Mixtral block: outputs, choices, and every gradient.
+
+The router's inputs are dyadic (x and the router's weights in steps of 1/64), so its logits are
+exact in float32 and float64 alike and both sides choose the same experts."""
+import numpy as np
+import pytest
+
+import clffn
+from reference import act
+
+D, FF, E = 32, 48, 6
+
+
+def dyadic(rng, shape, steps, den):
+    return (rng.integers(-steps, steps + 1, shape) / den).astype(np.float32)
+
+
+def reference(layer, x, routing):
+    """y, chosen [T, k] and weights [T, k] of the layer's state_dict, in float64."""
+    sd = {k: v.astype(np.float64) for k, v in layer.state_dict().items()}
+    xs = x.reshape(-1, D).astype(np.float64)
+    logits = xs @ sd["gate.weight"].T
+    p = np.exp(logits - logits.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    k = layer.top_k
+    chosen = np.argsort(-logits, axis=1, kind="stable")[:, :k]  # ties: the lower index first
+    w = np.take_along_axis(p, chosen, 1)
+    if routing == "normalized":
+        w = w / w.sum(1, keepdims=True)
+    y = np.zeros_like(xs)
+    for t in range(xs.shape[0]):
+        for j in range(k):
+            e = f"experts.{chosen[t, j]}"
+            h = act("silu", xs[t] @ sd[e + ".w1.weight"].T) * (xs[t] @ sd[e + ".w3.weight"].T)
+            y[t] += w[t, j] * (h @ sd[e + ".w2.weight"].T)
+    return y.reshape(x.shape), chosen, w
+
+
+@pytest.mark.parametrize("routing", ["normalized", "topk"])
+@pytest.mark.parametrize("tokens,k", [(1, 2), (7, 1), (40, 3)])
+def test_forward_matches_numpy(routing, tokens, k):
+    rng = np.random.default_rng(tokens * 10 + k)
+    layer = clffn.MoE(D, FF, E, top_k=k, routing=routing)
+    layer.set_router(dyadic(rng, (E, D), 16, 64))
+    x = dyadic(rng, (tokens, D), 64, 64)
+    y = layer(x)
+    ref, chosen, w = reference(layer, x, routing)
+    np.testing.assert_array_equal(layer.last_experts.reshape(-1, k), chosen)
+    np.testing.assert_allclose(layer.last_weights.reshape(-1, k), w, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(y, ref, rtol=0, atol=1e-5 * np.abs(ref).max())
+
+
+def test_state_dict_round_trip_and_bad_input():
+    a = clffn.MoE(D, FF, E)
+    b = clffn.MoE(D, FF, E).load_state_dict(a.state_dict())
+    x = np.random.default_rng(3).standard_normal((4, D)).astype(np.float32)
+    np.testing.assert_array_equal(a(x), b(x))
+    with pytest.raises(clffn.ArgumentError):
+        clffn.MoE(D, FF, 2, top_k=3)
+    with pytest.raises(clffn.ArgumentError):
+        a.set_router(np.zeros((E + 1, D), np.float32))
+    with pytest.raises(clffn.ArgumentError):
+        clffn.MoE(D, FF, E).backward(np.zeros((1, D), np.float32))
+
+
+torch = pytest.importorskip("torch")
+import clffn.torch as ct  # noqa: E402
+
+
+class MixtralBlock(torch.nn.Module):
+    """Mixtral's MixtralSparseMoeBlock, written out (its routing, its expert MLP), y only."""
+
+    def __init__(self, d, f, e, k):
+        super().__init__()
+        self.k = k
+        self.gate = torch.nn.Linear(d, e, bias=False)
+        self.experts = torch.nn.ModuleList(torch.nn.ModuleDict(
+            {n: torch.nn.Linear(*s, bias=False) for n, s in
+             (("w1", (d, f)), ("w2", (f, d)), ("w3", (d, f)))}) for _ in range(e))
+
+    def forward(self, x):
+        logits = self.gate(x)
+        p = torch.softmax(logits, dim=-1)
+        w, chosen = torch.topk(p, self.k, dim=-1)
+        w = w / w.sum(-1, keepdim=True)
+        y = torch.zeros_like(x)
+        for j in range(self.k):
+            for e, ex in enumerate(self.experts):
+                mask = (chosen[:, j] == e).unsqueeze(-1).to(x.dtype)
+                h = torch.nn.functional.silu(ex["w1"](x)) * ex["w3"](x)
+                y = y + mask * w[:, j:j + 1] * ex["w2"](h)
+        return y
+
+
+def test_torch_module_matches_mixtral_block_and_its_gradients():
+    torch.manual_seed(0)
+    ref = MixtralBlock(D, FF, E, 2).double()
+    mine = ct.MoE(D, FF, experts=E, top_k=2)
+    with torch.no_grad():
+        rng = np.random.default_rng(5)
+        ref.gate.weight.copy_(torch.from_numpy(dyadic(rng, (E, D), 16, 64)))
+    mine.load_state_dict({k: v.float() for k, v in ref.state_dict().items()})
+    x = torch.from_numpy(dyadic(np.random.default_rng(6), (9, D), 64, 64))
+    xr = x.double().requires_grad_(True)
+    xm = x.clone().requires_grad_(True)
+    dy = torch.from_numpy(np.random.default_rng(7).standard_normal((9, D)))
+    yr, ym = ref(xr), mine(xm)
+    np.testing.assert_allclose(ym.detach().numpy(), yr.detach().numpy(), rtol=0,
+                               atol=1e-5 * yr.abs().max().item())
+    (yr * dy).sum().backward()
+    (ym * dy.float()).sum().backward()
+    np.testing.assert_allclose(xm.grad.numpy(), xr.grad.numpy(), rtol=0,
+                               atol=1e-5 * xr.grad.abs().max().item())
+    theirs = dict(ref.named_parameters())
+    for name, p in mine.named_parameters():
+        g = theirs[name].grad
+        want = np.zeros(p.shape) if g is None else g.numpy()
+        np.testing.assert_allclose(p.grad.numpy(), want, rtol=0,
+                                   atol=1e-5 * max(np.abs(want).max(), 1e-3), err_msg=name)
