@@ -155,7 +155,7 @@ Test(cli, both_value_forms_alike) {
         {CLFFN_RUN_PATH, "clffn-run", "--dropout 1.5", "--dropout=1.5",
          "--dropout needs a probability in [0, 1], not '1.5'"},
         {CLFFN_RUN_PATH, "clffn-run", "--preset nope", "--preset=nope",
-         "unknown preset 'nope' (annotated, labml, gpt2, bert, llama)"},
+         "unknown preset 'nope' (annotated, labml, gpt2, bert, llama, mixtral, qwen_moe)"},
         {CLFFN_BENCH_GEMMS_PATH, "clffn-bench-gemms", "--reps 0", "--reps=0",
          "--reps needs an integer 1 ... 100000"},
         {CLFFN_TUNE_PATH, "clffn-tune", "--budget x", "--budget=x",

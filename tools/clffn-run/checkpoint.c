@@ -203,6 +203,11 @@ int run_checkpoint(const options *o) {
         run_report("%s: %s", o->weights, err);
         return EXIT_USAGE;
     }
+    if (run_moe_of(o, &ck)) { /* a mixture-of-experts layer (moe.c) */
+        const int moe_rc = run_moe(o, &ck);
+        ckpt_close(&ck);
+        return moe_rc;
+    }
     int rc = EXIT_USAGE;
     layer Ly;
     loaded w = {0};

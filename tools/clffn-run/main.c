@@ -67,6 +67,9 @@ enum {
     OPT_TENSOR_PARALLEL,
     OPT_VERBOSE,
     OPT_WEIGHTS_DTYPE,
+    OPT_TOP_K,
+    OPT_ROUTING,
+    OPT_ROUTER_OUT,
 };
 
 static const tool_option OPTIONS[] = {
@@ -79,7 +82,16 @@ static const tool_option OPTIONS[] = {
     {"input", OPT_INPUT, TOOL_VALUE, "X.npy", "the input, [..., d_model]"},
     {"output", OPT_OUTPUT, TOOL_VALUE, "Y.npy", "where the output goes (same shape)"},
     {"preset", OPT_PRESET, TOOL_VALUE, "NAME",
-     "tensor names and defaults: annotated (default), labml, gpt2,\nbert, llama"},
+     "tensor names and defaults: annotated (default), labml, gpt2,\nbert, llama; mixtral and "
+     "qwen_moe (mixture-of-experts layers)"},
+    {"top-k", OPT_TOP_K, TOOL_VALUE, "K",
+     "experts per token of a mixture-of-experts layer (default:\nthe GGUF file's "
+     "expert_used_count, else 2)"},
+    {"routing", OPT_ROUTING, TOOL_VALUE, "MODE",
+     "normalized (the k weights sum to 1: mixtral's, GGUF's) or\ntopk (as the softmax gives "
+     "them: qwen_moe's)"},
+    {"router-out", OPT_ROUTER_OUT, TOOL_VALUE, "R.npy",
+     "each token's chosen experts and weights, [..., k, 2]"},
     {"layer", OPT_LAYER, TOOL_VALUE, "L", "layer index for gpt2, bert and llama (default 0)"},
     {"activation", OPT_ACTIVATION, TOOL_VALUE, "NAME",
      "relu, gelu, gelu_tanh, silu, sigmoid, identity, or a GLU name\n(glu, reglu, geglu, "
@@ -145,12 +157,27 @@ static int take_option(int key, const char *val, options *o) {
     case OPT_TENSOR_PARALLEL: o->tensor_parallel = 1; break;
     case OPT_VERBOSE: o->verbose = 1; break;
     case OPT_PRESET:
+        if ((o->moe_preset = run_moe_preset_named(val))) { break; }
         if (!(o->preset = run_preset_named(val))) {
-            fprintf(stderr, "clffn-run: unknown preset '%s' (%s)\n", val, run_preset_names());
+            fprintf(stderr, "clffn-run: unknown preset '%s' (%s, mixtral, qwen_moe)\n", val,
+                    run_preset_names());
             return -1;
         }
         o->preset_given = 1;
         break;
+    case OPT_TOP_K:
+        if (tool_parse_u64(val, 1, 1u << 24, &o->top_k) != 0) {
+            return refuse("--top-k needs a positive integer, not '%s'", val);
+        }
+        break;
+    case OPT_ROUTING:
+        if (strcmp(val, "normalized") && strcmp(val, "topk")) {
+            return refuse("--routing takes normalized or topk, not '%s'", val);
+        }
+        o->routing_given = 1;
+        o->routing = strcmp(val, "topk") ? CLFFN_ROUTING_TOPK_NORMALIZED : CLFFN_ROUTING_TOPK;
+        break;
+    case OPT_ROUTER_OUT: o->router_out = val; break;
     case OPT_WEIGHTS_DTYPE:
         o->dtype_stored = !strcmp(val, "stored");
         if (!o->dtype_stored && clffn_dtype_parse(val, &o->dtype) != CLFFN_SUCCESS) {
@@ -191,7 +218,8 @@ static int check_options(const options *o) {
     const int ckpt_only = o->have_act || o->gated_flag || o->dropout > 0.0f || o->train ||
                           o->seed || o->residual || o->verify || o->layer || o->grad_output ||
                           o->grads_out || o->preset != run_preset_default() || o->tensor_parallel ||
-                          o->verbose;
+                          o->verbose || o->moe_preset || o->top_k || o->routing_given ||
+                          o->router_out;
     const char *why = NULL;
     if (!o->weights && ckpt_only) {
         why = "these options apply to --weights runs (the demo takes only --device)";
@@ -199,6 +227,8 @@ static int check_options(const options *o) {
         why = "--grad-output and --grads-out go together";
     } else if ((o->weights || o->input || o->output) && !(o->weights && o->input && o->output)) {
         why = "--weights, --input and --output go together";
+    } else if (o->tensor_parallel && (o->moe_preset || o->top_k || o->router_out)) {
+        why = "--tensor-parallel splits a dense FFN; a mixture-of-experts layer runs on one device";
     } else if (o->tensor_parallel && o->verify) {
         why = "--verify needs the whole layer; run it without --tensor-parallel";
     }

@@ -1,7 +1,8 @@
 /* clffn-run's rooms: main.c (the command line, the one-line reports), ckpt.c (a checkpoint of
  * either format), presets.c (where a checkpoint keeps an FFN layer's tensors), load.c (a layer's
  * weights in the type they go to the device in), checkpoint.c (one layer on one device), demo.c
- * (the demo FFN) and tp.c (the layer split over MPI ranks, built with MPI). */
+ * (the demo FFN), moe.c (a mixture-of-experts layer) and tp.c (the layer split over MPI ranks,
+ * built with MPI). */
 #ifndef CLFFN_RUN_H
 #define CLFFN_RUN_H
 
@@ -71,6 +72,9 @@ const preset *run_preset_default(void);
 /* "annotated, labml, …" for messages */
 const char *run_preset_names(void);
 
+/* A mixture-of-experts layout (moe.c): Mixtral's and Qwen-MoE's names. */
+typedef struct moe_preset moe_preset;
+
 typedef struct options {
     const char *weights, *input, *output, *device;
     const char *grad_output, *grads_out; /* dy in, gradients out */
@@ -85,6 +89,12 @@ typedef struct options {
     uint64_t seed;
     int dtype_stored;  /* --weights-dtype stored (the default) */
     clffn_dtype dtype; /* else the type asked for */
+    /* mixture of experts (moe.c) */
+    const moe_preset *moe_preset; /* --preset mixtral or qwen_moe */
+    uint64_t top_k;               /* --top-k; 0: the file's, else 2 */
+    int routing_given;            /* --routing */
+    clffn_routing routing;
+    const char *router_out; /* --router-out R.npy */
 } options;
 
 /* The checkpoint's tensors of one FFN layer, as the preset names them, shapes checked. */
@@ -161,6 +171,13 @@ int run_open_device(const char *spec, clffn_context **ctx);
 /* The run's device, shapes, time and GFLOP/s; split is appended to the FFN line. */
 void run_print(clffn_context *ctx, const layer *L, const clffn_config *c, size_t T, double dt,
                const char *split);
+
+/* moe.c: the MoE preset of that name, or NULL; the checkpoint's MoE layout for the options
+ * (their preset, or a GGUF layer with a router), or NULL for a dense FFN; the layer's run (the
+ * exit status). */
+const moe_preset *run_moe_preset_named(const char *name);
+const moe_preset *run_moe_of(const options *o, const ckpt *c);
+int run_moe(const options *o, const ckpt *c);
 
 /* demo.c: the demo FFN on device (NULL: the default one); the exit status. */
 int run_demo(const char *device);

@@ -1,0 +1,423 @@
+/* clffn-run: a mixture-of-experts layer of a checkpoint (clffn_moe): Mixtral's and Qwen-MoE's
+ * safetensors names (--preset mixtral, qwen_moe), or a GGUF layer with a router
+ * (blk.L.ffn_gate_inp) and its experts stacked in 3-D tensors (ffn_gate_exps, ffn_up_exps,
+ * ffn_down_exps: [E, F, D] and [E, D, F] row-major, expert e's matrix rows e·F … of the first
+ * two and e·D … of the third). Each expert is SwiGLU without biases, as these models have them
+ * (--activation overrides the activation); k comes from --top-k, else GGUF's
+ * {arch}.expert_used_count, else 2. */
+#include "run.h"
+#include "common.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct moe_preset {
+    const char *name;
+    const char *router;           /* takes the layer */
+    const char *gate, *up, *down; /* take the layer and the expert */
+    const char *shared[3];        /* gate, up, down of a shared expert (the layer); NULL: none */
+    const char *shared_gating;    /* a sigmoid gate on the shared expert, which clffn lacks */
+    clffn_routing routing;
+};
+
+static const moe_preset moe_presets[] = {
+    {"mixtral",
+     "model.layers.%d.block_sparse_moe.gate.weight",
+     "model.layers.%d.block_sparse_moe.experts.%d.w1.weight",
+     "model.layers.%d.block_sparse_moe.experts.%d.w3.weight",
+     "model.layers.%d.block_sparse_moe.experts.%d.w2.weight",
+     {NULL, NULL, NULL},
+     NULL,
+     CLFFN_ROUTING_TOPK_NORMALIZED},
+    {"qwen_moe",
+     "model.layers.%d.mlp.gate.weight",
+     "model.layers.%d.mlp.experts.%d.gate_proj.weight",
+     "model.layers.%d.mlp.experts.%d.up_proj.weight",
+     "model.layers.%d.mlp.experts.%d.down_proj.weight",
+     {"model.layers.%d.mlp.shared_expert.gate_proj.weight",
+      "model.layers.%d.mlp.shared_expert.up_proj.weight",
+      "model.layers.%d.mlp.shared_expert.down_proj.weight"},
+     "model.layers.%d.mlp.shared_expert_gate.weight",
+     CLFFN_ROUTING_TOPK},
+};
+
+/* GGUF's names, llama.cpp's */
+static const moe_preset gguf_moe = {
+    "gguf",
+    "blk.%d.ffn_gate_inp.weight",
+    "blk.%d.ffn_gate_exps.weight",
+    "blk.%d.ffn_up_exps.weight",
+    "blk.%d.ffn_down_exps.weight",
+    {"blk.%d.ffn_gate_shexp.weight", "blk.%d.ffn_up_shexp.weight", "blk.%d.ffn_down_shexp.weight"},
+    "blk.%d.ffn_gate_inp_shexp.weight",
+    CLFFN_ROUTING_TOPK_NORMALIZED};
+
+const moe_preset *run_moe_preset_named(const char *name) {
+    for (size_t i = 0; i < sizeof moe_presets / sizeof moe_presets[0]; ++i) {
+        if (!strcmp(moe_presets[i].name, name)) { return &moe_presets[i]; }
+    }
+    return NULL;
+}
+
+/* The layer's tensors: the router [E, D]; per expert (or stacked, GGUF) gate and up [F, D] and
+ * down [D, F]; the shared expert's. */
+typedef struct moe_layer {
+    const moe_preset *p;
+    int stacked;
+    const ckpt_tensor *router, *shared[3];
+    const ckpt_tensor **m; /* [3·E]: gate, up, down of expert e at 3e …; stacked: [3] */
+    size_t E, k, D, F;
+} moe_layer;
+
+static const ckpt_tensor *find(const ckpt *c, const char *fmt, int l, int e) {
+    char name[256];
+    snprintf(name, sizeof name, fmt, l, e);
+    return ckpt_find(c, name);
+}
+
+const moe_preset *run_moe_of(const options *o, const ckpt *c) {
+    if (o->moe_preset) { return o->moe_preset; }
+    return c->gguf && find(c, gguf_moe.router, o->layer, 0) ? &gguf_moe : NULL;
+}
+
+static int shape_is(const ckpt_tensor *t, size_t rank, uint64_t a, uint64_t b, uint64_t e) {
+    const uint64_t want[3] = {e, a, b};
+    if (!t || t->rank != rank) { return 0; }
+    for (size_t i = 0; i < rank; ++i) {
+        if (t->shape[i] != want[3 - rank + i]) { return 0; }
+    }
+    return 1;
+}
+
+/* The experts' tensors, counted (safetensors: experts 0, 1, … while the gate is there) and
+ * shape-checked against the router's [E, D] and the first gate's F. 0, or -1 (reported). */
+static int find_experts(const options *o, const ckpt *c, moe_layer *L) {
+    const int l = o->layer;
+    L->stacked = L->p == &gguf_moe;
+    if (L->stacked) {
+        L->m = calloc(3, sizeof *L->m);
+        for (int i = 0; L->m && i < 3; ++i) {
+            L->m[i] = find(c, i == 0 ? L->p->gate : i == 1 ? L->p->up : L->p->down, l, 0);
+        }
+    } else {
+        L->m = calloc(3 * L->E, sizeof *L->m);
+        for (size_t e = 0; L->m && e < L->E; ++e) {
+            L->m[3 * e] = find(c, L->p->gate, l, (int)e);
+            L->m[3 * e + 1] = find(c, L->p->up, l, (int)e);
+            L->m[3 * e + 2] = find(c, L->p->down, l, (int)e);
+        }
+    }
+    if (!L->m) {
+        run_report("out of memory");
+        return -1;
+    }
+    L->F = L->m[0] && L->m[0]->rank >= 2 ? L->m[0]->shape[L->m[0]->rank - 2] : 0;
+    const size_t n = L->stacked ? 1 : L->E, rank = L->stacked ? 3 : 2;
+    for (size_t e = 0; e < n; ++e) {
+        for (int i = 0; i < 3; ++i) {
+            const ckpt_tensor *t = L->m[3 * e + i];
+            const int ok =
+                i < 2 ? shape_is(t, rank, L->F, L->D, L->E) : shape_is(t, rank, L->D, L->F, L->E);
+            if (!ok || !L->F) {
+                run_report("%s: expert %zu's %s is %s (the router has %zu experts of d_model %zu)",
+                           o->weights, e,
+                           i == 0   ? "gate"
+                           : i == 1 ? "up"
+                                    : "down",
+                           t ? "of another shape" : "missing", L->E, L->D);
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
+/* k: --top-k, else GGUF's {arch}.expert_used_count, else 2; at most E. */
+static int choose_k(const options *o, const ckpt *c, moe_layer *L) {
+    uint64_t k = 2;
+    char arch[64], key[96];
+    if (o->top_k) {
+        k = o->top_k;
+    } else if (c->gguf &&
+               clffn_gguf_string(&c->gg, "general.architecture", arch, sizeof arch) == 0) {
+        snprintf(key, sizeof key, "%s.expert_used_count", arch);
+        clffn_gguf_uint(&c->gg, key, &k);
+    }
+    if (k < 1 || k > L->E) {
+        run_report("%s: top-k %llu for %zu experts", o->weights, (unsigned long long)k, L->E);
+        return -1;
+    }
+    L->k = (size_t)k;
+    return 0;
+}
+
+static int resolve(const options *o, const ckpt *c, moe_layer *L) {
+    memset(L, 0, sizeof *L);
+    L->p = run_moe_of(o, c);
+    L->router = find(c, L->p->router, o->layer, 0);
+    if (!L->router || L->router->rank != 2) {
+        run_report("%s: no router matrix for layer %d (looked for '%s')", o->weights, o->layer,
+                   L->p->router);
+        return -1;
+    }
+    L->E = (size_t)L->router->shape[0], L->D = (size_t)L->router->shape[1];
+    if (L->p->shared_gating && find(c, L->p->shared_gating, o->layer, 0)) {
+        run_report("%s: layer %d's shared expert has a sigmoid gate (Qwen2-MoE's), which clffn "
+                   "does not compute",
+                   o->weights, o->layer);
+        return -1;
+    }
+    for (int i = 0; i < 3 && L->p->shared[i]; ++i) {
+        L->shared[i] = find(c, L->p->shared[i], o->layer, 0);
+    }
+    if (find_experts(o, c, L) != 0 || choose_k(o, c, L) != 0) { return -1; }
+    /* a shared expert, all three matrices of the experts' shapes (clffn's layer has one config) */
+    const ckpt_tensor *const *sh = L->shared;
+    if ((sh[0] || sh[1] || sh[2]) &&
+        !(shape_is(sh[0], 2, L->F, L->D, 0) && shape_is(sh[1], 2, L->F, L->D, 0) &&
+          shape_is(sh[2], 2, L->D, L->F, 0))) {
+        run_report("%s: layer %d's shared expert is incomplete or of another width than the "
+                   "experts' %zu, which clffn's layer does not hold",
+                   o->weights, o->layer, L->F);
+        return -1;
+    }
+    return 0;
+}
+
+/* Expert e's matrix i (gate, up, down; e = E: the shared expert's) as it goes to the device, in
+ * dtype, [out, in]: the file's bytes where it holds dtype already, else its values converted;
+ * with ref, its exact f32 values too (malloc'd, freed by the caller). 0, or -1 (reported). */
+static int load_matrix(const options *o, const ckpt *c, const moe_layer *L, size_t e, int i,
+                       clffn_dtype dtype, void **bytes, float **ref) {
+    const int shared = e == L->E;
+    const ckpt_tensor *t = shared ? L->shared[i] : L->stacked ? L->m[i] : L->m[3 * e + i];
+    const uint64_t rows = i < 2 ? L->F : L->D, cols = i < 2 ? L->D : L->F;
+    const uint64_t row0 = L->stacked && !shared ? (uint64_t)e * rows : 0;
+    const size_t n = (size_t)(rows * cols);
+    size_t nb = 0;
+    char err[CLFFN_IO_ERR] = "";
+    clffn_dtype_bytes(dtype, n, &nb);
+    *bytes = malloc(nb ? nb : 1);
+    float *f = malloc(n * sizeof *f);
+    int rc = *bytes && f ? 0 : -1;
+    if (rc == 0 && t->keep && t->dtype == dtype) {
+        rc = ckpt_read_stored(c, t, row0, rows, 0, cols, *bytes, nb, err);
+        if (rc == 0 && clffn_convert_to_f32(dtype, *bytes, nb, n, f, n) != CLFFN_SUCCESS) {
+            rc = -1;
+        }
+    } else if (rc == 0) {
+        rc = ckpt_read_f32(c, t, row0, rows, 0, cols, f, err);
+        if (rc == 0 && clffn_convert_weights(dtype, f, n, *bytes, nb) != CLFFN_SUCCESS) {
+            snprintf(err, sizeof err, "tensor '%s' does not convert to %s", t->name,
+                     clffn_dtype_name(dtype));
+            rc = -1;
+        }
+        if (rc == 0 && dtype != CLFFN_DTYPE_F32) {
+            clffn_convert_to_f32(dtype, *bytes, nb, n, f, n);
+        }
+    }
+    if (rc != 0) {
+        run_report("%s: %s", o->weights, err[0] ? err : "out of memory");
+        free(f);
+        return -1;
+    }
+    if (ref) {
+        *ref = f;
+    } else {
+        free(f);
+    }
+    return 0;
+}
+
+/* The type the experts go to the device in: the options' choice, or the file's own where every
+ * expert matrix is of one type clffn keeps, else f32. */
+static clffn_dtype experts_dtype(const options *o, const moe_layer *L) {
+    if (!o->dtype_stored) { return o->dtype; }
+    const size_t n = L->stacked ? 3 : 3 * L->E;
+    const ckpt_tensor *first = L->m[0];
+    for (size_t i = 0; i < n; ++i) {
+        if (!L->m[i]->keep || L->m[i]->dtype != first->dtype) { return CLFFN_DTYPE_F32; }
+    }
+    return first->keep ? first->dtype : CLFFN_DTYPE_F32;
+}
+
+/* Every expert's weights onto the device (refs: their f32 values, kept for --verify). */
+static int upload_experts(const options *o, const ckpt *c, const moe_layer *L, clffn_moe *moe,
+                          clffn_dtype dtype, float **refs) {
+    const size_t n_ffn = L->E + (L->shared[0] ? 1 : 0);
+    for (size_t e = 0; e < n_ffn; ++e) {
+        void *b[3] = {NULL, NULL, NULL};
+        int rc = 0;
+        for (int i = 0; i < 3 && rc == 0; ++i) {
+            rc = load_matrix(o, c, L, e, i, dtype, &b[i], refs ? &refs[3 * e + i] : NULL);
+        }
+        clffn_ffn *ffn = clffn_moe_expert(moe, e);
+        const clffn_typed_weights tw = {dtype, b[0], b[1], b[2], NULL, NULL, NULL};
+        clffn_status s = CLFFN_SUCCESS;
+        if (rc == 0 &&
+            (s = clffn_ffn_upload_weights_typed(ffn, CLFFN_LAYOUT_OUT_IN, &tw)) != CLFFN_SUCCESS) {
+            run_report("%s: expert %zu: %s", o->weights, e,
+                       *clffn_ffn_error_message(ffn) ? clffn_ffn_error_message(ffn)
+                                                     : clffn_status_string(s));
+            rc = -1;
+        }
+        for (int i = 0; i < 3; ++i) { free(b[i]); }
+        if (rc != 0) { return -1; }
+    }
+    return 0;
+}
+
+/* --verify: y against clffn_moe_reference_forward on the experts' own values. 0 or -1. */
+static int verify(const clffn_moe_config *mc, const moe_layer *L, const float *router,
+                  float *const *refs, size_t T, const float *x, const float *y) {
+    const size_t n_ffn = L->E + (L->shared[0] ? 1 : 0);
+    clffn_host_weights *hw = calloc(n_ffn, sizeof *hw);
+    double *ref = malloc((T * L->D + 1) * sizeof *ref);
+    clffn_status s = hw && ref ? CLFFN_SUCCESS : CLFFN_ERROR_OUT_OF_HOST_MEMORY;
+    for (size_t e = 0; hw && e < n_ffn; ++e) {
+        hw[e] =
+            (clffn_host_weights){refs[3 * e], NULL, refs[3 * e + 1], NULL, refs[3 * e + 2], NULL};
+    }
+    if (s == CLFFN_SUCCESS) {
+        s = clffn_moe_reference_forward(mc, CLFFN_LAYOUT_OUT_IN, router, NULL, hw, T, x, ref, NULL,
+                                        NULL);
+    }
+    int rc = -1;
+    if (s != CLFFN_SUCCESS) {
+        run_fail("CPU reference", s);
+    } else {
+        const tool_comparison cmp = tool_compare(y, ref, T * L->D, 1e-5, 1e-6);
+        printf("max error: %.3g vs CPU reference in double (tolerance %.3g): %s\n", cmp.max_err,
+               cmp.tol, cmp.pass ? "PASS" : "FAIL");
+        rc = cmp.pass ? 0 : -1;
+    }
+    free(hw);
+    free(ref);
+    return rc;
+}
+
+/* --router-out: [..., k, 2] float32, each token's experts best first (the index as a float)
+ * and their weights. 0 or -1. */
+static int write_routing(const options *o, const clffn_npy *x, size_t k, const int32_t *ch,
+                         const float *wt) {
+    const size_t T = (size_t)(x->numel / x->shape[x->rank - 1]);
+    float *r = malloc((T * k * 2 + 1) * sizeof *r);
+    if (!r) {
+        run_report("out of memory");
+        return -1;
+    }
+    for (size_t i = 0; i < T * k; ++i) { r[2 * i] = (float)ch[i], r[2 * i + 1] = wt[i]; }
+    uint64_t shape[CLFFN_IO_MAX_RANK];
+    memcpy(shape, x->shape, (x->rank - 1) * sizeof *shape);
+    shape[x->rank - 1] = k, shape[x->rank] = 2;
+    char err[CLFFN_IO_ERR];
+    const int rc = clffn_npy_save(o->router_out, r, x->rank + 1, shape, err);
+    if (rc != 0) { run_report("%s: %s", o->router_out, err); }
+    free(r);
+    return rc;
+}
+
+/* The layer on the device: forward (printed, verified), routing and output written. */
+static int run_layer(const options *o, const moe_layer *L, clffn_moe *moe,
+                     const clffn_moe_config *mc, const float *router, float *const *refs,
+                     const clffn_npy *x) {
+    const size_t T = (size_t)(x->numel / L->D);
+    float *y = malloc((x->numel + 1) * sizeof *y), *wt = malloc((T * L->k + 1) * sizeof *wt);
+    int32_t *ch = malloc((T * L->k + 1) * sizeof *ch);
+    int rc = -1;
+    const double t0 = tool_now_s();
+    clffn_status s = y && wt && ch ? CLFFN_SUCCESS : CLFFN_ERROR_OUT_OF_HOST_MEMORY;
+    if (s == CLFFN_SUCCESS) {
+        s = clffn_moe_forward_host(moe, T, x->data, (size_t)x->numel, y, (size_t)x->numel, ch, wt);
+    }
+    char err[CLFFN_IO_ERR];
+    if (s != CLFFN_SUCCESS) {
+        run_fail("forward pass", s);
+    } else {
+        const double dt = tool_now_s() - t0;
+        printf("MoE: %zu experts%s, top-%zu (%s), d_model %zu, d_ff %zu, %s, %zu tokens\n", L->E,
+               L->shared[0] ? " and a shared one" : "", L->k,
+               mc->routing == CLFFN_ROUTING_TOPK ? "as they are" : "renormalised", L->D, L->F,
+               clffn_activation_name(mc->expert.activation), T);
+        printf("time: %.3f ms (first call includes kernel builds)\n", dt * 1e3);
+        if ((!o->verify || verify(mc, L, router, refs, T, x->data, y) == 0) &&
+            (!o->router_out || write_routing(o, x, L->k, ch, wt) == 0)) {
+            rc = clffn_npy_save(o->output, y, x->rank, x->shape, err);
+            if (rc != 0) { run_report("%s: %s", o->output, err); }
+        }
+    }
+    free(y), free(wt), free(ch);
+    return rc;
+}
+
+/* The input, [..., d_model]. 0 or -1 (reported). */
+static int load_input(const options *o, const moe_layer *L, clffn_npy *x) {
+    char err[CLFFN_IO_ERR];
+    if (clffn_npy_load(o->input, x, err) != 0) {
+        run_report("%s: %s", o->input, err);
+        return -1;
+    }
+    if (x->rank == 0 || x->rank >= CLFFN_IO_MAX_RANK || x->shape[x->rank - 1] != L->D) {
+        run_report("%s: last dimension must be d_model = %zu (from %s)", o->input, L->D,
+                   L->router->name);
+        return -1;
+    }
+    return 0;
+}
+
+static clffn_moe_config moe_config(const options *o, const moe_layer *L) {
+    clffn_moe_config mc = clffn_moe_config_default(L->D, L->F, L->E, L->k);
+    if (o->have_act) { mc.expert.activation = o->act; }
+    mc.routing = o->routing_given ? o->routing : L->p->routing;
+    mc.shared_expert = L->shared[0] != NULL;
+    return mc;
+}
+
+/* Device, layer, router and experts, then the run. The exit status. */
+static int on_device(const options *o, const ckpt *c, const moe_layer *L, const clffn_npy *x) {
+    const clffn_moe_config mc = moe_config(o, L);
+    const size_t n_refs = 3 * (L->E + 1);
+    float *router = malloc(L->E * L->D * sizeof *router);
+    float **refs = o->verify ? calloc(n_refs, sizeof *refs) : NULL;
+    char err[CLFFN_IO_ERR];
+    clffn_context *ctx = NULL;
+    clffn_moe *moe = NULL;
+    clffn_status s;
+    int rc = EXIT_RUNTIME;
+    if (!router || (o->verify && !refs)) {
+        run_report("out of memory");
+    } else if (ckpt_read_all_f32(c, L->router, router, err) != 0) {
+        run_report("%s: %s", o->weights, err);
+        rc = EXIT_USAGE;
+    } else if (run_open_device(o->device, &ctx) != 0) {
+        /* reported */
+    } else if ((s = clffn_moe_create(ctx, &mc, &moe)) != CLFFN_SUCCESS ||
+               (s = clffn_moe_upload_router(moe, router, NULL)) != CLFFN_SUCCESS) {
+        run_fail("setting up the layer", s);
+    } else if (upload_experts(o, c, L, moe, experts_dtype(o, L), refs) == 0 &&
+               run_layer(o, L, moe, &mc, router, refs, x) == 0) {
+        rc = 0;
+    }
+    for (size_t i = 0; refs && i < n_refs; ++i) { free(refs[i]); }
+    free(refs);
+    free(router);
+    clffn_moe_destroy(moe);
+    clffn_context_destroy(ctx);
+    return rc;
+}
+
+int run_moe(const options *o, const ckpt *c) {
+    if (o->grad_output) {
+        run_report("--grad-output: the backward of a mixture-of-experts layer is in the library "
+                   "(clffn_moe_backward) but not yet in clffn-run");
+        return EXIT_USAGE;
+    }
+    moe_layer L;
+    clffn_npy x = {0};
+    int rc = EXIT_USAGE;
+    if (resolve(o, c, &L) == 0 && load_input(o, &L, &x) == 0) { rc = on_device(o, c, &L, &x); }
+    clffn_npy_free(&x);
+    free(L.m);
+    return rc;
+}
