@@ -157,6 +157,57 @@ static void moe_gguf(const char *path, clffn_dtype type, float **router_out, flo
     for (int i = 0; i < 3; ++i) { free(bytes[i]); }
 }
 
+/* A gradient file's tensor `name`, n floats, against ref (double). */
+static void check_grad(const clffn_st_file *g, const char *name, const double *ref, size_t n) {
+    const clffn_st_tensor *t = clffn_st_find(g, name);
+    cr_assert_not_null(t, "no gradient '%s'", name);
+    float *v = malloc(n * sizeof *v);
+    char err[CLFFN_IO_ERR];
+    cr_assert_eq(clffn_st_read_f32(g, t, v, err), 0, "%s", err);
+    assert_close(v, ref, n, TOL_RTOL, name);
+    free(v);
+}
+
+/* --grad-output on a GGUF file's stacked experts (f32): each gradient tensor restacked, expert
+ * e's block at e, against the double reference. */
+static void check_stacked_grads(const char *w, const char *x, const char *y, const float *router,
+                                float *const *m) {
+    char dyp[160], g[160], cmd[1024], out[4096], err[CLFFN_IO_ERR];
+    snprintf(dyp, sizeof dyp, "%s/dy.npy", dir), snprintf(g, sizeof g, "%s/g.safetensors", dir);
+    float *dy = exact_values(6 * D, 1.0f, 78);
+    const uint64_t shape[3] = {2, 3, D};
+    cr_assert_eq(clffn_npy_save(dyp, dy, 3, shape, err), 0, "%s", err);
+    snprintf(cmd, sizeof cmd,
+             "'%s' --weights %s --input %s --output %s --grad-output %s "
+             "--grads-out %s 2>&1",
+             CLFFN_RUN_PATH, w, x, y, dyp, g);
+    cr_assert_eq(run(cmd, out, sizeof out), 0, "%s", out);
+    clffn_npy xv = {0};
+    cr_assert_eq(clffn_npy_load(x, &xv, err), 0, "%s", err);
+    clffn_moe_config c = clffn_moe_config_default(D, F, E, 3);
+    clffn_host_weights hw[E];
+    clffn_ref_grads rg[E];
+    double *stacked = malloc(3 * E * F * D * sizeof *stacked), dx[6 * D], drouter[E * D];
+    for (size_t e = 0; e < E; ++e) { /* the reference writes each block where the file has it */
+        hw[e] = (clffn_host_weights){m[3 * e], NULL, m[3 * e + 1], NULL, m[3 * e + 2], NULL};
+        rg[e] =
+            (clffn_ref_grads){stacked + e * F * D,           NULL, stacked + (E + e) * F * D, NULL,
+                              stacked + (2 * E + e) * F * D, NULL};
+    }
+    ASSERT_OK(clffn_moe_reference_backward(&c, CLFFN_LAYOUT_OUT_IN, router, NULL, hw, 6, xv.data,
+                                           dy, dx, drouter, NULL, rg));
+    clffn_st_file gf;
+    cr_assert_eq(clffn_st_open(g, &gf, err), 0, "%s", err);
+    check_grad(&gf, "blk.0.ffn_gate_inp.weight", drouter, E * D);
+    check_grad(&gf, "blk.0.ffn_gate_exps.weight", stacked, E * F * D);
+    check_grad(&gf, "blk.0.ffn_up_exps.weight", stacked + E * F * D, E * F * D);
+    check_grad(&gf, "blk.0.ffn_down_exps.weight", stacked + 2 * E * F * D, E * F * D);
+    check_grad(&gf, "input", dx, 6 * D);
+    clffn_st_close(&gf);
+    clffn_npy_free(&xv);
+    free(stacked), free(dy);
+}
+
 Test(clffn_run_moe, gguf_stacked_experts_verify, .timeout = 120) {
     make_dir();
     char w[128], x[128], y[128], r[128], cmd[1024], out[4096];
@@ -180,6 +231,7 @@ Test(clffn_run_moe, gguf_stacked_experts_verify, .timeout = 120) {
                 m[3 * e + 2] = vals[2] + e * D * F;
             }
             check_output(y, x, router, m, 3, CLFFN_ROUTING_TOPK_NORMALIZED);
+            check_stacked_grads(w, x, y, router, m);
         }
         free(router);
         for (int j = 0; j < 3; ++j) { free(vals[j]); }
@@ -214,5 +266,67 @@ Test(clffn_run_moe, refusals, .timeout = 60) {
     cr_assert_eq(run(cmd, out, sizeof out), 2, "%s", out);
     FILE *f = fopen(y, "rb");
     cr_assert(f == NULL, "a refused run left an output");
+    remove_dir();
+}
+
+/* --grad-output on Mixtral's names, kept f32: the router's, every expert matrix's and the
+ * input's gradients under the file's names, against the double reference of the values the
+ * test wrote; kept in the file's BF16, the matrices are named as skipped. */
+Test(clffn_run_moe, gradients_under_the_files_names, .timeout = 120) {
+    make_dir();
+    char w[128], x[128], y[128], dyp[128], g[128], cmd[1024], out[4096];
+    snprintf(w, sizeof w, "%s/m.safetensors", dir), snprintf(x, sizeof x, "%s/x.npy", dir);
+    snprintf(y, sizeof y, "%s/y.npy", dir), snprintf(dyp, sizeof dyp, "%s/dy.npy", dir);
+    snprintf(g, sizeof g, "%s/g.safetensors", dir);
+    float *router, *m[3 * E], *dy = exact_values(6 * D, 1.0f, 77);
+    mixtral_checkpoint(w, 0, &router, m);
+    write_input(x);
+    const uint64_t shape[3] = {2, 3, D};
+    char err[CLFFN_IO_ERR];
+    cr_assert_eq(clffn_npy_save(dyp, dy, 3, shape, err), 0, "%s", err);
+    snprintf(cmd, sizeof cmd,
+             "'%s' --weights %s --preset mixtral --weights-dtype f32 --input %s --output %s "
+             "--grad-output %s --grads-out %s 2>&1",
+             CLFFN_RUN_PATH, w, x, y, dyp, g);
+    cr_assert_eq(run(cmd, out, sizeof out), 0, "%s", out);
+    cr_assert(strstr(out, "gradients: 13 tensors"), "%s", out);
+    clffn_npy xv = {0};
+    cr_assert_eq(clffn_npy_load(x, &xv, err), 0, "%s", err);
+    clffn_moe_config c = clffn_moe_config_default(D, F, E, 2);
+    clffn_host_weights hw[E];
+    clffn_ref_grads rg[E];
+    double *buf = malloc((6 * D + E * D + 3 * E * F * D) * sizeof *buf), *dx = buf;
+    double *drouter = buf + 6 * D, *dm = drouter + E * D;
+    for (size_t e = 0; e < E; ++e) {
+        hw[e] = (clffn_host_weights){m[3 * e], NULL, m[3 * e + 1], NULL, m[3 * e + 2], NULL};
+        double *b = dm + 3 * e * F * D;
+        rg[e] = (clffn_ref_grads){b, NULL, b + F * D, NULL, b + 2 * F * D, NULL};
+    }
+    ASSERT_OK(clffn_moe_reference_backward(&c, CLFFN_LAYOUT_OUT_IN, router, NULL, hw, 6, xv.data,
+                                           dy, dx, drouter, NULL, rg));
+    clffn_st_file gf;
+    cr_assert_eq(clffn_st_open(g, &gf, err), 0, "%s", err);
+    check_grad(&gf, "model.layers.0.block_sparse_moe.gate.weight", drouter, E * D);
+    check_grad(&gf, "input", dx, 6 * D);
+    static const char *const part[3] = {"w1", "w3", "w2"};
+    for (size_t e = 0; e < E; ++e) {
+        for (int i = 0; i < 3; ++i) {
+            char name[96];
+            snprintf(name, sizeof name, "model.layers.0.block_sparse_moe.experts.%zu.%s.weight", e,
+                     part[i]);
+            check_grad(&gf, name, dm + (3 * e + (size_t)i) * F * D, F * D);
+        }
+    }
+    clffn_st_close(&gf);
+    /* kept as stored (BF16): dx and the router only */
+    snprintf(cmd, sizeof cmd,
+             "'%s' --weights %s --preset mixtral --input %s --output %s --grad-output %s "
+             "--grads-out %s 2>&1",
+             CLFFN_RUN_PATH, w, x, y, dyp, g);
+    cr_assert_eq(run(cmd, out, sizeof out), 0, "%s", out);
+    cr_assert(strstr(out, "gradients: 1 tensors") && strstr(out, "gradients skipped"), "%s", out);
+    clffn_npy_free(&xv);
+    free(buf), free(dy);
+    free_values(router, m);
     remove_dir();
 }

@@ -19,7 +19,11 @@ int run_load_inputs(const options *o, const layer *L, clffn_npy *x, clffn_npy *d
                    x->rank ? (unsigned long long)x->shape[x->rank - 1] : 0ull);
         return -1;
     }
-    if (!o->grad_output) { return 0; }
+    return o->grad_output ? run_load_dy(o, x, dy) : 0;
+}
+
+int run_load_dy(const options *o, const clffn_npy *x, clffn_npy *dy) {
+    char err[CLFFN_IO_ERR];
     if (clffn_npy_load(o->grad_output, dy, err) != 0) {
         run_report("%s: %s", o->grad_output, err);
         return -1;

@@ -60,16 +60,6 @@ const moe_preset *run_moe_preset_named(const char *name) {
     return NULL;
 }
 
-/* The layer's tensors: the router [E, D]; per expert (or stacked, GGUF) gate and up [F, D] and
- * down [D, F]; the shared expert's. */
-typedef struct moe_layer {
-    const moe_preset *p;
-    int stacked;
-    const ckpt_tensor *router, *shared[3];
-    const ckpt_tensor **m; /* [3·E]: gate, up, down of expert e at 3e …; stacked: [3] */
-    size_t E, k, D, F;
-} moe_layer;
-
 static const ckpt_tensor *find(const ckpt *c, const char *fmt, int l, int e) {
     char name[256];
     snprintf(name, sizeof name, fmt, l, e);
@@ -321,7 +311,7 @@ static int write_routing(const options *o, const clffn_npy *x, size_t k, const i
 /* The layer on the device: forward (printed, verified), routing and output written. */
 static int run_layer(const options *o, const moe_layer *L, clffn_moe *moe,
                      const clffn_moe_config *mc, const float *router, float *const *refs,
-                     const clffn_npy *x) {
+                     const clffn_npy *x, const clffn_npy *dy) {
     const size_t T = (size_t)(x->numel / L->D);
     float *y = malloc((x->numel + 1) * sizeof *y), *wt = malloc((T * L->k + 1) * sizeof *wt);
     int32_t *ch = malloc((T * L->k + 1) * sizeof *ch);
@@ -342,17 +332,21 @@ static int run_layer(const options *o, const moe_layer *L, clffn_moe *moe,
                clffn_activation_name(mc->expert.activation), T);
         printf("time: %.3f ms (first call includes kernel builds)\n", dt * 1e3);
         if ((!o->verify || verify(mc, L, router, refs, T, x->data, y) == 0) &&
-            (!o->router_out || write_routing(o, x, L->k, ch, wt) == 0)) {
+            (!o->router_out || write_routing(o, x, L->k, ch, wt) == 0) &&
+            (!o->grad_output || run_moe_backward(o, L, moe, x, dy) == 0)) {
             rc = clffn_npy_save(o->output, y, x->rank, x->shape, err);
-            if (rc != 0) { run_report("%s: %s", o->output, err); }
+            if (rc != 0) {
+                run_report("%s: %s", o->output, err);
+                if (o->grads_out) { remove(o->grads_out); } /* the run failed: no file stays */
+            }
         }
     }
     free(y), free(wt), free(ch);
     return rc;
 }
 
-/* The input, [..., d_model]. 0 or -1 (reported). */
-static int load_input(const options *o, const moe_layer *L, clffn_npy *x) {
+/* The input, [..., d_model], and dy (the output's shape) for --grad-output. 0 or -1. */
+static int load_input(const options *o, const moe_layer *L, clffn_npy *x, clffn_npy *dy) {
     char err[CLFFN_IO_ERR];
     if (clffn_npy_load(o->input, x, err) != 0) {
         run_report("%s: %s", o->input, err);
@@ -363,7 +357,7 @@ static int load_input(const options *o, const moe_layer *L, clffn_npy *x) {
                    L->router->name);
         return -1;
     }
-    return 0;
+    return o->grad_output ? run_load_dy(o, x, dy) : 0;
 }
 
 static clffn_moe_config moe_config(const options *o, const moe_layer *L) {
@@ -375,7 +369,8 @@ static clffn_moe_config moe_config(const options *o, const moe_layer *L) {
 }
 
 /* Device, layer, router and experts, then the run. The exit status. */
-static int on_device(const options *o, const ckpt *c, const moe_layer *L, const clffn_npy *x) {
+static int on_device(const options *o, const ckpt *c, const moe_layer *L, const clffn_npy *x,
+                     const clffn_npy *dy) {
     const clffn_moe_config mc = moe_config(o, L);
     const size_t n_refs = 3 * (L->E + 1);
     float *router = malloc(L->E * L->D * sizeof *router);
@@ -396,7 +391,7 @@ static int on_device(const options *o, const ckpt *c, const moe_layer *L, const 
                (s = clffn_moe_upload_router(moe, router, NULL)) != CLFFN_SUCCESS) {
         run_fail("setting up the layer", s);
     } else if (upload_experts(o, c, L, moe, experts_dtype(o, L), refs) == 0 &&
-               run_layer(o, L, moe, &mc, router, refs, x) == 0) {
+               run_layer(o, L, moe, &mc, router, refs, x, dy) == 0) {
         rc = 0;
     }
     for (size_t i = 0; refs && i < n_refs; ++i) { free(refs[i]); }
@@ -408,16 +403,14 @@ static int on_device(const options *o, const ckpt *c, const moe_layer *L, const 
 }
 
 int run_moe(const options *o, const ckpt *c) {
-    if (o->grad_output) {
-        run_report("--grad-output: the backward of a mixture-of-experts layer is in the library "
-                   "(clffn_moe_backward) but not yet in clffn-run");
-        return EXIT_USAGE;
-    }
     moe_layer L;
-    clffn_npy x = {0};
+    clffn_npy x = {0}, dy = {0};
     int rc = EXIT_USAGE;
-    if (resolve(o, c, &L) == 0 && load_input(o, &L, &x) == 0) { rc = on_device(o, c, &L, &x); }
+    if (resolve(o, c, &L) == 0 && load_input(o, &L, &x, &dy) == 0) {
+        rc = on_device(o, c, &L, &x, &dy);
+    }
     clffn_npy_free(&x);
+    clffn_npy_free(&dy);
     free(L.m);
     return rc;
 }

@@ -1,8 +1,8 @@
 /* clffn-run's rooms: main.c (the command line, the one-line reports), ckpt.c (a checkpoint of
  * either format), presets.c (where a checkpoint keeps an FFN layer's tensors), load.c (a layer's
  * weights in the type they go to the device in), checkpoint.c (one layer on one device), demo.c
- * (the demo FFN), moe.c (a mixture-of-experts layer) and tp.c (the layer split over MPI ranks,
- * built with MPI). */
+ * (the demo FFN), moe.c and moe_grads.c (a mixture-of-experts layer) and tp.c (the layer split
+ * over MPI ranks, built with MPI). */
 #ifndef CLFFN_RUN_H
 #define CLFFN_RUN_H
 
@@ -158,7 +158,8 @@ clffn_config run_layer_config(const options *o, const layer *L);
 /* checkpoint.c */
 int run_checkpoint(const options *o);
 /* Loads the input (and dy for a backward): x's last dimension must be d_model, dy's shape x's.
- * Returns 0 or -1 (reported). */
+ * Returns 0 or -1 (reported). run_load_dy: dy alone, for an x already loaded. */
+int run_load_dy(const options *o, const clffn_npy *x, clffn_npy *dy);
 int run_load_inputs(const options *o, const layer *L, clffn_npy *x, clffn_npy *dy);
 /* Writes the gradients under the checkpoint's own names and dx as 'input': arr[i] holds tensor
  * t[i]'s gradient in its shape, NULL where t[i] is absent or has none (weights kept compressed:
@@ -171,6 +172,22 @@ int run_open_device(const char *spec, clffn_context **ctx);
 /* The run's device, shapes, time and GFLOP/s; split is appended to the FFN line. */
 void run_print(clffn_context *ctx, const layer *L, const clffn_config *c, size_t T, double dt,
                const char *split);
+
+/* The layer's tensors: the router [E, D]; per expert (or stacked, GGUF) gate and up [F, D] and
+ * down [D, F]; the shared expert's. */
+typedef struct moe_layer {
+    const moe_preset *p;
+    int stacked;
+    const ckpt_tensor *router, *shared[3];
+    const ckpt_tensor **m; /* [3·E]: gate, up, down of expert e at 3e …; stacked: [3] */
+    size_t E, k, D, F;
+} moe_layer;
+
+/* moe_grads.c: --grad-output for a layer that has run forward on x: dy in, the gradients of the
+ * router and of every expert matrix kept in f32 (the experts' tensors' own names; a GGUF file's
+ * stacked tensors restacked) and 'input' written to --grads-out. 0 or -1 (reported). */
+int run_moe_backward(const options *o, const moe_layer *L, clffn_moe *moe, const clffn_npy *x,
+                     const clffn_npy *dy);
 
 /* moe.c: the MoE preset of that name, or NULL; the checkpoint's MoE layout for the options
  * (their preset, or a GGUF layer with a router), or NULL for a dense FFN; the layer's run (the
