@@ -139,14 +139,16 @@ __kernel void clffn_moe_scatter_dy(__global const float *dy, const ulong dy_off,
   dyg[(ulong)slot[i] * D + d] = weights[i] * dy[dy_off + (ulong)(i / k) * D + d];
 }
 
-// dlogit[t, ·] for token t; NDRange T, any work-group.
+// dlogit[t, ·] for token t; NDRange T, any work-group. aux_scale = α·E/T² adds the
+// load-balancing loss's ∂/∂p[t, e] = α·E·(counts[e]/T)/T to every expert's (0: none).
 __kernel void clffn_moe_router_backward(__global const float *dy, const ulong dy_off,
                                         __global const float *yg, __global const uint *slot,
                                         __global const float *probs,
                                         __global const int *experts,
                                         __global const float *weights, const uint D,
                                         const uint E, const uint k, const int normalize,
-                                        const uint T, __global float *dlogit) {
+                                        const uint T, __global const uint *counts,
+                                        const float aux_scale, __global float *dlogit) {
   const uint t = get_global_id(0);
   if (t >= T) { return; }
   __global const float *p = probs + (ulong)t * E;
@@ -164,13 +166,15 @@ __kernel void clffn_moe_router_backward(__global const float *dy, const ulong dy
     gw = fma(g, weights[i], gw);
     psum += p[experts[i]];
   }
-  // pass 2: ∂L/∂p of the chosen, and Σ p·∂L/∂p
-  float pdp = 0.0f;
+  // pass 2: ∂L/∂p of the chosen, then the auxiliary loss's of all, and Σ p·∂L/∂p
   for (uint j = 0; j < k; ++j) {
     const int e = experts[(ulong)t * k + j];
-    const float dp = normalize ? (dl[e] - gw) / psum : dl[e];
-    dl[e] = dp;
-    pdp = fma(p[e], dp, pdp);
+    dl[e] = normalize ? (dl[e] - gw) / psum : dl[e];
+  }
+  float pdp = 0.0f;
+  for (uint e = 0; e < E; ++e) {
+    dl[e] = fma(aux_scale, (float)counts[e], dl[e]);
+    pdp = fma(p[e], dl[e], pdp);
   }
   for (uint e = 0; e < E; ++e) { dl[e] = p[e] * (dl[e] - pdp); }
 }

@@ -805,6 +805,8 @@ typedef struct clffn_moe_config {
     int router_bias;       /* 1: the router has a bias [E] (default 0) */
     int shared_expert;     /* 1: an expert of the same config that every token passes through,
                               its output added (default 0) */
+    float aux_loss_coef;   /* α ≥ 0: the backward adds α times the load-balancing loss's
+                              gradient (clffn_moe_aux_loss); 0 (default): none */
 } clffn_moe_config;
 
 /** Mixtral's defaults for the given shapes: experts SwiGLU without biases (as clffn-run's
@@ -815,8 +817,8 @@ CLFFN_API clffn_moe_config clffn_moe_config_default(size_t d_model, size_t d_ff,
 /** Creates a mixture-of-experts layer on ctx: E expert FFNs (and the shared one) without
  *  weights, and the router without weights. Errors: NULL_ARGUMENT; the expert config's
  *  validate status; INVALID_ARGUMENT (E = 0, k outside [1, E], an unknown routing, residual
- *  set, E beyond 2^24); SIZE_OVERFLOW; OUT_OF_HOST_MEMORY; clffn_ffn_create()'s. Nothing is
- *  left behind on error. */
+ *  set, E beyond 2^24, aux_loss_coef negative or not finite); SIZE_OVERFLOW;
+ *  OUT_OF_HOST_MEMORY; clffn_ffn_create()'s. Nothing is left behind on error. */
 CLFFN_API clffn_status clffn_moe_create(clffn_context *ctx, const clffn_moe_config *config,
                                         clffn_moe **out);
 
@@ -876,6 +878,15 @@ CLFFN_API clffn_status clffn_moe_backward(clffn_moe *moe, size_t tokens, cl_mem 
                                           cl_mem dy, size_t dy_offset, cl_mem dx, size_t dx_offset,
                                           const clffn_moe_grads *grads, int accumulate,
                                           cl_command_queue queue);
+
+/** The load-balancing auxiliary loss of the last forward (Switch Transformer's, as Mixtral's
+ *  and Qwen-MoE's training code computes it): aux = E · Σ_e f_e · P_e, with f_e the share of
+ *  the T·k choices that went to expert e (each token's k choices each count 1/T, so Σ f = k)
+ *  and P_e the mean router probability of e over the tokens. It is 1·k for a perfectly even
+ *  router. Its gradient reaches the router through the softmax in every backward when the
+ *  config's aux_loss_coef is not 0 (f, a count, has none). Blocks to read the probabilities.
+ *  Errors: NULL_ARGUMENT, NO_FORWARD, OpenCL's. */
+CLFFN_API clffn_status clffn_moe_aux_loss(clffn_moe *moe, double *loss);
 
 /** Host-level backward of the last clffn_moe_forward_host(), blocking: dy [T, D] in; dx
  *  [T, D], router_grad [E, D], router_bias_grad [E] (with router_bias) and expert_grads (E
@@ -1039,7 +1050,14 @@ CLFFN_API clffn_status clffn_moe_reference_forward(const clffn_moe_config *confi
                                                    const float *x, double *y, int32_t *chosen,
                                                    double *weights);
 
-/** The backward of clffn_moe_reference_forward() in double: given dy [T, D], writes dx [T, D],
+/** The load-balancing loss (clffn_moe_aux_loss) of the reference's routing, in double.
+ *  Errors as clffn_moe_reference_forward(). */
+CLFFN_API clffn_status clffn_moe_reference_aux_loss(const clffn_moe_config *config,
+                                                    const float *router, const float *router_bias,
+                                                    size_t tokens, const float *x, double *loss);
+
+/** The backward of clffn_moe_reference_forward() in double (with aux_loss_coef α, of
+ *  Σ y·dy + α·aux): given dy [T, D], writes dx [T, D],
  *  router_grad [E, D], router_bias_grad [E] (with router_bias) and expert_grads (E sets, then
  *  the shared expert's, as clffn_reference_backward() fills them), each NULL to skip it,
  *  overwritten; an expert no token chose gets zeros. Errors as clffn_moe_reference_forward(). */

@@ -28,6 +28,7 @@ clffn_moe_config clffn_moe_config_default(size_t d_model, size_t d_ff, size_t ex
     c.routing = CLFFN_ROUTING_TOPK_NORMALIZED;
     c.router_bias = 0;
     c.shared_expert = 0;
+    c.aux_loss_coef = 0.0f;
     return c;
 }
 
@@ -329,4 +330,26 @@ clffn_status clffn_moe_forward_host(clffn_moe *moe, size_t tokens, const float *
                                                tokens * k * sizeof(float), weights, 0, NULL, NULL);
     }
     return st;
+}
+
+clffn_status clffn_moe_aux_loss(clffn_moe *moe, double *loss) {
+    if (!moe || !loss) { return CLFFN_ERROR_NULL_ARGUMENT; }
+    const size_t T = moe->last_tokens, E = moe->cfg.experts;
+    if (T == 0) { return CLFFN_ERROR_NO_FORWARD; }
+    float *p = malloc(T * E * sizeof *p);
+    if (!p) { return CLFFN_ERROR_OUT_OF_HOST_MEMORY; }
+    const cl_int err = clEnqueueReadBuffer(moe->ctx->queue, moe->probs, CL_TRUE, 0,
+                                           T * E * sizeof *p, p, 0, NULL, NULL);
+    if (err == CL_SUCCESS) {
+        /* E · Σ_e (count_e / T) · (Σ_t p[t, e] / T) */
+        double sum = 0.0;
+        for (size_t e = 0; e < E; ++e) {
+            double pe = 0.0;
+            for (size_t t = 0; t < T; ++t) { pe += p[t * E + e]; }
+            sum += (double)moe->host_counts[e] / (double)T * (pe / (double)T);
+        }
+        *loss = (double)E * sum;
+    }
+    free(p);
+    return (clffn_status)err;
 }

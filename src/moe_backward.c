@@ -177,7 +177,10 @@ static cl_int router_and_dx(clffn_moe *moe, cl_uint T, cl_mem x, cl_ulong xo, cl
     CLFFN_ARG(a, dy), CLFFN_ARG(a, dyo), CLFFN_ARG(a, moe->yg), CLFFN_ARG(a, moe->slot);
     CLFFN_ARG(a, moe->probs), CLFFN_ARG(a, moe->chosen), CLFFN_ARG(a, moe->weights);
     CLFFN_ARG(a, D), CLFFN_ARG(a, E), CLFFN_ARG(a, k), CLFFN_ARG(a, normalize), CLFFN_ARG(a, T);
-    CLFFN_ARG(a, moe->dlogit);
+    /* the load-balancing loss: α·E·(count_e / T) / T on every expert's probability */
+    const cl_float aux_scale =
+        (cl_float)((double)c->aux_loss_coef * (double)E / (double)T / (double)T);
+    CLFFN_ARG(a, moe->counts), CLFFN_ARG(a, aux_scale), CLFFN_ARG(a, moe->dlogit);
     cl_int err = clffn__args_end(&a);
     if (err == CL_SUCCESS) { err = enqueue2(q, moe->router_backward, T, 0); }
     if (err == CL_SUCCESS && g && g->router.mem) {

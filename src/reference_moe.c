@@ -15,7 +15,7 @@ clffn_status clffn__moe_config_check(const clffn_moe_config *c) {
     /* E beyond 2^24 would leave the kernels' uint indices and float counts inexact */
     if (c->experts == 0 || c->experts > (1u << 24) || c->top_k == 0 || c->top_k > c->experts ||
         (c->routing != CLFFN_ROUTING_TOPK_NORMALIZED && c->routing != CLFFN_ROUTING_TOPK) ||
-        c->expert.residual) {
+        c->expert.residual || !(c->aux_loss_coef >= 0.0f && c->aux_loss_coef <= 1e30f)) {
         return CLFFN_ERROR_INVALID_ARGUMENT;
     }
     return CLFFN_SUCCESS;
@@ -190,15 +190,15 @@ static clffn_status token_backward(const clffn_config *c, clffn_layout layout,
  * the router's weight and bias gradients. */
 static void router_backward(const clffn_moe_config *c, const float *router, const float *xt,
                             const int32_t *ch, const double *wt, const double *p, const double *g,
-                            double *dl, double *dxt, double *rg, double *rbg) {
+                            const double *aux, double *dl, double *dxt, double *rg, double *rbg) {
     const size_t D = c->expert.d_model, E = c->experts, k = c->top_k;
     double gw = 0.0, psum = 0.0, pdp = 0.0;
     for (size_t j = 0; j < k; ++j) { gw += g[j] * wt[j], psum += p[ch[j]]; }
-    for (size_t e = 0; e < E; ++e) { dl[e] = 0.0; }
+    for (size_t e = 0; e < E; ++e) { dl[e] = aux[e]; } /* the auxiliary loss's ∂/∂p */
     for (size_t j = 0; j < k; ++j) {
-        dl[ch[j]] = c->routing == CLFFN_ROUTING_TOPK_NORMALIZED ? (g[j] - gw) / psum : g[j];
-        pdp += p[ch[j]] * dl[ch[j]];
+        dl[ch[j]] += c->routing == CLFFN_ROUTING_TOPK_NORMALIZED ? (g[j] - gw) / psum : g[j];
     }
+    for (size_t e = 0; e < E; ++e) { pdp += p[e] * dl[e]; }
     for (size_t e = 0; e < E; ++e) {
         dl[e] = p[e] * (dl[e] - pdp);
         for (size_t d = 0; d < D; ++d) {
@@ -246,8 +246,13 @@ clffn_status clffn_moe_reference_backward(const clffn_moe_config *c, clffn_layou
     int32_t *ch = malloc((tokens * k + 1) * sizeof *ch);
     double *wt = malloc((tokens * k + 1) * 8), *p = malloc((tokens * E + 1) * 8);
     double *g = malloc(k * 8), *dl = malloc(E * 8), *buf = calloc(2 * D + n, 8);
-    st = ch && wt && p && g && dl && buf ? CLFFN_SUCCESS : CLFFN_ERROR_OUT_OF_HOST_MEMORY;
+    double *aux = calloc(E, 8);
+    st = ch && wt && p && g && dl && buf && aux ? CLFFN_SUCCESS : CLFFN_ERROR_OUT_OF_HOST_MEMORY;
     if (st == CLFFN_SUCCESS) { st = route_all(c, router, router_bias, tokens, x, ch, wt, p); }
+    /* the load-balancing loss's ∂/∂p[t, e], the same for every token: α·E·(count_e / T) / T */
+    for (size_t i = 0; st == CLFFN_SUCCESS && i < tokens * k; ++i) {
+        aux[ch[i]] += (double)c->aux_loss_coef * (double)E / ((double)tokens * (double)tokens);
+    }
     /* the scratch gradients, one full set: W1, b1, V, bv, W2, b2 */
     token_scratch s = {buf,
                        buf + D,
@@ -270,10 +275,41 @@ clffn_status clffn_moe_reference_backward(const clffn_moe_config *c, clffn_layou
                                 expert_grads ? &expert_grads[e] : NULL, &s, &g[j]);
         }
         if (st == CLFFN_SUCCESS) {
-            router_backward(c, router, xt, ch + t * k, wt + t * k, p + t * E, g, dl, dxt,
+            router_backward(c, router, xt, ch + t * k, wt + t * k, p + t * E, g, aux, dl, dxt,
                             router_grad, router_bias_grad);
         }
     }
-    free(ch), free(wt), free(p), free(g), free(dl), free(buf);
+    free(ch), free(wt), free(p), free(g), free(dl), free(buf), free(aux);
+    return st;
+}
+
+clffn_status clffn_moe_reference_aux_loss(const clffn_moe_config *c, const float *router,
+                                          const float *router_bias, size_t tokens, const float *x,
+                                          double *loss) {
+    clffn_status st = clffn__moe_config_check(c);
+    if (st != CLFFN_SUCCESS) { return st; }
+    if (!router || !loss || (c->router_bias && !router_bias) || !x || tokens == 0) {
+        return CLFFN_ERROR_NULL_ARGUMENT;
+    }
+    const size_t E = c->experts, k = c->top_k;
+    size_t n;
+    if (!clffn__mul_ok(tokens, E > k ? E : k, &n) || !clffn__mul_ok(n, 8, &n)) {
+        return CLFFN_ERROR_SIZE_OVERFLOW;
+    }
+    int32_t *ch = malloc(tokens * k * sizeof *ch);
+    double *wt = malloc(tokens * k * 8), *p = malloc(tokens * E * 8);
+    st = ch && wt && p ? route_all(c, router, router_bias, tokens, x, ch, wt, p)
+                       : CLFFN_ERROR_OUT_OF_HOST_MEMORY;
+    if (st == CLFFN_SUCCESS) {
+        double sum = 0.0;
+        for (size_t e = 0; e < E; ++e) {
+            double count = 0.0, pe = 0.0;
+            for (size_t i = 0; i < tokens * k; ++i) { count += ch[i] == (int32_t)e; }
+            for (size_t t = 0; t < tokens; ++t) { pe += p[t * E + e]; }
+            sum += count / (double)tokens * (pe / (double)tokens);
+        }
+        *loss = (double)E * sum;
+    }
+    free(ch), free(wt), free(p);
     return st;
 }

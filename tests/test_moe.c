@@ -442,3 +442,70 @@ Test(moe, reference_gradients_match_finite_differences, .timeout = 120) {
         data_free(&m);
     }
 }
+
+/* The load-balancing loss: the device's value against the reference's; k exactly for a router
+ * that ties everything (experts 0..k-1 chosen, probabilities 1/E); and with aux_loss_coef set,
+ * the backward (its gradient through the softmax into the router and x) against the
+ * reference's. */
+Test(moe, aux_loss_and_its_gradient, .timeout = 120) {
+    clffn_context *ctx = test_context();
+    const moe_case mc = {12, 6, 2, CLFFN_ROUTING_TOPK_NORMALIZED, 1, 1, 1, CLFFN_ACT_SILU};
+    moe_data m;
+    data_make(&m, &mc, 32, 40, 900);
+    m.c.aux_loss_coef = 0.75f;
+    clffn_moe *moe = moe_make(ctx, &m);
+    double aux = 0.0, ref = 0.0;
+    cr_assert(clffn_moe_aux_loss(moe, &aux) == CLFFN_ERROR_NO_FORWARD);
+    check_backward(moe, &m, 12, 0, "aux_loss_coef 0.75");
+    ASSERT_OK(clffn_moe_aux_loss(moe, &aux));
+    ASSERT_OK(clffn_moe_reference_aux_loss(&m.c, m.router, m.bias, 12, m.x, &ref));
+    cr_assert(fabs(aux - ref) <= 1e-6 * ref, "aux %.9g, the reference %.9g", aux, ref);
+    clffn_moe_destroy(moe);
+    memset(m.router, 0, 6 * 32 * sizeof *m.router);
+    memset(m.bias, 0, 6 * sizeof *m.bias);
+    moe = moe_make(ctx, &m);
+    float y[12 * 32];
+    ASSERT_OK(clffn_moe_forward_host(moe, 12, m.x, 12 * 32, y, 12 * 32, NULL, NULL));
+    ASSERT_OK(clffn_moe_aux_loss(moe, &aux));
+    cr_assert(fabs(aux - 2.0) <= 1e-6, "a tied router: aux %.9g, not k = 2", aux);
+    clffn_moe_destroy(moe);
+    data_free(&m);
+    clffn_context_destroy(ctx);
+}
+
+/* The reference's auxiliary gradient against central differences of Σ y·dy + α·aux in the
+ * router's weights. */
+Test(moe, reference_aux_gradient_matches_finite_differences, .timeout = 120) {
+    const moe_case mc = {6, 4, 2, CLFFN_ROUTING_TOPK, 0, 0, 1, CLFFN_ACT_SILU};
+    moe_data m;
+    data_make(&m, &mc, 16, 24, 950);
+    m.c.aux_loss_coef = 2.0f;
+    const size_t T = 6, D = 16, E = 4;
+    float dy[6 * 16];
+    fill_uniform(dy, T * D, -1.0f, 1.0f, 12);
+    double rg[4 * 16];
+    ASSERT_OK(clffn_moe_reference_backward(&m.c, CLFFN_LAYOUT_OUT_IN, m.router, NULL, m.hw, T, m.x,
+                                           dy, NULL, rg, NULL, NULL));
+    size_t checked = 0;
+    for (size_t i = 0; i < E * D; i += 5) {
+        const float v0 = m.router[i], h = 1.0f / 512.0f;
+        double l[2];
+        int32_t ch[2][12], c0[12];
+        loss(&m, T, dy, c0);
+        for (int s = 0; s < 2; ++s) {
+            m.router[i] = v0 + (s ? -h : h);
+            double aux;
+            l[s] = loss(&m, T, dy, ch[s]);
+            ASSERT_OK(clffn_moe_reference_aux_loss(&m.c, m.router, NULL, T, m.x, &aux));
+            l[s] += 2.0 * aux;
+        }
+        m.router[i] = v0;
+        if (memcmp(ch[0], c0, sizeof c0) || memcmp(ch[1], c0, sizeof c0)) { continue; }
+        const double fd = (l[0] - l[1]) / (2.0 * (double)h);
+        cr_assert(fabs(fd - rg[i]) <= 1e-4 * (1.0 + fabs(fd)), "router[%zu]: %.8g vs %.8g", i, fd,
+                  rg[i]);
+        ++checked;
+    }
+    cr_assert(checked >= 8, "only %zu probes kept their choice", checked);
+    data_free(&m);
+}

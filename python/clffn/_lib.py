@@ -222,7 +222,7 @@ class MoeConfig(ctypes.Structure):
     """clffn_moe_config, field for field."""
     _fields_ = [("expert", Config), ("experts", c_size), ("top_k", c_size),
                 ("routing", ctypes.c_int), ("router_bias", ctypes.c_int),
-                ("shared_expert", ctypes.c_int)]
+                ("shared_expert", ctypes.c_int), ("aux_loss_coef", ctypes.c_float)]
 
 
 moe_config_default = _fn("clffn_moe_config_default", MoeConfig, c_size, c_size, c_size, c_size)
@@ -238,3 +238,5 @@ moe_forward_host = _fn("clffn_moe_forward_host", ctypes.c_int32, ctypes.c_void_p
 moe_backward_host = _fn("clffn_moe_backward_host", ctypes.c_int32, ctypes.c_void_p, c_size,
                         c_float_p, c_size, c_float_p, c_size, c_float_p, c_float_p,
                         ctypes.POINTER(Weights), ctypes.c_int)
+moe_aux_loss = _fn("clffn_moe_aux_loss", ctypes.c_int32, ctypes.c_void_p,
+                   ctypes.POINTER(ctypes.c_double))

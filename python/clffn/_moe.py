@@ -30,7 +30,7 @@ class MoE:
 
     MoE(d_model, d_ff, experts, top_k=2, activation="swiglu", bias=False,
     routing="normalized", router_bias=False, shared_expert=False, device=None,
-    weight_dtype="f32"). Each expert is an FFN of (d_model, d_ff, activation, bias); the
+    weight_dtype="f32", aux_loss_coef=0.0). Each expert is an FFN of (d_model, d_ff, activation, bias); the
     router [experts, d_model] scores each token, the top_k best experts (ties to the lower
     index) run it, and their outputs are summed with the softmax probabilities renormalised over
     the chosen ("normalized", Mixtral's) or as they are ("topk", Switch's). A shared expert
@@ -43,7 +43,7 @@ class MoE:
 
     def __init__(self, d_model, d_ff, experts, top_k=2, activation="swiglu", bias=False,
                  routing="normalized", router_bias=False, shared_expert=False, device=None,
-                 weight_dtype="f32"):
+                 weight_dtype="f32", aux_loss_coef=0.0):
         for name, v in (("d_model", d_model), ("d_ff", d_ff), ("experts", experts),
                         ("top_k", top_k)):
             if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v <= 0:
@@ -62,6 +62,7 @@ class MoE:
         mc.expert.bias1 = mc.expert.bias2 = mc.expert.bias_gate = int(bool(bias))
         mc.routing = ROUTINGS.index(routing)
         mc.router_bias, mc.shared_expert = int(bool(router_bias)), int(bool(shared_expert))
+        mc.aux_loss_coef = float(aux_loss_coef)
         handle = ctypes.c_void_p()
         _check(_lib.moe_create(self._ctx.handle, ctypes.byref(mc), ctypes.byref(handle)),
                "creating the layer")
@@ -210,6 +211,14 @@ class MoE:
                 if a is not None and k in keep:
                     g[f"{name}.{_MIXTRAL[k]}"] = np.zeros_like(a)
         return g
+
+    def aux_loss(self):
+        """The load-balancing loss of the last forward: E · Σ_e f_e · P_e (f_e the share of
+        choices that went to expert e, P_e its mean router probability); backward() adds
+        aux_loss_coef times its gradient."""
+        loss = ctypes.c_double()
+        _check(_lib.moe_aux_loss(self._handle, ctypes.byref(loss)), "the auxiliary loss")
+        return loss.value
 
     def __repr__(self):
         c = self._mc

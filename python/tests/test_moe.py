@@ -64,6 +64,13 @@ def test_state_dict_round_trip_and_bad_input():
         clffn.MoE(D, FF, E).backward(np.zeros((1, D), np.float32))
 
 
+def test_aux_loss_is_k_for_a_tied_router():
+    layer = clffn.MoE(D, FF, E, top_k=2, aux_loss_coef=0.1)
+    layer.set_router(np.zeros((E, D), np.float32))
+    layer(np.ones((5, D), np.float32))
+    assert abs(layer.aux_loss() - 2.0) < 1e-6
+
+
 torch = pytest.importorskip("torch")
 import clffn.torch as ct  # noqa: E402
 
