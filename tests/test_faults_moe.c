@@ -1,0 +1,101 @@
+/* Allocation failures in a mixture-of-experts layer (4 experts, k = 2, a shared one; the
+ * fault-injection build of the library, as test_faults.c): its creation and forward with host
+ * allocation n failing, then device allocation n, and its backward after a clean forward with
+ * device allocation n failing. Each failure is a status, the caller's outputs keep what they
+ * held, nothing leaks, and a run with nothing failing gives a clean run's values. */
+#include "clffn.h"
+#include "fault.h"
+#include "internal.h"
+
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+
+enum { D = 16, F = 24, T = 3, ME = 4 };
+
+/* The layer with its weights (router and experts in steps of 1/8 and 1/32), or a status. */
+static int moe_make(clffn_context *ctx, clffn_moe **out) {
+    clffn_moe_config c = clffn_moe_config_default(D, F, ME, 2);
+    c.shared_expert = 1;
+    float router[ME * D], w[3 * F * D];
+    for (size_t i = 0; i < ME * D; ++i) { router[i] = (float)((int)(i % 9) - 4) / 8.0f; }
+    for (size_t i = 0; i < 3 * F * D; ++i) { w[i] = (float)((int)(i % 11) - 5) / 32.0f; }
+    const clffn_host_weights hw = {w, NULL, w + F * D, NULL, w + 2 * F * D, NULL};
+    clffn_moe *moe = NULL;
+    int st = clffn_moe_create(ctx, &c, &moe);
+    if (st == CLFFN_SUCCESS) { st = clffn_moe_upload_router(moe, router, NULL); }
+    for (size_t e = 0; e <= ME && st == CLFFN_SUCCESS; ++e) {
+        st = clffn_ffn_upload_weights(clffn_moe_expert(moe, e), CLFFN_LAYOUT_OUT_IN, &hw);
+    }
+    if (st != CLFFN_SUCCESS) { clffn_moe_destroy(moe), moe = NULL; }
+    *out = moe;
+    return st;
+}
+
+static const float *input(void) {
+    static float x[T * D];
+    for (size_t i = 0; i < T * D; ++i) { x[i] = (float)((int)(i % 13) - 6) / 8.0f; }
+    return x;
+}
+
+/* Forward (backward = 0: made, run and destroyed while armed) or backward (backward = 1: the
+ * forward unarmed first) into out [T·D]. */
+static int run_once(clffn_context *ctx, int backward, int device, long n, float *out,
+                    long *failed) {
+    clffn_moe *moe = NULL;
+    float y[T * D], rg[ME * D];
+    int st = CLFFN_SUCCESS;
+    if (backward) {
+        st = moe_make(ctx, &moe);
+        if (st == CLFFN_SUCCESS) {
+            st = clffn_moe_forward_host(moe, T, input(), T * D, y, T * D, NULL, NULL);
+        }
+        cr_assert_eq(st, CLFFN_SUCCESS, "the forward before the backward");
+    }
+    device ? clffn__fi_arm_device(n, 0) : clffn__fi_arm(n, 0);
+    if (!backward) {
+        st = moe_make(ctx, &moe);
+        if (st == CLFFN_SUCCESS) {
+            st = clffn_moe_forward_host(moe, T, input(), T * D, out, T * D, NULL, NULL);
+        }
+    } else {
+        st = clffn_moe_backward_host(moe, T, input(), T * D, out, T * D, rg, NULL, NULL, 0);
+    }
+    *failed = device ? clffn__fi_device_failed() : clffn__fi_failed();
+    device ? clffn__fi_arm_device(0, 0) : clffn__fi_arm(0, 0);
+    clffn_moe_destroy(moe);
+    return st;
+}
+
+static void sweep(int backward, int device) {
+    clffn_context *ctx = NULL;
+    cr_assert_eq(clffn_context_create_default(&ctx), CLFFN_SUCCESS);
+    float clean[T * D], out[T * D];
+    long failed;
+    cr_assert_eq(run_once(ctx, backward, device, 0, clean, &failed), CLFFN_SUCCESS);
+    const long live0 = clffn__fi_live();
+    long n = 1;
+    for (;; ++n) {
+        for (size_t i = 0; i < T * D; ++i) { out[i] = -3.0f; }
+        const int st = run_once(ctx, backward, device, n, out, &failed);
+        cr_assert_eq(clffn__fi_live(), live0, "allocation %ld failing: blocks leaked", n);
+        if (failed == 0) {
+            cr_assert_eq(st, CLFFN_SUCCESS);
+            for (size_t i = 0; i < T * D; ++i) {
+                cr_assert(fabsf(out[i] - clean[i]) <= 1e-6f * (1.0f + fabsf(clean[i])));
+            }
+            break;
+        }
+        cr_assert_eq(st, device ? CL_MEM_OBJECT_ALLOCATION_FAILURE : CLFFN_ERROR_OUT_OF_HOST_MEMORY,
+                     "%s %s allocation %ld failing: %s", backward ? "backward" : "forward",
+                     device ? "device" : "host", n, clffn_status_string(st));
+        for (size_t i = 0; i < T * D; ++i) { cr_assert(out[i] == -3.0f, "out[%zu] changed", i); }
+        cr_assert(n < 10000, "no end to the allocations");
+    }
+    cr_assert(n > 2, "fewer than two allocations failed in turn; vacuous");
+    clffn_context_destroy(ctx);
+}
+
+Test(faults_moe, forward_host_allocations) { sweep(0, 0); }
+Test(faults_moe, forward_device_allocations) { sweep(0, 1); }
+Test(faults_moe, backward_device_allocations) { sweep(1, 1); }
