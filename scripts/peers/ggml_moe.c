@@ -4,70 +4,13 @@
  * (gate and up [D, F, E], down [F, D, E] in ggml's ne order), SwiGLU, the weighted sum of the k
  * outputs. The router stays f32 as in llama.cpp's files; the experts are in TYPE, in the buffer
  * llama.cpp would give them (CPU_REPACK for q4_0 on x86 with AVX2, else the CPU's). Prints the
- * best and median of the timed runs after two warm-ups. Built like ggml_ffn.c:
- *   cc -O2 -std=c11 -o ggml_moe ggml_moe.c -IGGML/include -LBUILD/src -lggml -lggml-cpu \
- *      -lggml-base -lstdc++ -lm -lpthread
+ * best and median of the timed runs after two warm-ups. Built by scripts/peers/ggml-bench.sh.
  *
  *   ggml_moe TYPE [tokens] [d_model] [d_ff] [experts] [k] [threads] [reps] */
 #define _POSIX_C_SOURCE 200809L
-#include "ggml-alloc.h"
-#include "ggml-backend.h"
-#include "ggml-cpu.h"
-#include "ggml.h"
+#include "ggml_peer.h"
 
-#include <math.h>
-#include <stdint.h>
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static int cmp(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* Uniform values in ±1/√ne0 for every row of t (any rank), in its type, set through the
- * backend (which repacks them where the buffer does). */
-static int fill(struct ggml_tensor *t, uint64_t seed) {
-    const int64_t cols = t->ne[0], rows = ggml_nrows(t);
-    float *src = malloc((size_t)(cols * rows) * sizeof *src);
-    void *dst = malloc(ggml_nbytes(t));
-    if (!src || !dst) { return -1; }
-    const float scale = 1.0f / sqrtf((float)cols);
-    for (int64_t i = 0; i < cols * rows; ++i) {
-        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
-        src[i] = scale * (float)((double)(seed >> 40) / 8388608.0 - 1.0);
-    }
-    if (t->type == GGML_TYPE_F32) {
-        memcpy(dst, src, ggml_nbytes(t));
-    } else {
-        ggml_quantize_chunk(t->type, src, dst, 0, rows, cols, NULL);
-    }
-    ggml_backend_tensor_set(t, dst, 0, ggml_nbytes(t));
-    free(src);
-    free(dst);
-    return 0;
-}
-
-static ggml_backend_buffer_type_t expert_buft(ggml_backend_t cpu, enum ggml_type type) {
-    ggml_backend_dev_t dev = ggml_backend_get_device(cpu);
-    ggml_backend_reg_t reg = ggml_backend_dev_backend_reg(dev);
-    ggml_backend_dev_get_extra_bufts_t extra = (ggml_backend_dev_get_extra_bufts_t)
-        ggml_backend_reg_get_proc_address(reg, "ggml_backend_dev_get_extra_bufts");
-    if (type == GGML_TYPE_Q4_0 && ggml_cpu_has_avx2() && extra) {
-        for (ggml_backend_buffer_type_t *b = extra(dev); b && *b; ++b) {
-            if (strstr(ggml_backend_buft_name(*b), "REPACK")) { return *b; }
-        }
-    }
-    return ggml_backend_get_default_buffer_type(cpu);
-}
 
 /* The layer's graph on x [D, T]: y [D, T]. */
 static struct ggml_tensor *moe_graph(struct ggml_context *g, struct ggml_tensor *x,
@@ -127,11 +70,11 @@ int main(int argc, char **argv) {
                                 ggml_new_tensor_3d(ectx, type, F, D, E)};
     struct ggml_tensor *x = ggml_new_tensor_2d(rctx, GGML_TYPE_F32, D, T);
     ggml_backend_buffer_t rbuf = ggml_backend_alloc_ctx_tensors(rctx, cpu);
-    ggml_backend_buffer_type_t buft = expert_buft(cpu, type);
+    ggml_backend_buffer_type_t buft = weight_buft(cpu, type, F < D ? F : D);
     ggml_backend_buffer_t ebuf = ggml_backend_alloc_ctx_tensors_from_buft(ectx, buft);
     if (!rbuf || !ebuf) { return 1; }
     for (int i = 0; i < 4; ++i) {
-        if (fill(w[i], 1 + (uint64_t)i) != 0) { return 1; }
+        if (fill_weight(w[i], 1 + (uint64_t)i) != 0) { return 1; }
     }
     float *xs = malloc((size_t)(D * T) * sizeof *xs);
     for (int64_t i = 0; i < D * T; ++i) { xs[i] = sinf(0.01f * (float)i); }
