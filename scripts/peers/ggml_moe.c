@@ -99,9 +99,12 @@ int main(int argc, char **argv) {
     float y0;
     ggml_backend_tensor_get(y, &y0, 0, sizeof y0);
     printf("%s moe %lld tokens %lld -> %lld, %lld experts, top-%lld: best %.3f ms, median %.3f "
-           "ms, experts in %s, %d threads, y[0] %g\n",
+           "ms, experts in %s, %d threads, built for AVX2 %d F16C %d AVX-512 %d VNNI %d BF16 %d, "
+           "y[0] %g\n",
            argv[1], (long long)T, (long long)D, (long long)F, (long long)E, (long long)k,
-           ts[0] * 1e3, ts[reps / 2] * 1e3, ggml_backend_buft_name(buft), threads, (double)y0);
+           ts[0] * 1e3, ts[reps / 2] * 1e3, ggml_backend_buft_name(buft), threads,
+           ggml_cpu_has_avx2(), ggml_cpu_has_f16c(), ggml_cpu_has_avx512(),
+           ggml_cpu_has_avx512_vnni(), ggml_cpu_has_avx512_bf16(), (double)y0);
     free(ts);
     free(xs);
     ggml_gallocr_free(galloc);
