@@ -110,7 +110,8 @@ typedef enum clffn_status {
     CLFFN_ERROR_BUFFER_OVERLAP = -4110,     /* y partly overlaps x (equal is fine, partly is not) */
     CLFFN_ERROR_OUT_OF_HOST_MEMORY = -4111, /* malloc failed in clffn's own code */
     CLFFN_ERROR_CONTEXT_ALIVE = -4112,      /* clffn_release_all while a context still exists */
-    CLFFN_ERROR_COMPRESSED_WEIGHTS = -4113  /* a gradient asked of weights kept compressed */
+    CLFFN_ERROR_COMPRESSED_WEIGHTS = -4113, /* a gradient asked of weights kept compressed */
+    CLFFN_ERROR_PROFILING_TIMES = -4114     /* the device's event timestamps are unusable */
 } clffn_status;
 
 /** A static, human-readable name for any status, OpenCL's and CLBlast's included
@@ -766,8 +767,9 @@ CLFFN_API clffn_status clffn_ffn_set_profiling(clffn_ffn *ffn, int on);
 
 /** The stage times of the last forward run with profiling on (blocking: waits for it).
  *  Errors: NULL_ARGUMENT; NO_FORWARD when none was profiled; CL_PROFILING_INFO_NOT_AVAILABLE
- *  (-7) when its queue lacks profiling; INVALID_QUEUE when the stages' times overlap (the queue
- *  did not run them in order); OpenCL's. */
+ *  (-7) when its queue lacks profiling; PROFILING_TIMES when the device's timestamps put the
+ *  stages out of the order in which the in-order queue ran them (a driver whose profiling
+ *  timestamps are not times: time on the host instead); OpenCL's. */
 CLFFN_API clffn_status clffn_ffn_stage_times(clffn_ffn *ffn, clffn_stage_times *out);
 
 /* ---------------------------------------------------------------------------------------------

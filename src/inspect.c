@@ -86,8 +86,9 @@ clffn_status clffn_ffn_stage_times(clffn_ffn *ffn, clffn_stage_times *out) {
     if (err == CL_SUCCESS) { err = event_time(ffn->prof_end, CL_PROFILING_COMMAND_START, &e2s); }
     if (err == CL_SUCCESS) { err = event_time(ffn->prof_end, CL_PROFILING_COMMAND_END, &e2e); }
     if (err != CL_SUCCESS) { return (clffn_status)err; }
+    /* forwards refuse out-of-order queues, so stages out of order mean a timer that is not one */
     if (!(t0 <= e1s && e1s <= e1e && e1e <= e2s && e2s <= e2e)) {
-        return CLFFN_ERROR_INVALID_QUEUE; /* not in order: the stages overlapped */
+        return CLFFN_ERROR_PROFILING_TIMES;
     }
     out->gemm1_s = (double)(e1s - t0) * 1e-9;
     out->epilogue1_s = (double)(e1e - e1s) * 1e-9;

@@ -38,6 +38,8 @@ static const struct {
      "CLFFN_ERROR_CONTEXT_ALIVE: a clffn_context is still alive (destroy it first)"},
     {CLFFN_ERROR_COMPRESSED_WEIGHTS,
      "CLFFN_ERROR_COMPRESSED_WEIGHTS: no weight gradient of weights kept compressed"},
+    {CLFFN_ERROR_PROFILING_TIMES,
+     "CLFFN_ERROR_PROFILING_TIMES: the device's profiling timestamps are out of order"},
     {-1, "CL_DEVICE_NOT_FOUND"},
     {-2, "CL_DEVICE_NOT_AVAILABLE"},
     {-3, "CL_COMPILER_NOT_AVAILABLE"},

@@ -93,6 +93,46 @@ clffn_context *test_context(void) {
     return ctx;
 }
 
+int test_timestamps_ordered(clffn_context *ctx) {
+    static const char *src = "__kernel void k(__global float *a) { a[get_global_id(0)] += 1.0f; }";
+    cl_context cx = clffn_context_cl_context(ctx);
+    cl_device_id dev = clffn_context_cl_device(ctx);
+    cl_int err;
+    cl_command_queue q = clCreateCommandQueue(cx, dev, CL_QUEUE_PROFILING_ENABLE, &err);
+    cr_assert_eq(err, CL_SUCCESS);
+    cl_program p = clCreateProgramWithSource(cx, 1, &src, NULL, &err);
+    cr_assert_eq(err, CL_SUCCESS);
+    cr_assert_eq(clBuildProgram(p, 1, &dev, "", NULL, NULL), CL_SUCCESS);
+    cl_kernel k = clCreateKernel(p, "k", &err);
+    cr_assert_eq(err, CL_SUCCESS);
+    const size_t n = 1 << 16;
+    cl_mem b = clCreateBuffer(cx, CL_MEM_READ_WRITE, n * sizeof(float), NULL, &err);
+    cr_assert_eq(err, CL_SUCCESS);
+    cr_assert_eq(clSetKernelArg(k, 0, sizeof b, &b), CL_SUCCESS);
+    cl_event ev[3];
+    for (int i = 0; i < 3; ++i) {
+        cr_assert_eq(clEnqueueNDRangeKernel(q, k, 1, NULL, &n, NULL, 0, NULL, &ev[i]), CL_SUCCESS);
+    }
+    cr_assert_eq(clFinish(q), CL_SUCCESS);
+    cl_ulong last_end = 0;
+    int ordered = 1;
+    for (int i = 0; i < 3; ++i) {
+        cl_ulong s = 0, e = 0;
+        cr_assert_eq(clGetEventProfilingInfo(ev[i], CL_PROFILING_COMMAND_START, sizeof s, &s, NULL),
+                     CL_SUCCESS);
+        cr_assert_eq(clGetEventProfilingInfo(ev[i], CL_PROFILING_COMMAND_END, sizeof e, &e, NULL),
+                     CL_SUCCESS);
+        ordered = ordered && s >= last_end && e >= s;
+        last_end = e;
+        clReleaseEvent(ev[i]);
+    }
+    clReleaseMemObject(b);
+    clReleaseKernel(k);
+    clReleaseProgram(p);
+    clReleaseCommandQueue(q);
+    return ordered;
+}
+
 void assert_close(const float *y, const double *ref, size_t n, double rtol, const char *what) {
     double max_ref = 0.0;
     for (size_t i = 0; i < n; ++i) { max_ref = fmax(max_ref, fabs(ref[i])); }

@@ -46,6 +46,10 @@ void typed_make(typed_set *s, const clffn_config *c, const test_weights *w, clff
 void typed_free(typed_set *s);
 
 clffn_context *test_context(void);
+/* Whether the device's profiling timestamps order three kernels that its in-order queue ran one
+ * after the other (each starting at or after the last one's end): the tests' own probe, apart
+ * from the library's, of whether stage times can exist on this device. */
+int test_timestamps_ordered(clffn_context *ctx);
 
 /* The two sides of the small-batch crossover (clffn_context_set_gemv_max_tokens): every product
  * an SGEMM, then every one that can be a GEMV per token. Tests of the passes run on both. */

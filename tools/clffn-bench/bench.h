@@ -63,6 +63,7 @@ typedef struct device_run {
     clffn_ffn *ffn;
     cl_mem x, y, dy, dx, g[5]; /* g: dW1 (stacked with dV), db1, dbv, dW2, db2 */
     size_t cap;
+    int no_stage_times; /* the device's profiling timestamps are out of order: no stage times */
 } device_run;
 
 /* The FFN's weights, nn.Linear's initialisation from seed, uploaded as f32 or converted on the

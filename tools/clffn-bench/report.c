@@ -5,6 +5,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+/* Why a device gets no stage times (clffn_ffn_stage_times' CLFFN_ERROR_PROFILING_TIMES). */
+static const char *const NO_STAGES = "the device's profiling timestamps are out of order";
+
 /* What both forms derive from the measurements. */
 typedef struct derived {
     double flops, weights_gbps, epilogue_gbps, outside_share;
@@ -47,7 +50,12 @@ static void json_startup(cJSON *o, const bench_result *res) {
     cJSON_AddNumberToObject(b, "first_forward_s", su->first);
 }
 
-static void json_stages(cJSON *o, const bench_result *res, const derived *d) {
+static void json_stages(cJSON *o, const device_run *r, const bench_result *res, const derived *d) {
+    if (r->no_stage_times) {
+        cJSON_AddNullToObject(o, "stages");
+        cJSON_AddStringToObject(o, "stages_unavailable", NO_STAGES);
+        return;
+    }
     cJSON *st = cJSON_AddObjectToObject(o, "stages");
     cJSON_AddNumberToObject(st, "gemm1_s", res->stages.gemm1_s);
     cJSON_AddNumberToObject(st, "epilogue1_s", res->stages.epilogue1_s);
@@ -82,7 +90,7 @@ void bench_report_json(const args *a, device_run *r, const bench_result *res) {
     cJSON_AddNumberToObject(o, "backward_best_s", res->bwd.best_s);
     cJSON_AddNumberToObject(o, "backward_median_s", res->bwd.median_s);
     cJSON_AddNumberToObject(o, "backward_over_forward", res->bwd.best_s / res->fwd.best_s);
-    json_stages(o, res, &d);
+    json_stages(o, r, res, &d);
     if (res->have_cpu) {
         const cpu_timing *ct = &res->cpu;
         cJSON *c = cJSON_AddObjectToObject(o, "cpu_blas");
@@ -144,11 +152,15 @@ void bench_report_text(const args *a, device_run *r, const bench_result *res) {
            "%.1f GB/s\n",
            d.weights_gbps, clffn_ffn_weight_bytes(r->ffn), clffn_dtype_name(a->dtype),
            res->copy_gbps);
-    printf("stages (mean): GEMM 1 %.3f ms | epilogue 1 %.3f ms | GEMM 2 %.3f ms | epilogue 2 "
-           "%.3f ms\n",
-           s->gemm1_s * 1e3, s->epilogue1_s * 1e3, s->gemm2_s * 1e3, s->epilogue2_s * 1e3);
-    printf("outside GEMMs: %.1f%% of device time; epilogues at %.1f GB/s\n",
-           100.0 * d.outside_share, d.epilogue_gbps);
+    if (r->no_stage_times) {
+        printf("stages:        unavailable: %s\n", NO_STAGES);
+    } else {
+        printf("stages (mean): GEMM 1 %.3f ms | epilogue 1 %.3f ms | GEMM 2 %.3f ms | epilogue 2 "
+               "%.3f ms\n",
+               s->gemm1_s * 1e3, s->epilogue1_s * 1e3, s->gemm2_s * 1e3, s->epilogue2_s * 1e3);
+        printf("outside GEMMs: %.1f%% of device time; epilogues at %.1f GB/s\n",
+               100.0 * d.outside_share, d.epilogue_gbps);
+    }
     printf("backward:      best %.3f ms, median %.3f ms: %.2fx the forward\n",
            res->bwd.best_s * 1e3, res->bwd.median_s * 1e3, res->bwd.best_s / res->fwd.best_s);
     printf("startup:       %.3f s from process start to the first result\n", res->startup_s);
