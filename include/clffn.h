@@ -292,8 +292,9 @@ CLFFN_API clffn_status clffn_context_create(cl_context context, cl_device_id dev
 /** Creates a context that owns its OpenCL context and queue on the device named by `spec`:
  *  "P:D" (platform and device index, as clffn-devices lists them) or a case-insensitive
  *  substring of the device name. spec NULL or "" means: CLFFN_DEVICE from the environment if
- *  set, else the first GPU, else the first device. Errors: no platform → CLFFN_PLATFORM_NOT_FOUND
- *  (-1001); nothing matched → DEVICE_NOT_FOUND; DEVICE_UNSUPPORTED as above. */
+ *  set, else the device clffn_devices_default() picks (a GPU first; POCL before llvmpipe).
+ *  Errors: no platform → CLFFN_PLATFORM_NOT_FOUND (-1001); nothing matched → DEVICE_NOT_FOUND;
+ *  DEVICE_UNSUPPORTED as above. */
 CLFFN_API clffn_status clffn_context_create_for_device(const char *spec, clffn_context **out);
 
 /** clffn_context_create_for_device(NULL, out): the host-level way in. */
@@ -321,6 +322,17 @@ CLFFN_API clffn_status clffn_release_all(void);
 CLFFN_API cl_context clffn_context_cl_context(const clffn_context *ctx);
 CLFFN_API cl_device_id clffn_context_cl_device(const clffn_context *ctx);
 CLFFN_API cl_command_queue clffn_context_queue(const clffn_context *ctx);
+
+/** 1 when the context's device keeps subnormal floats (CL_FP_DENORM in its single-precision
+ *  config), 0 when it flushes them, as OpenCL allows and many GPUs and Mesa's llvmpipe do; 0
+ *  for a NULL ctx. On such a device every clffn kernel reads a subnormal input (x, a weight
+ *  stored as f32 or bf16, a gradient) as zero of the same sign, writes a zero of the result's
+ *  sign where the exact result is subnormal, and an intermediate value that underflows becomes
+ *  zero: results differ from an IEEE device's by at most the order of the smallest normal float
+ *  (1.2e-38) times the operands' magnitudes (silu(-88), 5e-37, comes out 0), and erf keeps its
+ *  ulp bound for every normal input. f16, q8_0 and q4_0 weights are decoded exactly either way:
+ *  their smallest values are normal floats. */
+CLFFN_API int clffn_context_denormals(const clffn_context *ctx);
 
 /** Writes the device's name into buf (NUL-terminated, truncated to size). Errors:
  *  NULL_ARGUMENT, INVALID_SIZE for size 0, OpenCL's. */
@@ -355,6 +367,8 @@ typedef struct clffn_device_info {
     int fp16;      /* cl_khr_fp16 */
     int fp64;      /* cl_khr_fp64 or a non-zero CL_DEVICE_DOUBLE_FP_CONFIG */
     int supported; /* 1 when clffn can run on it (OpenCL 1.2, a compiler, available) */
+    int denormals; /* CL_FP_DENORM in CL_DEVICE_SINGLE_FP_CONFIG; 0: subnormals count as zero */
+    int software;  /* a GPU driver stack run on the CPU to test it (Mesa's llvmpipe, softpipe) */
 } clffn_device_info;
 
 /** Lists every device of every platform in platform order. Writes at most `capacity` entries
@@ -362,6 +376,23 @@ typedef struct clffn_device_info {
  *  first call with capacity 0 sizes the array. Errors: NULL count → NULL_ARGUMENT; no platform
  *  → CLFFN_PLATFORM_NOT_FOUND (-1001); OpenCL's. */
 CLFFN_API clffn_status clffn_devices_list(clffn_device_info *out, size_t capacity, size_t *count);
+
+/** The device that clffn_context_create_default() opens, given the list clffn_devices_list()
+ *  wrote: among the supported devices, a GPU, else an accelerator, else a CPU device of a CPU
+ *  runtime (POCL, a vendor's CPU runtime), else a software GPU stack (`software`: Mesa's
+ *  llvmpipe, which rusticl offers next to POCL and which exists to test drivers), else any
+ *  other; the first in list order among equals. The platforms' order (which the ICD loader
+ *  decides, not the user) therefore never puts llvmpipe before POCL. When no device is
+ *  supported the same order picks among all, so that opening it names what is missing.
+ *  *index receives the position in devs. Errors: NULL devs (with n > 0) or NULL index →
+ *  NULL_ARGUMENT; n == 0 → DEVICE_NOT_FOUND. */
+CLFFN_API clffn_status clffn_devices_default(const clffn_device_info *devs, size_t n,
+                                             size_t *index);
+
+/** sizeof(clffn_device_info) in this build of the library. Bindings that mirror the struct (the
+ *  Python package does, through ctypes) compare theirs with it, so that a library built from
+ *  another clffn.h is refused instead of written past their array. */
+CLFFN_API size_t clffn_device_info_size(void);
 
 /** A short name for a device type: "GPU", "CPU", "accelerator", "custom" or "other". */
 CLFFN_API const char *clffn_device_type_name(cl_device_type type);

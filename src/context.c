@@ -44,6 +44,10 @@ static clffn_status context_init(clffn_context *ctx, cl_context context, cl_devi
     err = clGetDeviceInfo(device, CL_DEVICE_TYPE, sizeof type, &type, NULL);
     if (err != CL_SUCCESS) { return (clffn_status)err; }
     ctx->cpu = (type & CL_DEVICE_TYPE_CPU) != 0;
+    cl_device_fp_config fp = 0;
+    err = clGetDeviceInfo(device, CL_DEVICE_SINGLE_FP_CONFIG, sizeof fp, &fp, NULL);
+    if (err != CL_SUCCESS) { return (clffn_status)err; }
+    ctx->denormals = (fp & CL_FP_DENORM) != 0;
     err = clGetDeviceInfo(device, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof ctx->max_wg, &ctx->max_wg,
                           NULL);
     if (err != CL_SUCCESS) { return (clffn_status)err; }
@@ -122,8 +126,8 @@ static int contains_ci(const char *hay, const char *needle) {
     return n == 0;
 }
 
-/* Picks the device named by spec ("P:D" or a name substring), or the first GPU, else the first
- * device when spec is empty. */
+/* Picks the device named by spec ("P:D" or a name substring), or clffn_devices_default()'s
+ * when spec is empty. */
 static clffn_status select_device(const char *spec, cl_device_id *out) {
     size_t n = 0;
     clffn_status st = clffn_devices_list(NULL, 0, &n);
@@ -139,15 +143,17 @@ static clffn_status select_device(const char *spec, cl_device_id *out) {
     char tail = 0;
     const int named = spec && *spec;
     const int by_index = named && sscanf(spec, "%u:%u%c", &want_p, &want_d, &tail) == 2;
-    cl_device_id match = NULL, first_gpu = NULL;
-    for (size_t i = 0; i < n && !match; ++i) {
-        if (!first_gpu && (devs[i].type & CL_DEVICE_TYPE_GPU)) { first_gpu = devs[i].device; }
+    cl_device_id match = NULL;
+    for (size_t i = 0; i < n && named && !match; ++i) {
         if (by_index ? (devs[i].platform_index == want_p && devs[i].device_index == want_d)
-                     : (named && contains_ci(devs[i].name, spec))) {
+                     : contains_ci(devs[i].name, spec)) {
             match = devs[i].device;
         }
     }
-    if (!named) { match = first_gpu ? first_gpu : devs[0].device; }
+    size_t pick = 0;
+    if (!named && clffn_devices_default(devs, n, &pick) == CLFFN_SUCCESS) {
+        match = devs[pick].device;
+    }
     free(devs);
     if (!match) { return CLFFN_ERROR_DEVICE_NOT_FOUND; }
     *out = match;
@@ -190,6 +196,7 @@ clffn_status clffn_release_all(void) {
 
 cl_context clffn_context_cl_context(const clffn_context *ctx) { return ctx ? ctx->context : NULL; }
 cl_device_id clffn_context_cl_device(const clffn_context *ctx) { return ctx ? ctx->device : NULL; }
+int clffn_context_denormals(const clffn_context *ctx) { return ctx ? ctx->denormals : 0; }
 cl_command_queue clffn_context_queue(const clffn_context *ctx) { return ctx ? ctx->queue : NULL; }
 
 clffn_status clffn_context_device_name(const clffn_context *ctx, char *buf, size_t size) {

@@ -13,6 +13,7 @@ struct clffn_context {
     cl_command_queue queue;  /* internal, in-order, profiling on */
     cl_ulong max_alloc;      /* CL_DEVICE_MAX_MEM_ALLOC_SIZE */
     int cpu;                 /* a CPU device: own buffers take CL_MEM_ALLOC_HOST_PTR */
+    int denormals;           /* CL_FP_DENORM: the device keeps subnormal floats */
     clffn_programs programs; /* the compiled kernels, built on first use (program.c) */
     /* Test hook: local work size of the epilogue kernels along dimension 0; 0 lets the runtime
      * choose. Exists to prove the dropout mask does not depend on it. */

@@ -58,6 +58,8 @@ void clffn__device_strings(cl_device_id device, char *platform, char *name, char
 /* ------------------------------------------------------------------------------------------ */
 /* Enumeration */
 
+size_t clffn_device_info_size(void) { return sizeof(clffn_device_info); }
+
 const char *clffn_device_type_name(cl_device_type type) {
     if (type & CL_DEVICE_TYPE_GPU) { return "GPU"; }
     if (type & CL_DEVICE_TYPE_CPU) { return "CPU"; }
@@ -133,9 +135,50 @@ static clffn_status fill_info(clffn_device_info *info, cl_platform_id p, cl_devi
         dfp != 0) {
         info->fp64 = 1;
     }
+    cl_device_fp_config sfp = 0;
+    info->denormals =
+        clGetDeviceInfo(d, CL_DEVICE_SINGLE_FP_CONFIG, sizeof sfp, &sfp, NULL) == CL_SUCCESS &&
+        (sfp & CL_FP_DENORM) != 0;
+    info->software = clffn__software_device(info->name);
     clffn_device_caps caps;
     info->supported = clffn__device_caps_query(d, &caps) == CLFFN_SUCCESS &&
                       clffn__device_caps_check(&caps) == CLFFN_SUCCESS;
+    return CLFFN_SUCCESS;
+}
+
+int clffn__software_device(const char *name) {
+    /* Mesa names its software drivers so, whatever the version: "llvmpipe (LLVM 15.0.6, 256
+     * bits)", "softpipe" */
+    static const char *const soft[] = {"llvmpipe", "softpipe"};
+    for (size_t i = 0; i < sizeof soft / sizeof soft[0]; ++i) {
+        if (!strncmp(name, soft[i], strlen(soft[i]))) { return 1; }
+    }
+    return 0;
+}
+
+/* The default's order: lower first (clffn_devices_default). */
+static int default_rank(const clffn_device_info *d) {
+    int r = 4;
+    if (d->software) {
+        r = 3;
+    } else if (d->type & CL_DEVICE_TYPE_GPU) {
+        r = 0;
+    } else if (d->type & CL_DEVICE_TYPE_ACCELERATOR) {
+        r = 1;
+    } else if (d->type & CL_DEVICE_TYPE_CPU) {
+        r = 2;
+    }
+    return d->supported ? r : r + 5;
+}
+
+clffn_status clffn_devices_default(const clffn_device_info *devs, size_t n, size_t *index) {
+    if (!index || (n && !devs)) { return CLFFN_ERROR_NULL_ARGUMENT; }
+    if (n == 0) { return CLFFN_ERROR_DEVICE_NOT_FOUND; }
+    size_t best = 0;
+    for (size_t i = 1; i < n; ++i) {
+        if (default_rank(&devs[i]) < default_rank(&devs[best])) { best = i; }
+    }
+    *index = best;
     return CLFFN_SUCCESS;
 }
 

@@ -17,6 +17,9 @@ typedef struct clffn_device_caps {
 clffn_status clffn__device_caps_check(const clffn_device_caps *caps);
 clffn_status clffn__device_caps_query(cl_device_id device, clffn_device_caps *caps);
 
+/* 1 when a device of this name is a GPU driver stack run in software (Mesa's llvmpipe). */
+int clffn__software_device(const char *name);
+
 /* Parses "OpenCL M.m ..." into major/minor; returns 0 on failure. */
 int clffn__parse_cl_version(const char *s, int *major, int *minor);
 

@@ -77,13 +77,21 @@ static const char *tuning_of(const clffn_device_info *d) {
     }
 }
 
+/* The position of the device clffn opens when none is named, or n when there is none. */
+static size_t default_index(const clffn_device_info *ds, size_t n) {
+    size_t k = n;
+    return clffn_devices_default(ds, n, &k) == CLFFN_SUCCESS ? k : n;
+}
+
 static void print_table(const clffn_device_info *ds, size_t n, const check_result *checks) {
+    const size_t def = default_index(ds, n);
     for (size_t i = 0; i < n; ++i) {
         const clffn_device_info *d = &ds[i];
         if (i == 0 || d->platform_index != ds[i - 1].platform_index) {
             printf("%sPlatform %u: %s\n", i ? "\n" : "", d->platform_index, d->platform_name);
         }
-        printf("  [%u:%u] %s\n", d->platform_index, d->device_index, d->name);
+        printf("  [%u:%u] %s%s\n", d->platform_index, d->device_index, d->name,
+               i == def ? "   (the default device)" : "");
         printf("        vendor          %s\n", d->vendor);
         printf("        type            %s\n", clffn_device_type_name(d->type));
         printf("        driver          %s\n", d->driver_version);
@@ -94,6 +102,8 @@ static void print_table(const clffn_device_info *ds, size_t n, const check_resul
         printf("        local memory    %.0f KiB\n", (double)d->local_mem_bytes / 1024.0);
         printf("        max work-group  %zu\n", d->max_work_group_size);
         printf("        fp16 / fp64     %s / %s\n", d->fp16 ? "yes" : "no", d->fp64 ? "yes" : "no");
+        printf("        subnormals      %s\n", d->denormals ? "kept" : "flushed to zero");
+        if (d->software) { printf("        software        a GPU driver run on the CPU\n"); }
         printf("        tuning          %s\n", tuning_of(d));
         printf("        usable by clffn %s\n",
                d->supported ? "yes" : "no (needs OpenCL 1.2 and an online compiler)");
@@ -113,6 +123,7 @@ static int print_json(const clffn_device_info *ds, size_t n, const check_result 
     cJSON *root = cJSON_CreateObject();
     cJSON *arr = cJSON_AddArrayToObject(root, "devices");
     cJSON_AddStringToObject(root, "clffn_version", clffn_version_string());
+    const size_t def = default_index(ds, n);
     for (size_t i = 0; i < n; ++i) {
         const clffn_device_info *d = &ds[i];
         cJSON *o = cJSON_CreateObject();
@@ -135,6 +146,9 @@ static int print_json(const clffn_device_info *ds, size_t n, const check_result 
         cJSON_AddBoolToObject(o, "fp16", d->fp16);
         cJSON_AddBoolToObject(o, "fp64", d->fp64);
         cJSON_AddBoolToObject(o, "supported", d->supported);
+        cJSON_AddBoolToObject(o, "denormals", d->denormals);
+        cJSON_AddBoolToObject(o, "software", d->software);
+        cJSON_AddBoolToObject(o, "default", i == def);
         cJSON_AddStringToObject(o, "tuning", tuning_of(d));
         if (checks && checks[i].ran) {
             cJSON *c = cJSON_AddObjectToObject(o, "check");

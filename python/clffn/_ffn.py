@@ -60,8 +60,10 @@ def devices():
     """Every OpenCL device, as `clffn-devices --json` lists them: a list of dicts with index
     ("P:D", what device= takes), platform, name, vendor, type, driver_version, device_version,
     opencl_c_version, compute_units, clock_mhz, global_mem_bytes, local_mem_bytes,
-    max_alloc_bytes, max_work_group_size, fp16, fp64, supported and tuning. An empty list when no
-    OpenCL platform is installed."""
+    max_alloc_bytes, max_work_group_size, fp16, fp64, supported, denormals (False where the device
+    flushes subnormal floats to zero), software (Mesa's llvmpipe), default (the device an FFN
+    gets when device= is not given and CLFFN_DEVICE is not set) and tuning. An empty list when
+    no OpenCL platform is installed."""
     n = ctypes.c_size_t(0)
     st = _lib.devices_list(None, 0, ctypes.byref(n))
     if st == -1001:  # CL_PLATFORM_NOT_FOUND_KHR: nothing installed
@@ -69,8 +71,11 @@ def devices():
     _check(st, "listing the devices")
     arr = (_lib.DeviceInfo * max(n.value, 1))()
     _check(_lib.devices_list(arr, n.value, ctypes.byref(n)), "listing the devices")
+    pick = ctypes.c_size_t(n.value)
+    if n.value:
+        _check(_lib.devices_default(arr, n.value, ctypes.byref(pick)), "choosing the default")
     out = []
-    for d in arr[:n.value]:
+    for i, d in enumerate(arr[:n.value]):
         has = _lib.tuning_has_profile(d.device)
         out.append({
             "index": f"{d.platform_index}:{d.device_index}",
@@ -90,6 +95,9 @@ def devices():
             "fp16": bool(d.fp16),
             "fp64": bool(d.fp64),
             "supported": bool(d.supported),
+            "denormals": bool(d.denormals),
+            "software": bool(d.software),
+            "default": i == pick.value,
             "tuning": {1: "profile", 2: "built-in"}.get(has, "none"),
         })
     return out
@@ -223,8 +231,8 @@ class FFN:
     FFN(d_model, d_ff, activation="relu", gated=False, bias1=True, bias2=True, bias_gate=True,
     dropout=0.0, residual=False, device=None). `activation` also takes the GLU names (swiglu,
     geglu, reglu, glu, bilinear), which set gated. `device` is "P:D" or a name substring as
-    clffn.devices() lists them (default: CLFFN_DEVICE, else the first GPU, else the first
-    device). Weights start as nn.Linear initialises them (uniform ±1/sqrt(fan_in), seed 0).
+    clffn.devices() lists them (default: CLFFN_DEVICE, else the device that
+    clffn-devices marks as the default: a GPU first, POCL before Mesa's llvmpipe). Weights start as nn.Linear initialises them (uniform ±1/sqrt(fan_in), seed 0).
 
     ffn(x) takes a float array of any rank [..., d_model] and returns float32 of the same shape.
     Input that is not float32 or not C-contiguous is converted with a copy (float64, float16 and

@@ -75,7 +75,8 @@ class DeviceInfo(ctypes.Structure):
                 ("compute_units", ctypes.c_uint), ("clock_mhz", ctypes.c_uint),
                 ("global_mem_bytes", ctypes.c_uint64), ("local_mem_bytes", ctypes.c_uint64),
                 ("max_alloc_bytes", ctypes.c_uint64), ("max_work_group_size", c_size),
-                ("fp16", ctypes.c_int), ("fp64", ctypes.c_int), ("supported", ctypes.c_int)]
+                ("fp16", ctypes.c_int), ("fp64", ctypes.c_int), ("supported", ctypes.c_int),
+                ("denormals", ctypes.c_int), ("software", ctypes.c_int)]
 
 
 def _fn(name, restype, *argtypes):
@@ -95,6 +96,25 @@ config_default = _fn("clffn_config_default", Config, c_size, c_size)
 config_validate = _fn("clffn_config_validate", i32, ctypes.POINTER(Config))
 devices_list = _fn("clffn_devices_list", i32, ctypes.POINTER(DeviceInfo), c_size,
                    ctypes.POINTER(c_size))
+devices_default = _fn("clffn_devices_default", i32, ctypes.POINTER(DeviceInfo), c_size,
+                      ctypes.POINTER(c_size))
+
+
+def _check_device_info():
+    # clffn_devices_list writes whole structs into the array made here: a library built from
+    # another clffn.h would write past it
+    size = getattr(lib, "clffn_device_info_size", None)
+    theirs = None
+    if size is not None:
+        size.restype, size.argtypes = c_size, []
+        theirs = size()
+    if theirs != ctypes.sizeof(DeviceInfo):
+        raise OSError(f"{lib_path} is another version of libclffn than this package "
+                      f"(clffn_device_info: {theirs or 'unknown'} bytes there, "
+                      f"{ctypes.sizeof(DeviceInfo)} here); install both from one build")
+
+
+_check_device_info()
 device_type_name = _fn("clffn_device_type_name", ctypes.c_char_p, ctypes.c_uint64)
 context_create_for_device = _fn("clffn_context_create_for_device", i32, ctypes.c_char_p,
                                 ctypes.POINTER(vp))

@@ -217,8 +217,19 @@ def test_devices_fields():
     want = {"index", "platform", "name", "vendor", "type", "driver_version", "device_version",
             "opencl_c_version", "compute_units", "clock_mhz", "global_mem_bytes",
             "local_mem_bytes", "max_alloc_bytes", "max_work_group_size", "fp16", "fp64",
-            "supported", "tuning"}
+            "supported", "denormals", "software", "default", "tuning"}
     assert set(ds[0]) == want
     assert any(d["supported"] for d in ds)
+    assert sum(d["default"] for d in ds) == 1
+    # the default is the device an FFN gets when none is named
+    default = next(d for d in ds if d["default"])
+    if "CLFFN_DEVICE" not in os.environ:
+        assert clffn.FFN(4, 8).device_name() == default["name"]
     ffn = clffn.FFN(4, 8, device=ds[0]["index"])
     assert ffn.device_name() == ds[0]["name"]
+
+
+def test_device_info_layout_matches_the_library():
+    size = _lib.lib.clffn_device_info_size
+    size.restype = ctypes.c_size_t
+    assert ctypes.sizeof(_lib.DeviceInfo) == size()

@@ -103,8 +103,8 @@ static const tool_option OPTIONS[] = {
     {"seed", OPT_SEED, TOOL_VALUE, "S", "dropout seed (default 0)"},
     {"residual", OPT_RESIDUAL, TOOL_FLAG, NULL, "y = FFN(x) + x"},
     {"device", OPT_DEVICE, TOOL_VALUE, "SPEC",
-     "\"platform:device\" or a name substring (default: CLFFN_DEVICE,\nelse the first GPU, else "
-     "the first device)"},
+     "\"platform:device\" or a name substring (default: CLFFN_DEVICE,\nelse the device "
+     "clffn-devices marks as the default)"},
     {"verify", OPT_VERIFY, TOOL_FLAG, NULL, "compare with the CPU reference and print the error"},
     {"grad-output", OPT_GRAD_OUTPUT, TOOL_VALUE, "DY.npy",
      "backward pass for dL/dy = DY (the output's shape), with --grads-out"},
