@@ -541,7 +541,10 @@ CLFFN_API clffn_status clffn_ffn_create(clffn_context *ctx, const clffn_config *
                                         clffn_ffn **out);
 
 /** Releases the FFN, its kernels, workspace and any weights it owns or retained. NULL is a
- *  no-op. Waits for nothing: OpenCL keeps buffers alive for commands still queued. */
+ *  no-op. Waits for the FFN's last forward to complete (at once where the caller finished its
+ *  queue, as it must before reading results; an OpenCL implementation that reports completion
+ *  late is then past it before the FFN's objects go); OpenCL keeps the buffers alive for any
+ *  other command still queued. */
 CLFFN_API void clffn_ffn_destroy(clffn_ffn *ffn);
 
 /** The FFN's config (a copy; for a shard, its slice's: d_ff = f1 − f0, and b2 and the residual
