@@ -748,7 +748,9 @@ CLFFN_API clffn_status clffn_forward_host(clffn_ffn *ffn, size_t tokens, const f
  *  waiting. Given dy [T, D] = ∂L/∂y, writes dx [T, D] (dx may be NULL to skip it) and the weight
  *  gradients into `grads` (shapes and layout as the FFN's weights; for a gated FFN leave v.mem
  *  NULL to get dW1 and dV stacked in w1, computed by one SGEMM; biases with their flag off are
- *  not touched). accumulate = 0 overwrites the gradients, 1 adds to them (micro-batches).
+ *  not touched). A gradient whose buffer's mem is NULL is skipped: every one NULL gives dx
+ *  alone (weights frozen); dV without dW1 is refused (INVALID_ARGUMENT). accumulate = 0
+ *  overwrites the gradients, 1 adds to them (micro-batches).
  *
  *  What the forward keeps for this: z = x·[W1|V] (pre-activation, without biases) and h (W2's
  *  input) in the FFN's workspace, and the dropout offset it used; the mask is recomputed from

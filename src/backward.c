@@ -28,6 +28,7 @@ static clffn_status check_backward(clffn_ffn *ffn, size_t T, clffn_matrix x, clf
     if (!weights && (g->w1.mem || g->v.mem || g->w2.mem)) {
         return clffn__refuse_compressed_grads(ffn);
     }
+    if (c->gated && g->v.mem && !g->w1.mem) { return CLFFN_ERROR_INVALID_ARGUMENT; }
     const struct {
         cl_mem mem;
         size_t off, count;
@@ -36,12 +37,13 @@ static clffn_status check_backward(clffn_ffn *ffn, size_t T, clffn_matrix x, clf
         {x.mem, x.off, T * D, true},
         {dy.mem, dy.off, T * D, true},
         {dx.mem, dx.off, T * D, dx.mem != NULL},
-        {g->w1.mem, g->w1.offset, (stacked_g ? 2 * F : F) * D, weights},
-        {g->b1.mem, g->b1.offset, F, c->bias1 != 0},
-        {g->v.mem, g->v.offset, F * D, weights && c->gated && !stacked_g},
-        {g->bv.mem, g->bv.offset, F, c->gated && c->bias_gate},
-        {g->w2.mem, g->w2.offset, D * F, weights},
-        {g->b2.mem, g->b2.offset, D, c->bias2 != 0},
+        /* a NULL gradient buffer skips that gradient */
+        {g->w1.mem, g->w1.offset, (stacked_g ? 2 * F : F) * D, g->w1.mem != NULL},
+        {g->b1.mem, g->b1.offset, F, c->bias1 && g->b1.mem},
+        {g->v.mem, g->v.offset, F * D, c->gated && g->v.mem},
+        {g->bv.mem, g->bv.offset, F, c->gated && c->bias_gate && g->bv.mem},
+        {g->w2.mem, g->w2.offset, D * F, g->w2.mem != NULL},
+        {g->b2.mem, g->b2.offset, D, c->bias2 && g->b2.mem},
     };
     for (size_t i = 0; i < sizeof checks / sizeof checks[0]; ++i) {
         if (!checks[i].needed) { continue; }
@@ -77,7 +79,7 @@ static cl_int layer1_weight_gemms(clffn_ffn *ffn, const clffn_gemm_env *env, siz
     const size_t F = c->d_ff;
     const clffn_matrix dz = {ffn->ws.dz, 0, clffn__n1(c)};
     const bool stacked_g = c->gated && !g->v.mem;
-    if (!g->w1.mem) { return CL_SUCCESS; } /* compressed weights: ∂x and the biases only */
+    if (!g->w1.mem) { return CL_SUCCESS; } /* not asked for (compressed weights have none) */
     const clffn_linear dw1 = {g->w1.mem,        g->w1.offset,   c->d_model, stacked_g ? 2 * F : F,
                               ffn->grad_layout, CLFFN_DTYPE_F32};
     const clffn_linear dv = {g->v.mem, g->v.offset,      c->d_model,
@@ -114,8 +116,8 @@ static cl_int layer1_bias_sums(clffn_ffn *ffn, size_t T, const clffn_device_weig
     const size_t F = c->d_ff;
     const clffn_matrix dz = {ffn->ws.dz, 0, clffn__n1(c)};
     cl_int err = CL_SUCCESS;
-    if (c->bias1) { err = clffn__column_sums(ffn, dz, T, F, &g->b1, acc, queue); }
-    if (err == CL_SUCCESS && c->gated && c->bias_gate) {
+    if (c->bias1 && g->b1.mem) { err = clffn__column_sums(ffn, dz, T, F, &g->b1, acc, queue); }
+    if (err == CL_SUCCESS && c->gated && c->bias_gate && g->bv.mem) {
         const clffn_matrix dz2 = {dz.mem, F, dz.ld};
         err = clffn__column_sums(ffn, dz2, T, F, &g->bv, acc, queue);
     }
@@ -144,7 +146,7 @@ static cl_int enqueue_backward(clffn_ffn *ffn, const clffn_gemm_env *env, size_t
     cl_command_queue q = *env->queue;
     const int acc = beta != 0.0f;
     cl_int err = layer2_gemms(ffn, env, T, dy, g, beta);
-    if (err == CL_SUCCESS && c->bias2) {
+    if (err == CL_SUCCESS && c->bias2 && g->b2.mem) {
         err = clffn__column_sums(ffn, dy, T, c->d_model, &g->b2, acc, q);
     }
     if (err == CL_SUCCESS) { err = clffn__epilogue1_backward(ffn, T, q); }

@@ -398,3 +398,56 @@ Test(backward_device, k_blocked_gemms, .timeout = 180) {
     separate_gate_case(ctx, T, D, F);
     clffn_context_destroy(ctx);
 }
+
+/* A NULL gradient buffer skips that gradient: dx alone (weights frozen, as a layer below an
+ * adapter is), then dW2 and db2 alone, against the reference; the buffers not asked for keep
+ * what they held. dV without dW1 is refused. */
+Test(backward_device, null_gradient_buffers_are_skipped) {
+    clffn_context *ctx = test_context();
+    const size_t T = 5, D = 12, F = 20;
+    clffn_config c = clffn_config_default(D, F);
+    c.activation = CLFFN_ACT_SILU, c.gated = 1, c.dropout = 0.3f, c.residual = 1;
+    test_weights w;
+    test_weights_make(&w, &c, CLFFN_LAYOUT_OUT_IN, 91);
+    float x[5 * 12], dy[5 * 12], dx[5 * 12], w2[12 * 20], b2[12], keep[20];
+    double rdx[5 * 12];
+    fill_uniform(x, T * D, -1, 1, 1), fill_uniform(dy, T * D, -1, 1, 2);
+    clffn_ffn *ffn = NULL;
+    ASSERT_OK(clffn_ffn_create(ctx, &c, &ffn));
+    ASSERT_OK(clffn_ffn_upload_weights(ffn, CLFFN_LAYOUT_OUT_IN, &w.host));
+    ASSERT_OK(clffn_ffn_set_training(ffn, 1));
+    ASSERT_OK(clffn_ffn_set_rng(ffn, 5, 0));
+    guarded gx = guarded_make(ctx, CANARY, T * D, x), gy = guarded_make(ctx, CANARY, T * D, NULL);
+    guarded gdy = guarded_make(ctx, CANARY, T * D, dy), gdx = guarded_make(ctx, 0, T * D, NULL);
+    guarded gw2 = guarded_make(ctx, 0, D * F, NULL), gb2 = guarded_make(ctx, 0, D, NULL);
+    for (size_t i = 0; i < F; ++i) { keep[i] = 3.0f; }
+    guarded gb1 = guarded_make(ctx, 0, F, keep);
+    cl_command_queue q = clffn_context_queue(ctx);
+    ASSERT_OK(clffn_forward(ffn, T, gx.mem, CANARY, gy.mem, CANARY, q, NULL));
+    clffn_device_weights g;
+    memset(&g, 0, sizeof g);
+    ASSERT_OK(clffn_backward(ffn, T, gx.mem, CANARY, gdy.mem, CANARY, gdx.mem, 0, &g, 0, q, NULL));
+    guarded_read(ctx, &gdx, dx);
+    grads_d r = grads_d_alloc(D, F);
+    const clffn_ref_grads rg = {r.w1, r.b1, r.v, r.bv, r.w2, r.b2};
+    ASSERT_OK(
+        clffn_reference_backward(&c, CLFFN_LAYOUT_OUT_IN, &w.host, T, x, dy, 1, 5, 0, rdx, &rg));
+    assert_close(dx, rdx, T * D, TOL_RTOL, "dx alone");
+    g.w2.mem = gw2.mem, g.b2.mem = gb2.mem;
+    ASSERT_OK(clffn_backward(ffn, T, gx.mem, CANARY, gdy.mem, CANARY, NULL, 0, &g, 0, q, NULL));
+    guarded_read(ctx, &gw2, w2), guarded_read(ctx, &gb2, b2);
+    assert_close(w2, r.w2, D * F, TOL_RTOL, "dW2 alone");
+    assert_close(b2, r.b2, D, TOL_RTOL, "db2 alone");
+    g.v.mem = gw2.mem, g.b1.mem = gb1.mem; /* dV without dW1 */
+    ASSERT_STATUS(clffn_backward(ffn, T, gx.mem, CANARY, gdy.mem, CANARY, NULL, 0, &g, 0, q, NULL),
+                  CLFFN_ERROR_INVALID_ARGUMENT);
+    float b1[20];
+    guarded_read(ctx, &gb1, b1);
+    for (size_t i = 0; i < F; ++i) { cr_assert(b1[i] == 3.0f, "db1 written by a refused call"); }
+    guarded *all[] = {&gx, &gy, &gdy, &gdx, &gw2, &gb2, &gb1};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i) { guarded_free(all[i]); }
+    free(r.block);
+    clffn_ffn_destroy(ffn);
+    test_weights_free(&w);
+    clffn_context_destroy(ctx);
+}
