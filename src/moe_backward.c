@@ -113,26 +113,35 @@ static cl_int enqueue2(cl_command_queue q, cl_kernel kernel, size_t g0, size_t g
     return clEnqueueNDRangeKernel(q, kernel, g1 ? 2 : 1, NULL, global, NULL, 0, NULL, NULL);
 }
 
+/* Where expert e's gradients go: the caller's, the expert's own buffers (own: the host-level
+ * backward, which downloads them), or nowhere (every mem NULL: dx alone). */
+static clffn_device_weights expert_grads(const clffn_moe *moe, const clffn_moe_grads *g, int own,
+                                         size_t e) {
+    clffn_device_weights none;
+    memset(&none, 0, sizeof none);
+    if (g && g->experts) { return g->experts[e]; }
+    return own ? clffn__host_grads_device(moe->ffn[e]) : none;
+}
+
 /* Each chosen expert's backward on its rows (and the shared one's on every token); an unchosen
  * expert's gradients are zeroed unless they accumulate. */
 static clffn_status experts_backward(clffn_moe *moe, cl_uint T, cl_mem x, size_t xo, cl_mem dy,
-                                     size_t dyo, const clffn_moe_grads *g, int accumulate,
+                                     size_t dyo, const clffn_moe_grads *g, int own, int accumulate,
                                      cl_command_queue q) {
     const clffn_moe_config *c = &moe->cfg;
     const size_t D = c->expert.d_model;
     const bool given = g && g->experts;
     clffn_status st = CLFFN_SUCCESS;
     if (c->shared_expert) {
-        clffn_ffn *s = moe->ffn[c->experts];
-        const clffn_device_weights gs =
-            given ? g->experts[c->experts] : clffn__host_grads_device(s);
-        st = clffn_backward(s, T, x, xo, dy, dyo, moe->dxs, 0, &gs, accumulate, q, NULL);
+        const clffn_device_weights gs = expert_grads(moe, g, own, c->experts);
+        st = clffn_backward(moe->ffn[c->experts], T, x, xo, dy, dyo, moe->dxs, 0, &gs, accumulate,
+                            q, NULL);
     }
     size_t row0 = 0;
     for (size_t e = 0; e < c->experts && st == CLFFN_SUCCESS; ++e) {
         const size_t n = moe->host_counts[e], off = row0 * D;
-        const clffn_device_weights own = clffn__host_grads_device(moe->ffn[e]);
-        const clffn_device_weights *ge = given ? &g->experts[e] : &own;
+        const clffn_device_weights grads_e = expert_grads(moe, g, own, e);
+        const clffn_device_weights *ge = &grads_e;
         if (n) {
             st = clffn_backward(moe->ffn[e], n, moe->xg, off, moe->dyg, off, moe->dxg, off, ge,
                                 accumulate, q, NULL);
@@ -153,8 +162,8 @@ static clffn_status experts_backward(clffn_moe *moe, cl_uint T, cl_mem x, size_t
     return st;
 }
 
-/* Without the caller's expert gradients, each expert's own buffers take them (its workspace's,
- * made here, before anything is enqueued). */
+/* For the host-level backward's expert gradients, each expert's own buffers take them (its
+ * workspace's, made here, before anything is enqueued). */
 static clffn_status own_grads(clffn_moe *moe) {
     clffn_status st = CLFFN_SUCCESS;
     for (size_t e = 0; e < moe->n_ffn && st == CLFFN_SUCCESS; ++e) {
@@ -205,14 +214,16 @@ static cl_int router_and_dx(clffn_moe *moe, cl_uint T, cl_mem x, cl_ulong xo, cl
     return err;
 }
 
-clffn_status clffn_moe_backward(clffn_moe *moe, size_t tokens, cl_mem x, size_t x_offset, cl_mem dy,
-                                size_t dy_offset, cl_mem dx, size_t dx_offset,
-                                const clffn_moe_grads *grads, int accumulate,
-                                cl_command_queue queue) {
+/* clffn_moe_backward, and with own (grads->experts NULL) the experts' gradients into their own
+ * buffers, for the host level to download; without own and without grads->experts none. */
+static clffn_status moe_backward(clffn_moe *moe, size_t tokens, cl_mem x, size_t x_offset,
+                                 cl_mem dy, size_t dy_offset, cl_mem dx, size_t dx_offset,
+                                 const clffn_moe_grads *grads, int own, int accumulate,
+                                 cl_command_queue queue) {
     if (!moe || !x || !dy || !queue) { return CLFFN_ERROR_NULL_ARGUMENT; }
     clffn_status st =
         check_backward(moe, tokens, x, x_offset, dy, dy_offset, dx, dx_offset, grads, queue);
-    if (st == CLFFN_SUCCESS && !(grads && grads->experts)) { st = own_grads(moe); }
+    if (st == CLFFN_SUCCESS && own) { st = own_grads(moe); }
     if (st == CLFFN_SUCCESS) { st = grow_backward(moe, tokens, queue); }
     if (st != CLFFN_SUCCESS) { return st; }
     const clffn_moe_config *c = &moe->cfg;
@@ -225,10 +236,18 @@ clffn_status clffn_moe_backward(clffn_moe *moe, size_t tokens, cl_mem x, size_t 
     cl_int err = clffn__args_end(&a);
     if (err == CL_SUCCESS) { err = enqueue2(queue, moe->scatter_dy, D, n); }
     if (err != CL_SUCCESS) { return (clffn_status)err; }
-    st = experts_backward(moe, T, x, x_offset, dy, dy_offset, grads, accumulate, queue);
+    st = experts_backward(moe, T, x, x_offset, dy, dy_offset, grads, own, accumulate, queue);
     if (st != CLFFN_SUCCESS) { return st; }
     return (clffn_status)router_and_dx(moe, T, x, x_offset, dy, dyo, dx, dx_offset, grads,
                                        accumulate ? 1 : 0, queue);
+}
+
+clffn_status clffn_moe_backward(clffn_moe *moe, size_t tokens, cl_mem x, size_t x_offset, cl_mem dy,
+                                size_t dy_offset, cl_mem dx, size_t dx_offset,
+                                const clffn_moe_grads *grads, int accumulate,
+                                cl_command_queue queue) {
+    return moe_backward(moe, tokens, x, x_offset, dy, dy_offset, dx, dx_offset, grads, 0,
+                        accumulate, queue);
 }
 
 /* The host-level backward's router gradient buffers, made on first use. */
@@ -313,7 +332,7 @@ clffn_status clffn_moe_backward_host(clffn_moe *moe, size_t tokens, const float 
     }
     clffn_status st = check_host(moe, tokens, dy_len, dx, dx_len, eg);
     if (st == CLFFN_SUCCESS && router_grad) { st = router_grad_buffers(moe); }
-    if (st == CLFFN_SUCCESS) { st = own_grads(moe); }
+    if (st == CLFFN_SUCCESS && eg) { st = own_grads(moe); }
     if (st != CLFFN_SUCCESS) { return st; }
     cl_command_queue q = moe->ctx->queue;
     const size_t n = tokens * moe->cfg.expert.d_model;
@@ -330,8 +349,8 @@ clffn_status clffn_moe_backward_host(clffn_moe *moe, size_t tokens, const float 
         return (clffn_status)err;
     }
     const clffn_moe_grads g = {{router_grad ? moe->g_router : NULL, 0}, {moe->g_rbias, 0}, NULL};
-    st = clffn_moe_backward(moe, tokens, moe->io_x, 0, moe->io_y, 0, dx ? moe->io_dx : NULL, 0, &g,
-                            accumulate, q);
+    st = moe_backward(moe, tokens, moe->io_x, 0, moe->io_y, 0, dx ? moe->io_dx : NULL, 0, &g,
+                      eg != NULL, accumulate, q);
     if (st != CLFFN_SUCCESS) {
         clFinish(q);
         return st;

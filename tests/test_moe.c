@@ -370,6 +370,33 @@ Test(moe, backward_matches_the_double_reference, .timeout = 300) {
     each_case(bwd_cases, sizeof bwd_cases / sizeof bwd_cases[0], 32, 40, 300, backward_check);
 }
 
+/* dx alone (no expert gradients asked for) equals the reference's, and no expert, the shared
+ * one included, got gradient buffers for its weights: that backward neither computes nor keeps
+ * them. */
+Test(moe, dx_alone_makes_no_expert_gradients, .timeout = 120) {
+    clffn_context *ctx = test_context();
+    const moe_case mc = {12, 5, 2, CLFFN_ROUTING_TOPK_NORMALIZED, 1, 1, 1, CLFFN_ACT_SILU};
+    const size_t T = mc.tokens, D = 32, E = mc.experts;
+    moe_data m;
+    data_make(&m, &mc, D, 48, 21);
+    clffn_moe *moe = moe_make(ctx, &m);
+    float y[12 * 32], dy[12 * 32], dx[12 * 32], rg[5 * 32], rbg[5];
+    double rdx[12 * 32];
+    fill_uniform(dy, T * D, -1.0f, 1.0f, 3);
+    ASSERT_OK(clffn_moe_forward_host(moe, T, m.x, T * D, y, T * D, NULL, NULL));
+    ASSERT_OK(clffn_moe_backward_host(moe, T, dy, T * D, dx, T * D, rg, rbg, NULL, 0));
+    ASSERT_OK(clffn_moe_reference_backward(&m.c, CLFFN_LAYOUT_OUT_IN, m.router, m.bias, m.hw, T,
+                                           m.x, dy, rdx, NULL, NULL, NULL));
+    assert_close(dx, rdx, T * D, TOL_RTOL, "dx without expert gradients");
+    for (size_t e = 0; e <= E; ++e) {
+        const clffn_ffn *f = clffn_moe_expert(moe, e);
+        cr_assert(f->ws.g_w1 == NULL && f->ws.g_w2 == NULL, "expert %zu has gradient buffers", e);
+    }
+    clffn_moe_destroy(moe);
+    data_free(&m);
+    clffn_context_destroy(ctx);
+}
+
 /* L = Σ y·dy of the reference forward. */
 static double loss(const moe_data *m, size_t T, const float *dy, int32_t *chosen) {
     const size_t D = m->c.expert.d_model;
