@@ -50,6 +50,11 @@ clffn_context *test_context(void);
  * after the other (each starting at or after the last one's end): the tests' own probe, apart
  * from the library's, of whether stage times can exist on this device. */
 int test_timestamps_ordered(clffn_context *ctx);
+/* Skips the calling test, printing why, when the device's platform and driver have a known
+ * defect that breaks it (the list in common.c, each entry explained in docs/RELIABILITY.md),
+ * destroying ctx first since the skip ends the test; returns otherwise. The only way a test is
+ * skipped for a platform. */
+void test_skip_known_defect(clffn_context *ctx, const char *test);
 
 /* The two sides of the small-batch crossover (clffn_context_set_gemv_max_tokens): every product
  * an SGEMM, then every one that can be a GEMV per token. Tests of the passes run on both. */

@@ -140,6 +140,11 @@ static void run(int device_level, int two_sets) {
 
 TestSuite(threads, .timeout = 600);
 
-Test(threads, host_level_own_ffn) { run(0, 0); }
+Test(threads, host_level_own_ffn) {
+    clffn_context *probe = test_context();
+    test_skip_known_defect(probe, "threads/host_level_own_ffn");
+    clffn_context_destroy(probe);
+    run(0, 0);
+}
 Test(threads, device_level_own_ffn_and_queue) { run(1, 0); }
 Test(threads, two_contexts_switching_xgemm_sets) { run(0, 1); }
