@@ -44,6 +44,10 @@ static void release_kernel(cl_kernel *k) {
 
 void clffn_moe_destroy(clffn_moe *moe) {
     if (!moe) { return; }
+    if (moe->last_event) { /* as clffn_ffn_destroy does, for rusticl's late completion */
+        clWaitForEvents(1, &moe->last_event);
+        clReleaseEvent(moe->last_event);
+    }
     for (size_t i = 0; moe->ffn && i < moe->n_ffn; ++i) { clffn_ffn_destroy(moe->ffn[i]); }
     free(moe->ffn);
     cl_mem *mems[] = {&moe->router, &moe->bias, &moe->probs,  &moe->chosen,   &moe->weights,
@@ -196,9 +200,17 @@ static clffn_status check_forward(clffn_moe *moe, size_t T, cl_mem x, size_t xo,
     return CLFFN_SUCCESS;
 }
 
-static cl_int enqueue(cl_command_queue q, cl_kernel kernel, cl_uint dims, size_t g0, size_t g1) {
+cl_int clffn__moe_enqueue(clffn_moe *moe, cl_command_queue q, cl_kernel kernel, size_t g0,
+                          size_t g1) {
     const size_t global[2] = {g0, g1};
-    return clEnqueueNDRangeKernel(q, kernel, dims, NULL, global, NULL, 0, NULL, NULL);
+    cl_event ev = NULL;
+    const cl_int err =
+        clEnqueueNDRangeKernel(q, kernel, g1 ? 2 : 1, NULL, global, NULL, 0, NULL, &ev);
+    if (err == CL_SUCCESS) {
+        if (moe->last_event) { clReleaseEvent(moe->last_event); }
+        moe->last_event = ev;
+    }
+    return err;
 }
 
 /* route, count, place and gather; then the counts, read back (blocking). */
@@ -216,23 +228,23 @@ static cl_int enqueue_routing(clffn_moe *moe, cl_uint T, cl_mem x, cl_ulong xo,
     CLFFN_ARG(a, normalize), CLFFN_ARG(a, T), CLFFN_ARG(a, moe->probs);
     CLFFN_ARG(a, moe->chosen), CLFFN_ARG(a, moe->weights);
     cl_int err = clffn__args_end(&a);
-    if (err == CL_SUCCESS) { err = enqueue(q, moe->route, 1, T, 1); }
+    if (err == CL_SUCCESS) { err = clffn__moe_enqueue(moe, q, moe->route, T, 0); }
     clffn_args b = clffn__args(moe->count);
     CLFFN_ARG(b, moe->chosen), CLFFN_ARG(b, n), CLFFN_ARG(b, E), CLFFN_ARG(b, moe->counts);
     if (err == CL_SUCCESS && (err = clffn__args_end(&b)) == CL_SUCCESS) {
-        err = enqueue(q, moe->count, 1, E, 1);
+        err = clffn__moe_enqueue(moe, q, moe->count, E, 0);
     }
     clffn_args p = clffn__args(moe->place);
     CLFFN_ARG(p, moe->chosen), CLFFN_ARG(p, n), CLFFN_ARG(p, E), CLFFN_ARG(p, moe->counts);
     CLFFN_ARG(p, moe->slot), CLFFN_ARG(p, moe->row), CLFFN_ARG(p, k);
     if (err == CL_SUCCESS && (err = clffn__args_end(&p)) == CL_SUCCESS) {
-        err = enqueue(q, moe->place, 1, E, 1);
+        err = clffn__moe_enqueue(moe, q, moe->place, E, 0);
     }
     clffn_args g = clffn__args(moe->gather);
     CLFFN_ARG(g, x), CLFFN_ARG(g, xo), CLFFN_ARG(g, moe->row), CLFFN_ARG(g, D), CLFFN_ARG(g, n);
     CLFFN_ARG(g, moe->xg);
     if (err == CL_SUCCESS && (err = clffn__args_end(&g)) == CL_SUCCESS) {
-        err = enqueue(q, moe->gather, 2, D, n);
+        err = clffn__moe_enqueue(moe, q, moe->gather, D, n);
     }
     if (err == CL_SUCCESS) {
         err = clEnqueueReadBuffer(q, moe->counts, CL_TRUE, 0, E * sizeof(cl_uint), moe->host_counts,
@@ -265,7 +277,7 @@ static clffn_status enqueue_experts(clffn_moe *moe, cl_uint T, cl_mem x, size_t 
     CLFFN_ARG(a, moe->ys), CLFFN_ARG(a, shared), CLFFN_ARG(a, D), CLFFN_ARG(a, T);
     CLFFN_ARG(a, k), CLFFN_ARG(a, y), CLFFN_ARG(a, yo);
     cl_int err = clffn__args_end(&a);
-    if (err == CL_SUCCESS) { err = enqueue(q, moe->combine, 2, D, T); }
+    if (err == CL_SUCCESS) { err = clffn__moe_enqueue(moe, q, moe->combine, D, T); }
     return (clffn_status)err;
 }
 

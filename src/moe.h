@@ -28,6 +28,12 @@ struct clffn_moe {
     cl_mem dyg, dxg, dxs, dlogit;
     cl_mem g_router, g_rbias;
     cl_uint *host_counts; /* [E] */
+    cl_event last_event;  /* the layer's last kernel: clffn_moe_destroy waits for it */
 };
+
+/* Enqueues one of the layer's kernels over g0 (× g1 when g1 > 0) work-items, keeping its event
+ * as last_event. */
+cl_int clffn__moe_enqueue(clffn_moe *moe, cl_command_queue q, cl_kernel kernel, size_t g0,
+                          size_t g1);
 
 #endif

@@ -108,11 +108,6 @@ static clffn_status check_backward(clffn_moe *moe, size_t T, cl_mem x, size_t xo
     return CLFFN_SUCCESS;
 }
 
-static cl_int enqueue2(cl_command_queue q, cl_kernel kernel, size_t g0, size_t g1) {
-    const size_t global[2] = {g0, g1};
-    return clEnqueueNDRangeKernel(q, kernel, g1 ? 2 : 1, NULL, global, NULL, 0, NULL, NULL);
-}
-
 /* Where expert e's gradients go: the caller's, the expert's own buffers (own: the host-level
  * backward, which downloads them), or nowhere (every mem NULL: dx alone). */
 static clffn_device_weights expert_grads(const clffn_moe *moe, const clffn_moe_grads *g, int own,
@@ -191,7 +186,7 @@ static cl_int router_and_dx(clffn_moe *moe, cl_uint T, cl_mem x, cl_ulong xo, cl
         (cl_float)((double)c->aux_loss_coef * (double)E / (double)T / (double)T);
     CLFFN_ARG(a, moe->counts), CLFFN_ARG(a, aux_scale), CLFFN_ARG(a, moe->dlogit);
     cl_int err = clffn__args_end(&a);
-    if (err == CL_SUCCESS) { err = enqueue2(q, moe->router_backward, T, 0); }
+    if (err == CL_SUCCESS) { err = clffn__moe_enqueue(moe, q, moe->router_backward, T, 0); }
     if (err == CL_SUCCESS && g && g->router.mem) {
         const cl_ulong ro = g->router.offset, bo = g->router_bias.offset;
         cl_mem bias = has_bias ? g->router_bias.mem : g->router.mem; /* not written without */
@@ -200,7 +195,7 @@ static cl_int router_and_dx(clffn_moe *moe, cl_uint T, cl_mem x, cl_ulong xo, cl
         CLFFN_ARG(r, E), CLFFN_ARG(r, T), CLFFN_ARG(r, accumulate), CLFFN_ARG(r, g->router.mem);
         CLFFN_ARG(r, ro), CLFFN_ARG(r, bias), CLFFN_ARG(r, bo), CLFFN_ARG(r, has_bias);
         if ((err = clffn__args_end(&r)) == CL_SUCCESS) {
-            err = enqueue2(q, moe->router_grads, (size_t)D + 1, E);
+            err = clffn__moe_enqueue(moe, q, moe->router_grads, (size_t)D + 1, E);
         }
     }
     if (err == CL_SUCCESS && dx) {
@@ -209,7 +204,9 @@ static cl_int router_and_dx(clffn_moe *moe, cl_uint T, cl_mem x, cl_ulong xo, cl
         CLFFN_ARG(d, shared), CLFFN_ARG(d, moe->dlogit), CLFFN_ARG(d, moe->router);
         CLFFN_ARG(d, D), CLFFN_ARG(d, E), CLFFN_ARG(d, k), CLFFN_ARG(d, T), CLFFN_ARG(d, dx);
         CLFFN_ARG(d, dxo);
-        if ((err = clffn__args_end(&d)) == CL_SUCCESS) { err = enqueue2(q, moe->dx_kernel, D, T); }
+        if ((err = clffn__args_end(&d)) == CL_SUCCESS) {
+            err = clffn__moe_enqueue(moe, q, moe->dx_kernel, D, T);
+        }
     }
     return err;
 }
@@ -234,7 +231,7 @@ static clffn_status moe_backward(clffn_moe *moe, size_t tokens, cl_mem x, size_t
     CLFFN_ARG(a, dy), CLFFN_ARG(a, dyo), CLFFN_ARG(a, moe->slot), CLFFN_ARG(a, moe->weights);
     CLFFN_ARG(a, D), CLFFN_ARG(a, n), CLFFN_ARG(a, k), CLFFN_ARG(a, moe->dyg);
     cl_int err = clffn__args_end(&a);
-    if (err == CL_SUCCESS) { err = enqueue2(queue, moe->scatter_dy, D, n); }
+    if (err == CL_SUCCESS) { err = clffn__moe_enqueue(moe, queue, moe->scatter_dy, D, n); }
     if (err != CL_SUCCESS) { return (clffn_status)err; }
     st = experts_backward(moe, T, x, x_offset, dy, dy_offset, grads, own, accumulate, queue);
     if (st != CLFFN_SUCCESS) { return st; }
