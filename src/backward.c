@@ -183,6 +183,13 @@ clffn_status clffn_backward(clffn_ffn *ffn, size_t tokens, cl_mem x, size_t x_of
     const clffn_gemm_env env = clffn__gemm_env(ffn, &queue);
     cl_int err = reserve_backward(ffn, &env, tokens, X, DY, DX, g, beta);
     if (err == CL_SUCCESS) { err = enqueue_backward(ffn, &env, tokens, X, DY, DX, g, beta); }
-    if (err == CL_SUCCESS && event) { err = clEnqueueMarkerWithWaitList(queue, 0, NULL, event); }
-    return (clffn_status)err;
+    cl_event end = NULL; /* the pass's end, for the caller and clffn_ffn_destroy() */
+    if (err == CL_SUCCESS) { err = clEnqueueMarkerWithWaitList(queue, 0, NULL, &end); }
+    if (err != CL_SUCCESS) { return (clffn_status)err; }
+    if (event) {
+        clRetainEvent(end);
+        *event = end;
+    }
+    clffn__keep_tail(ffn, end);
+    return CLFFN_SUCCESS;
 }

@@ -117,18 +117,18 @@ clffn_status clffn_backward_host(clffn_ffn *ffn, size_t tokens, const float *x, 
     cl_command_queue q = ffn->ctx->queue;
     cl_int err = upload_inputs(ffn, n, x, dy, g, accumulate);
     if (err != CL_SUCCESS) {
-        clFinish(q);
+        clffn__finish(q);
         return (clffn_status)err;
     }
     const clffn_device_weights dg = clffn__host_grads_device(ffn);
     st = clffn_backward(ffn, tokens, ws->io_x, 0, ws->io_dy, 0, dx ? ws->io_dx : NULL, 0, &dg,
                         accumulate, q, NULL);
     if (st != CLFFN_SUCCESS) {
-        clFinish(q);
+        clffn__finish(q);
         return st;
     }
     err = clffn__host_grads_download(ffn, q, g);
     if (err == CL_SUCCESS && dx) { err = download(q, ws->io_dx, dx, n); }
-    const cl_int fin = clFinish(q);
+    const cl_int fin = clffn__finish(q);
     return (clffn_status)(err != CL_SUCCESS ? err : fin);
 }

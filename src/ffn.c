@@ -168,14 +168,15 @@ void clffn_ffn_destroy(clffn_ffn *ffn) {
     if (ffn->backward1_train) { clReleaseKernel(ffn->backward1_train); }
     if (ffn->column_partials) { clReleaseKernel(ffn->column_partials); }
     if (ffn->column_sums) { clReleaseKernel(ffn->column_sums); }
-    if (ffn->last_event) {
+    if (ffn->tail) {
         /* Complete already wherever the caller finished its queue; Mesa's rusticl 22.3 can
-         * return from clFinish with the last kernel's event still CL_SUBMITTED and its queue
-         * thread still launching it, and a process that then exits corrupts the heap
-         * (docs/RELIABILITY.md, rusticl). Waiting costs nothing elsewhere. */
-        clWaitForEvents(1, &ffn->last_event);
-        clReleaseEvent(ffn->last_event);
+         * return from clFinish with the FFN's last kernel still running in its queue thread,
+         * and a process that then exits corrupts the heap (docs/RELIABILITY.md, rusticl).
+         * Waiting costs nothing elsewhere. */
+        clWaitForEvents(1, &ffn->tail);
+        clReleaseEvent(ffn->tail);
     }
+    if (ffn->last_event) { clReleaseEvent(ffn->last_event); }
     if (ffn->last_queue) { clReleaseCommandQueue(ffn->last_queue); }
     if (ffn->prof_start) { clReleaseEvent(ffn->prof_start); }
     if (ffn->prof_end) { clReleaseEvent(ffn->prof_end); }

@@ -56,11 +56,20 @@ struct clffn_ffn {
     clffn_dropout_use last_drop;
     cl_event last_event;         /* completion of epilogue1 of the last forward, or NULL */
     cl_command_queue last_queue; /* its queue (retained), flushed before we wait on it */
+    /* the last command the FFN enqueued, forward (epilogue 2) or backward (a marker), or NULL:
+     * clffn_ffn_destroy() waits for it */
+    cl_event tail;
 
     /* stage timing (clffn_ffn_set_profiling): a marker before GEMM 1 and epilogue 2's event */
     int profiling;
     cl_event prof_start, prof_end;
 };
+
+/* ev (owned) becomes the FFN's tail, the last command it enqueued. */
+static inline void clffn__keep_tail(clffn_ffn *ffn, cl_event ev) {
+    if (ffn->tail) { clReleaseEvent(ffn->tail); }
+    ffn->tail = ev;
+}
 
 static inline clffn_gemm_env clffn__gemm_env(clffn_ffn *ffn, cl_command_queue *queue) {
     const clffn_gemm_env env = {ffn->ctx, &ffn->scratch, &ffn->wk, queue};

@@ -40,17 +40,21 @@ static void remember_forward(clffn_ffn *ffn, size_t tokens, cl_command_queue que
     ffn->last_tokens = tokens;
 }
 
-/* The stage-timing events of this forward replace the last ones (or clear them, when it was
- * not timed, so stale times are never read as this forward's). */
-static void keep_profile(clffn_ffn *ffn, cl_event start, cl_event end, cl_event *event) {
+/* end, this forward's last event, becomes the FFN's tail; the caller gets it with a reference
+ * of its own, and so do the stage times when the forward was timed. The stage-timing events
+ * replace the last ones (or clear them, when it was not timed, so stale times are never read as
+ * this forward's). */
+static void keep_events(clffn_ffn *ffn, cl_event start, cl_event end, cl_event *event) {
     if (ffn->prof_start) { clReleaseEvent(ffn->prof_start); }
     if (ffn->prof_end) { clReleaseEvent(ffn->prof_end); }
     ffn->prof_start = start;
-    ffn->prof_end = end;
-    if (end && event) { /* the caller gets the same last event, with its own reference */
+    ffn->prof_end = start ? end : NULL;
+    if (start) { clRetainEvent(end); }
+    if (event) {
         clRetainEvent(end);
         *event = end;
     }
+    clffn__keep_tail(ffn, end);
 }
 
 /* z = x·[W1|V]ᵀ, one product per part of the first layer. */
@@ -115,9 +119,7 @@ clffn_status clffn_forward(clffn_ffn *ffn, size_t tokens, cl_mem x, size_t x_off
     cl_event ev1 = NULL, start = NULL, end = NULL;
     cl_int err = CL_SUCCESS;
     if (ffn->profiling) { err = clEnqueueMarkerWithWaitList(queue, 0, NULL, &start); }
-    if (err == CL_SUCCESS) {
-        err = enqueue_forward(ffn, tokens, X, Y, &drop, queue, &ev1, ffn->profiling ? &end : event);
-    }
+    if (err == CL_SUCCESS) { err = enqueue_forward(ffn, tokens, X, Y, &drop, queue, &ev1, &end); }
     if (err != CL_SUCCESS) {
         if (ev1) { clReleaseEvent(ev1); }
         if (start) { clReleaseEvent(start); }
@@ -127,7 +129,7 @@ clffn_status clffn_forward(clffn_ffn *ffn, size_t tokens, cl_mem x, size_t x_off
     }
     remember_forward(ffn, tokens, queue, ev1);
     ffn->last_drop = drop;
-    keep_profile(ffn, start, end, event);
+    keep_events(ffn, start, end, event);
     if (drop.on) { /* the next forward draws a fresh mask: skip the Philox blocks this one used */
         ffn->rng_offset += ((uint64_t)tokens * ffn->hidden_total + 3) / 4; /* the whole layer's */
     }
@@ -157,13 +159,14 @@ clffn_status clffn_forward_host(clffn_ffn *ffn, size_t tokens, const float *x, s
     clffn_status st = clffn__workspace_host_forward(&ffn->ws, ffn->ctx, &ffn->cfg, tokens);
     if (st != CLFFN_SUCCESS) { return st; }
     const clffn_workspace *ws = &ffn->ws;
-    cl_int err = clEnqueueWriteBuffer(ctx->queue, ws->io_x, CL_FALSE, 0, bytes, x, 0, NULL, NULL);
+    cl_event wrote = NULL; /* the write reads x until it ends, which must be before we return */
+    cl_int err = clEnqueueWriteBuffer(ctx->queue, ws->io_x, CL_FALSE, 0, bytes, x, 0, NULL, &wrote);
     if (err != CL_SUCCESS) { return (clffn_status)err; }
     st = clffn_forward(ffn, tokens, ws->io_x, 0, ws->io_y, 0, ctx->queue, NULL);
     if (st != CLFFN_SUCCESS) {
-        clFinish(ctx->queue); /* the write above still reads x: it must end before we return */
+        clffn__wait(CL_SUCCESS, wrote);
         return st;
     }
-    return (clffn_status)clEnqueueReadBuffer(ctx->queue, ws->io_y, CL_TRUE, 0, bytes, y, 0, NULL,
-                                             NULL);
+    clReleaseEvent(wrote); /* the read below comes after it */
+    return (clffn_status)clffn__read(ctx->queue, ws->io_y, 0, bytes, y, 0, NULL);
 }

@@ -1,6 +1,8 @@
 /* What the last forward leaves to look at: its hidden tensors and its stage times. */
 #include "ffn.h"
 
+#include "launch.h"
+
 #include <stdlib.h>
 
 clffn_status clffn_ffn_read_hidden(clffn_ffn *ffn, clffn_hidden which, float *out, size_t out_len,
@@ -20,8 +22,7 @@ clffn_status clffn_ffn_read_hidden(clffn_ffn *ffn, clffn_hidden which, float *ou
     if (err != CL_SUCCESS) { return (clffn_status)err; }
 
     if (which == CLFFN_HIDDEN_OUT) {
-        err = clEnqueueReadBuffer(ctx->queue, ffn->ws.h, CL_TRUE, 0, n * sizeof(float), out, 1,
-                                  &ffn->last_event, NULL);
+        err = clffn__read(ctx->queue, ffn->ws.h, 0, n * sizeof(float), out, 1, &ffn->last_event);
         if (err == CL_SUCCESS && tokens) { *tokens = T; }
         return (clffn_status)err;
     }
@@ -47,7 +48,7 @@ clffn_status clffn_ffn_read_hidden(clffn_ffn *ffn, clffn_hidden which, float *ou
         err = clEnqueueReadBuffer(ctx->queue, bias->mem, CL_FALSE, bias->offset * sizeof(float),
                                   F * sizeof(float), b, 0, NULL, NULL);
     }
-    cl_int fin = clFinish(ctx->queue);
+    cl_int fin = clffn__finish(ctx->queue);
     if (err == CL_SUCCESS) { err = fin; }
     if (err == CL_SUCCESS) {
         for (size_t t = 0; t < T; ++t) {

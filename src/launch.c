@@ -43,6 +43,58 @@ void clffn__release_when_done(cl_command_queue queue, cl_mem mem) {
     clReleaseMemObject(mem);
 }
 
+cl_int clffn__wait(cl_int err, cl_event ev) {
+    if (err == CL_SUCCESS && ev) {
+        err = clWaitForEvents(1, &ev);
+        cl_int status = CL_COMPLETE;
+        if (err == CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST &&
+            clGetEventInfo(ev, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status, NULL) ==
+                CL_SUCCESS &&
+            status < 0) {
+            err = status;
+        }
+    }
+    if (ev) { clReleaseEvent(ev); }
+    return err;
+}
+
+cl_int clffn__read(cl_command_queue q, cl_mem m, size_t offset, size_t bytes, void *dst,
+                   cl_uint n_wait, const cl_event *wait) {
+    cl_event ev = NULL;
+    const cl_int err = clEnqueueReadBuffer(q, m, CL_FALSE, offset, bytes, dst, n_wait, wait, &ev);
+    return clffn__wait(err, ev);
+}
+
+cl_int clffn__write(cl_command_queue q, cl_mem m, size_t offset, size_t bytes, const void *src) {
+    cl_event ev = NULL;
+    const cl_int err = clEnqueueWriteBuffer(q, m, CL_FALSE, offset, bytes, src, 0, NULL, &ev);
+    return clffn__wait(err, ev);
+}
+
+void *clffn__map_write(cl_command_queue q, cl_mem m, size_t bytes, cl_int *err) {
+    cl_event ev = NULL;
+    void *p = clEnqueueMapBuffer(q, m, CL_FALSE, CL_MAP_WRITE_INVALIDATE_REGION, 0, bytes, 0, NULL,
+                                 &ev, err);
+    *err = clffn__wait(*err, ev);
+    if (*err != CL_SUCCESS && p) { /* mapped, then failed: give the mapping back */
+        clffn__unmap(q, m, p);
+        p = NULL;
+    }
+    return p;
+}
+
+cl_int clffn__unmap(cl_command_queue q, cl_mem m, void *p) {
+    cl_event ev = NULL;
+    const cl_int err = clEnqueueUnmapMemObject(q, m, p, 0, NULL, &ev);
+    return clffn__wait(err, ev);
+}
+
+cl_int clffn__finish(cl_command_queue q) {
+    cl_event ev = NULL;
+    const cl_int err = clEnqueueMarkerWithWaitList(q, 0, NULL, &ev);
+    return clffn__wait(err, ev);
+}
+
 /* The tile of the host-side transposition: two 64 × 64 float tiles (32 KiB) stay in L1/L2. */
 #define WEIGHT_TILE 64
 
@@ -50,8 +102,7 @@ cl_int clffn__write_weight(cl_command_queue queue, cl_mem m, clffn_layout kept, 
                            size_t out, size_t in, const float *const parts[2]) {
     const size_t P = parts[1] ? 2 : 1, n = out * in;
     cl_int err;
-    float *dst = clEnqueueMapBuffer(queue, m, CL_TRUE, CL_MAP_WRITE_INVALIDATE_REGION, 0,
-                                    P * n * sizeof(float), 0, NULL, NULL, &err);
+    float *dst = clffn__map_write(queue, m, P * n * sizeof(float), &err);
     if (err != CL_SUCCESS) { return err; }
     /* element (o, i) of part p: at o·so + i·si in the source, base + o·do_ + i·di in m */
     const int src_oi = given == CLFFN_LAYOUT_OUT_IN, dst_oi = kept == CLFFN_LAYOUT_OUT_IN;
@@ -77,8 +128,7 @@ cl_int clffn__write_weight(cl_command_queue queue, cl_mem m, clffn_layout kept, 
             }
         }
     }
-    err = clEnqueueUnmapMemObject(queue, m, dst, 0, NULL, NULL);
-    return err == CL_SUCCESS ? clFinish(queue) : err;
+    return clffn__unmap(queue, m, dst);
 }
 
 clffn_status clffn__check_buffer(const clffn_context *ctx, cl_mem mem, size_t offset,

@@ -116,10 +116,7 @@ clffn_ffn *clffn_moe_expert(clffn_moe *moe, size_t e) {
 /* A read-only device copy of n host floats (blocking). */
 static cl_mem upload(clffn_context *ctx, const float *src, size_t n, cl_int *err) {
     cl_mem m = clffn__buffer(ctx, CL_MEM_READ_ONLY, n * sizeof(float), err);
-    if (*err == CL_SUCCESS) {
-        *err =
-            clEnqueueWriteBuffer(ctx->queue, m, CL_TRUE, 0, n * sizeof(float), src, 0, NULL, NULL);
-    }
+    if (*err == CL_SUCCESS) { *err = clffn__write(ctx->queue, m, 0, n * sizeof(float), src); }
     if (*err != CL_SUCCESS && m) {
         clReleaseMemObject(m);
         m = NULL;
@@ -247,8 +244,7 @@ static cl_int enqueue_routing(clffn_moe *moe, cl_uint T, cl_mem x, cl_ulong xo,
         err = clffn__moe_enqueue(moe, q, moe->gather, D, n);
     }
     if (err == CL_SUCCESS) {
-        err = clEnqueueReadBuffer(q, moe->counts, CL_TRUE, 0, E * sizeof(cl_uint), moe->host_counts,
-                                  0, NULL, NULL);
+        err = clffn__read(q, moe->counts, 0, E * sizeof(cl_uint), moe->host_counts, 0, NULL);
     }
     return err;
 }
@@ -323,23 +319,21 @@ clffn_status clffn_moe_forward_host(clffn_moe *moe, size_t tokens, const float *
     cl_command_queue q = moe->ctx->queue;
     clffn_status st = grow_io(moe, tokens);
     if (st == CLFFN_SUCCESS) {
-        st = (clffn_status)clEnqueueWriteBuffer(q, moe->io_x, CL_TRUE, 0, n * sizeof(float), x, 0,
-                                                NULL, NULL);
+        st = (clffn_status)clffn__write(q, moe->io_x, 0, n * sizeof(float), x);
     }
     if (st == CLFFN_SUCCESS) { st = clffn_moe_forward(moe, tokens, moe->io_x, 0, moe->io_y, 0, q); }
-    if (st == CLFFN_SUCCESS) { st = (clffn_status)clFinish(q); }
+    if (st == CLFFN_SUCCESS) { st = (clffn_status)clffn__finish(q); }
     if (st != CLFFN_SUCCESS) { return st; }
     moe->last_host = true; /* io_x holds the x a host-level backward differentiates at */
     /* the outputs only now, when all of the forward has succeeded */
-    st = (clffn_status)clEnqueueReadBuffer(q, moe->io_y, CL_TRUE, 0, n * sizeof(float), y, 0, NULL,
-                                           NULL);
+    st = (clffn_status)clffn__read(q, moe->io_y, 0, n * sizeof(float), y, 0, NULL);
     if (st == CLFFN_SUCCESS && experts) {
-        st = (clffn_status)clEnqueueReadBuffer(
-            q, moe->chosen, CL_TRUE, 0, tokens * k * sizeof(int32_t), experts, 0, NULL, NULL);
+        st = (clffn_status)clffn__read(q, moe->chosen, 0, tokens * k * sizeof(int32_t), experts, 0,
+                                       NULL);
     }
     if (st == CLFFN_SUCCESS && weights) {
-        st = (clffn_status)clEnqueueReadBuffer(q, moe->weights, CL_TRUE, 0,
-                                               tokens * k * sizeof(float), weights, 0, NULL, NULL);
+        st = (clffn_status)clffn__read(q, moe->weights, 0, tokens * k * sizeof(float), weights, 0,
+                                       NULL);
     }
     return st;
 }
@@ -350,8 +344,7 @@ clffn_status clffn_moe_aux_loss(clffn_moe *moe, double *loss) {
     if (T == 0) { return CLFFN_ERROR_NO_FORWARD; }
     float *p = malloc(T * E * sizeof *p);
     if (!p) { return CLFFN_ERROR_OUT_OF_HOST_MEMORY; }
-    const cl_int err = clEnqueueReadBuffer(moe->ctx->queue, moe->probs, CL_TRUE, 0,
-                                           T * E * sizeof *p, p, 0, NULL, NULL);
+    const cl_int err = clffn__read(moe->ctx->queue, moe->probs, 0, T * E * sizeof *p, p, 0, NULL);
     if (err == CL_SUCCESS) {
         /* E · Σ_e (count_e / T) · (Σ_t p[t, e] / T) */
         double sum = 0.0;

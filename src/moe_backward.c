@@ -316,7 +316,7 @@ static cl_int download_all(clffn_moe *moe, size_t T, float *dx, float *rg, float
         }
         err = clffn__host_grads_download(moe->ffn[e], q, &eg[e]);
     }
-    const cl_int fin = clFinish(q);
+    const cl_int fin = clffn__finish(q);
     return err != CL_SUCCESS ? err : fin;
 }
 
@@ -342,14 +342,14 @@ clffn_status clffn_moe_backward_host(clffn_moe *moe, size_t tokens, const float 
         err = clffn__host_grads_upload(moe->ffn[e], q, &eg[e]);
     }
     if (err != CL_SUCCESS) {
-        clFinish(q);
+        clffn__finish(q);
         return (clffn_status)err;
     }
     const clffn_moe_grads g = {{router_grad ? moe->g_router : NULL, 0}, {moe->g_rbias, 0}, NULL};
     st = moe_backward(moe, tokens, moe->io_x, 0, moe->io_y, 0, dx ? moe->io_dx : NULL, 0, &g,
                       eg != NULL, accumulate, q);
     if (st != CLFFN_SUCCESS) {
-        clFinish(q);
+        clffn__finish(q);
         return st;
     }
     return (clffn_status)download_all(moe, tokens, dx, router_grad, router_bias_grad, eg,

@@ -6,6 +6,7 @@
 #include "program.h"
 
 #include "clffn_defs.h"
+#include "launch.h"
 
 #include <ctype.h>
 #include <limits.h>
@@ -271,9 +272,7 @@ clffn_status clffn__device_philox(clffn_programs *pc, cl_command_queue queue,
             err = clEnqueueNDRangeKernel(queue, k, 1, NULL, &one, &one, 0, NULL, NULL);
         }
         cl_uint tmp[4];
-        if (err == CL_SUCCESS) {
-            err = clEnqueueReadBuffer(queue, buf, CL_TRUE, 0, sizeof tmp, tmp, 0, NULL, NULL);
-        }
+        if (err == CL_SUCCESS) { err = clffn__read(queue, buf, 0, sizeof tmp, tmp, 0, NULL); }
         if (err == CL_SUCCESS) { memcpy(out, tmp, sizeof tmp); }
         clReleaseMemObject(buf);
     }
@@ -308,9 +307,7 @@ clffn_status clffn__device_erf(clffn_programs *pc, cl_command_queue queue, uint3
         if (err == CL_SUCCESS) {
             err = clEnqueueNDRangeKernel(queue, k, 1, NULL, &items, NULL, 0, NULL, NULL);
         }
-        if (err == CL_SUCCESS) {
-            err = clEnqueueReadBuffer(queue, buf, CL_TRUE, 0, n * sizeof(float), y, 0, NULL, NULL);
-        }
+        if (err == CL_SUCCESS) { err = clffn__read(queue, buf, 0, n * sizeof(float), y, 0, NULL); }
         clReleaseMemObject(buf);
     }
     clReleaseKernel(k);

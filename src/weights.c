@@ -13,8 +13,7 @@ static clffn_status upload(clffn_context *ctx, size_t n, const float *src, cl_me
     cl_mem m = clffn__buffer(ctx, CL_MEM_READ_ONLY, n * sizeof(float), &err);
     if (err != CL_SUCCESS) { return (clffn_status)err; }
     if (src) {
-        err =
-            clEnqueueWriteBuffer(ctx->queue, m, CL_TRUE, 0, n * sizeof(float), src, 0, NULL, NULL);
+        err = clffn__write(ctx->queue, m, 0, n * sizeof(float), src);
         if (err != CL_SUCCESS) {
             clReleaseMemObject(m);
             return (clffn_status)err;
@@ -192,10 +191,9 @@ static clffn_status typed_sizes(clffn_ffn *ffn, clffn_layout layout, clffn_dtype
  * loses a strict simulator's tracking of what was written (docs/RELIABILITY.md). */
 static cl_int write_first(cl_command_queue q, cl_mem m, clffn_layout layout, size_t bytes,
                           size_t rows, const void *w1, const void *v) {
-    if (!v) { return clEnqueueWriteBuffer(q, m, CL_TRUE, 0, bytes, w1, 0, NULL, NULL); }
+    if (!v) { return clffn__write(q, m, 0, bytes, w1); }
     cl_int err;
-    unsigned char *dst = clEnqueueMapBuffer(q, m, CL_TRUE, CL_MAP_WRITE_INVALIDATE_REGION, 0, bytes,
-                                            0, NULL, NULL, &err);
+    unsigned char *dst = clffn__map_write(q, m, bytes, &err);
     if (err != CL_SUCCESS) { return err; }
     const unsigned char *const parts[2] = {w1, v};
     if (layout == CLFFN_LAYOUT_OUT_IN) {
@@ -209,8 +207,7 @@ static cl_int write_first(cl_command_queue q, cl_mem m, clffn_layout layout, siz
             }
         }
     }
-    err = clEnqueueUnmapMemObject(q, m, dst, 0, NULL, NULL);
-    return err == CL_SUCCESS ? clFinish(q) : err;
+    return clffn__unmap(q, m, dst);
 }
 
 clffn_status clffn_ffn_upload_weights_typed(clffn_ffn *ffn, clffn_layout layout,
@@ -242,9 +239,7 @@ clffn_status clffn_ffn_upload_weights_typed(clffn_ffn *ffn, clffn_layout layout,
         const size_t rows = layout == CLFFN_LAYOUT_OUT_IN ? clffn__n1(c) : c->d_model;
         err = write_first(ctx->queue, m[0], layout, first, rows, w->w1, c->gated ? w->v : NULL);
     }
-    if (err == CL_SUCCESS) {
-        err = clEnqueueWriteBuffer(ctx->queue, m[3], CL_TRUE, 0, second, w->w2, 0, NULL, NULL);
-    }
+    if (err == CL_SUCCESS) { err = clffn__write(ctx->queue, m[3], 0, second, w->w2); }
     st = err == CL_SUCCESS ? upload_biases(ffn, w->b1, w->bv, w->b2, m) : (clffn_status)err;
     return install(ffn, st, m, layout, layout, w->dtype);
 }

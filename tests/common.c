@@ -95,14 +95,13 @@ clffn_context *test_context(void) {
 }
 
 /* Known defects of OpenCL implementations: the platform (a prefix of CL_PLATFORM_NAME), the
- * driver versions (a prefix of CL_DRIVER_VERSION), the test, and why. */
+ * driver versions (a prefix of CL_DRIVER_VERSION), the test, and why; ended by a NULL platform.
+ * None at present: every defect met so far is worked around in the library or asked of the
+ * device (docs/RELIABILITY.md). */
 static const struct {
     const char *platform, *driver, *test, *why;
 } known_defects[] = {
-    {"rusticl", "22.3", "threads/host_level_own_ffn",
-     "Mesa rusticl 22.3: under load about 1 run in 15 has one of 100 results differ from the "
-     "single-threaded one (never on POCL, where ThreadSanitizer is clean too); not explained "
-     "yet, see docs/RELIABILITY.md"},
+    {NULL, NULL, NULL, NULL},
 };
 
 void test_skip_known_defect(clffn_context *ctx, const char *test) {
@@ -114,7 +113,7 @@ void test_skip_known_defect(clffn_context *ctx, const char *test) {
                  CL_SUCCESS);
     cr_assert_eq(clGetDeviceInfo(dev, CL_DRIVER_VERSION, sizeof driver - 1, driver, NULL),
                  CL_SUCCESS);
-    for (size_t i = 0; i < sizeof known_defects / sizeof known_defects[0]; ++i) {
+    for (size_t i = 0; known_defects[i].platform; ++i) {
         const size_t np = strlen(known_defects[i].platform), nd = strlen(known_defects[i].driver);
         if (!strcmp(test, known_defects[i].test) &&
             !strncmp(pname, known_defects[i].platform, np) &&
