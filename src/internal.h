@@ -13,6 +13,7 @@
 #include "philox.h"
 #include "program.h"
 #include "reference.h"
+#include "transfer.h"
 #include "tuning.h"
 
 #endif

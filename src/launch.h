@@ -4,6 +4,7 @@
 #define CLFFN_LAUNCH_H
 
 #include "context.h"
+#include "transfer.h"
 
 /* A kernel's arguments, set in order: each clffn__arg() takes the next index, so the order of
  * the calls is the kernel's parameter list. The first failure sticks; clffn__args_end() returns
@@ -36,27 +37,6 @@ cl_mem clffn__buffer(const clffn_context *ctx, cl_mem_flags flags, size_t bytes,
  * frees a released buffer under a CLBlast GEMM still queued on it (the result is garbage).
  * Without a marker, waits for the queue and releases it now. */
 void clffn__release_when_done(cl_command_queue queue, cl_mem mem);
-
-/* Host transfers that return only once done, by waiting on their own event. On Mesa's rusticl
- * 22.3 a blocking read, write or map, and clFinish, wait only for the commands of the queue not
- * yet flushed: after a clFlush, a clWaitForEvents, or another thread's flush of the same queue,
- * they return at once while the copy is still to come, into or out of host memory the caller
- * may already reuse (docs/RELIABILITY.md). A command's own event holds on every device. Each
- * returns OpenCL's status, a failed command's own where the wait saw one. */
-cl_int clffn__read(cl_command_queue q, cl_mem m, size_t offset, size_t bytes, void *dst,
-                   cl_uint n_wait, const cl_event *wait);
-cl_int clffn__write(cl_command_queue q, cl_mem m, size_t offset, size_t bytes, const void *src);
-/* Maps [0, bytes) of m for writing all of it, and unmaps it, each waited for as above. */
-void *clffn__map_write(cl_command_queue q, cl_mem m, size_t bytes, cl_int *err);
-cl_int clffn__unmap(cl_command_queue q, cl_mem m, void *p);
-
-/* Waits for ev where err is CL_SUCCESS, then releases ev (NULL: none); returns err, else the
- * wait's status, a failed command's own where there is one. */
-cl_int clffn__wait(cl_int err, cl_event ev);
-
-/* clFinish(q) that holds on rusticl too (above): waits for a marker's event, which completes
- * after everything enqueued on the in-order q before it. */
-cl_int clffn__finish(cl_command_queue q);
 
 /* Writes a linear layer's weight into m from host arrays: parts[0], and parts[1] (V, stacked
  * after W1; NULL for one part), each out × in, given in layout `given`, kept in layout `kept`,

@@ -6,7 +6,7 @@
 #include "program.h"
 
 #include "clffn_defs.h"
-#include "launch.h"
+#include "transfer.h"
 
 #include <ctype.h>
 #include <limits.h>
