@@ -72,12 +72,12 @@ Test(devices, default_rule_in_every_order) {
  * llvmpipe, else the first); with POCL and llvmpipe both present it is POCL's. The demo opens
  * it, and runs on every device named with --device. */
 Test(devices, default_and_every_device_run, .timeout = 300) {
-    static char out[65536];
+    static char out[65536], err[4096];
     char cmd[1024];
     snprintf(cmd, sizeof cmd, "'%s' --json", CLFFN_DEVICES_PATH);
-    cr_assert_eq(run(cmd, out, sizeof out), 0, "%s", out);
+    cr_assert_eq(run_split(cmd, out, sizeof out, err, sizeof err), 0, "%s%s", out, err);
     cJSON *root = cJSON_Parse(out);
-    cr_assert_not_null(root, "not JSON: %s", out);
+    cr_assert_not_null(root, "not JSON: %s%s", out, err);
     const cJSON *devs = cJSON_GetObjectItemCaseSensitive(root, "devices");
     const int n = cJSON_GetArraySize(devs);
     cr_assert(n >= 1, "%s", out);

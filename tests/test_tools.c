@@ -308,15 +308,15 @@ Test(clffn_run, refusals) {
 /* clffn-devices */
 
 Test(clffn_devices, table_json_and_check) {
-    char out[16384], cmd[512];
+    char out[16384], err[4096], cmd[512];
     snprintf(cmd, sizeof cmd, "'%s'", CLFFN_DEVICES_PATH);
     cr_assert_eq(run(cmd, out, sizeof out), 0, "%s", out);
     cr_assert(strstr(out, "[0:0]") && strstr(out, "compute units") && strstr(out, "max allocation"),
               "%s", out);
     snprintf(cmd, sizeof cmd, "'%s' --json", CLFFN_DEVICES_PATH);
-    cr_assert_eq(run(cmd, out, sizeof out), 0, "%s", out);
+    cr_assert_eq(run_split(cmd, out, sizeof out, err, sizeof err), 0, "%s%s", out, err);
     cJSON *root = cJSON_Parse(out);
-    cr_assert_not_null(root, "not JSON: %s", out);
+    cr_assert_not_null(root, "not JSON: %s%s", out, err);
     const cJSON *devs = cJSON_GetObjectItemCaseSensitive(root, "devices");
     cr_assert(cJSON_IsArray(devs) && cJSON_GetArraySize(devs) >= 1);
     const cJSON *d0 = cJSON_GetArrayItem(devs, 0);
@@ -326,12 +326,12 @@ Test(clffn_devices, table_json_and_check) {
     cr_assert(cJSON_IsBool(cJSON_GetObjectItemCaseSensitive(d0, "fp64")));
     cJSON_Delete(root);
     snprintf(cmd, sizeof cmd, "'%s' --check --json", CLFFN_DEVICES_PATH);
-    cr_assert_eq(run(cmd, out, sizeof out), 0, "%s", out);
+    cr_assert_eq(run_split(cmd, out, sizeof out, err, sizeof err), 0, "%s%s", out, err);
     root = cJSON_Parse(out);
-    cr_assert_not_null(root, "not JSON: %s", out);
+    cr_assert_not_null(root, "not JSON: %s%s", out, err);
     d0 = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(root, "devices"), 0);
     const cJSON *check = cJSON_GetObjectItemCaseSensitive(d0, "check");
-    cr_assert(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(check, "pass")), "%s", out);
+    cr_assert(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(check, "pass")), "%s%s", out, err);
     cr_assert(cJSON_GetObjectItemCaseSensitive(check, "max_error")->valuedouble <=
               cJSON_GetObjectItemCaseSensitive(check, "tolerance")->valuedouble);
     cJSON_Delete(root);
@@ -366,22 +366,22 @@ static double num(const cJSON *o, const char *k) {
  * measure: clffn-bench also runs the best core the CPU's flags allow, in a child, and keeps the
  * faster, naming both. */
 static void assert_fair_cpu(void) {
-    char out[16384], cmd[512];
+    char out[16384], err[4096], cmd[512];
     snprintf(cmd, sizeof cmd,
              "OPENBLAS_CORETYPE=Prescott '%s' --json --tokens 9 --d-model 24 --d-ff 64 --reps 3 "
              "--compare-cpu",
              CLFFN_BENCH_PATH);
-    cr_assert_eq(run(cmd, out, sizeof out), 0, "%s", out);
+    cr_assert_eq(run_split(cmd, out, sizeof out, err, sizeof err), 0, "%s%s", out, err);
     cJSON *o = cJSON_Parse(out);
-    cr_assert_not_null(o, "%s", out);
+    cr_assert_not_null(o, "%s%s", out, err);
     const cJSON *c = cJSON_GetObjectItemCaseSensitive(o, "cpu_blas");
     const cJSON *det = cJSON_GetObjectItemCaseSensitive(c, "detected_core");
     const cJSON *forced = cJSON_GetObjectItemCaseSensitive(c, "forced_core");
-    cr_assert(cJSON_IsString(det) && !strcmp(det->valuestring, "Prescott"), "%s", out);
+    cr_assert(cJSON_IsString(det) && !strcmp(det->valuestring, "Prescott"), "%s%s", out, err);
     if (forced) { /* an x86-64 CPU with AVX2 or better */
         const double d = num(c, "detected_best_s"), f = num(c, "forced_best_s");
-        cr_assert(strcmp(forced->valuestring, "Prescott") != 0, "%s", out);
-        cr_assert_eq(num(c, "best_s"), d < f ? d : f, "%s", out);
+        cr_assert(strcmp(forced->valuestring, "Prescott") != 0, "%s%s", out, err);
+        cr_assert_eq(num(c, "best_s"), d < f ? d : f, "%s%s", out, err);
         cr_assert_str_eq(cJSON_GetObjectItemCaseSensitive(c, "core")->valuestring,
                          d < f ? "Prescott" : forced->valuestring);
     }
@@ -389,13 +389,13 @@ static void assert_fair_cpu(void) {
 }
 
 Test(clffn_bench, json_report, .timeout = 120) {
-    char out[16384], cmd[512];
+    char out[16384], err[4096], cmd[512];
     snprintf(cmd, sizeof cmd,
              "'%s' --json --tokens 7 --d-model 16 --d-ff 40 --activation swiglu --reps 3",
              CLFFN_BENCH_PATH);
-    cr_assert_eq(run(cmd, out, sizeof out), 0, "%s", out);
+    cr_assert_eq(run_split(cmd, out, sizeof out, err, sizeof err), 0, "%s%s", out, err);
     cJSON *o = cJSON_Parse(out);
-    cr_assert_not_null(o, "not JSON: %s", out);
+    cr_assert_not_null(o, "not JSON: %s%s", out, err);
     cr_assert(cJSON_IsString(cJSON_GetObjectItemCaseSensitive(o, "device")));
     cr_assert_eq(num(o, "tokens"), 7);
     cr_assert_eq(num(o, "d_model"), 16);
@@ -433,18 +433,18 @@ Test(clffn_bench, json_report, .timeout = 120) {
     snprintf(cmd, sizeof cmd,
              "'%s' --json --tokens 9 --d-model 24 --d-ff 64 --reps 3 --compare-cpu",
              CLFFN_BENCH_PATH);
-    const int rc = run(cmd, out, sizeof out);
+    const int rc = run_split(cmd, out, sizeof out, err, sizeof err);
     if (rc == 2) {
-        cr_assert(strstr(out, "needs a CBLAS") != NULL, "%s", out);
+        cr_assert(strstr(err, "needs a CBLAS") != NULL, "%s%s", out, err);
     } else {
-        cr_assert_eq(rc, 0, "%s", out);
+        cr_assert_eq(rc, 0, "%s%s", out, err);
         o = cJSON_Parse(out);
-        cr_assert_not_null(o, "%s", out);
+        cr_assert_not_null(o, "%s%s", out, err);
         const cJSON *c = cJSON_GetObjectItemCaseSensitive(o, "cpu_blas");
         cr_assert(num(c, "best_s") > 0 && num(o, "ratio_vs_cpu_blas") > 0);
         cr_assert(fabs(num(o, "ratio_vs_cpu_blas") - num(c, "best_s") / num(o, "best_s")) <
                   1e-9 * num(o, "ratio_vs_cpu_blas") + 1e-12);
-        cr_assert(cJSON_IsString(cJSON_GetObjectItemCaseSensitive(c, "core")), "%s", out);
+        cr_assert(cJSON_IsString(cJSON_GetObjectItemCaseSensitive(c, "core")), "%s%s", out, err);
         cJSON_Delete(o);
         assert_fair_cpu();
     }
@@ -606,19 +606,19 @@ Test(clffn_tune, short_search, .timeout = 400) {
  * wrong results) it exits 3, wrong result, instead of timing it, whatever the crossover (1 token,
  * the weight layout phase's, included). */
 Test(clffn_tune, gemv_candidate_checked, .timeout = 120) {
-    char cmd[1024], out[4096];
+    char cmd[1024], out[4096], err[4096];
     const char *specs[3] = {"65536:16,16,16,8,2,2", "65536:16,16,16,4,8,4", "1:16,16,16,4,8,4"};
     for (int i = 0; i < 3; ++i) {
         snprintf(cmd, sizeof cmd,
                  "'%s' --eval --routine 0 --tokens 1 --d-model 64 --d-ff 128 --gemv %s",
                  CLFFN_TUNE_PATH, specs[i]);
-        const int rc = run(cmd, out, sizeof out);
+        const int rc = run_split(cmd, out, sizeof out, err, sizeof err);
         if (i == 0) {
             double t = 0;
-            cr_assert_eq(rc, 0, "%s", out);
-            cr_assert(sscanf(out, "%lf", &t) == 1 && t > 0, "%s", out);
+            cr_assert_eq(rc, 0, "%s%s", out, err);
+            cr_assert(sscanf(out, "%lf", &t) == 1 && t > 0, "%s%s", out, err);
         } else {
-            cr_assert_eq(rc, 3, "%s", out);
+            cr_assert_eq(rc, 3, "%s%s", out, err);
         }
     }
 }
@@ -655,7 +655,7 @@ Test(clffn_tune, kernel_evaluation, .timeout = 180) {
 /* An evaluation with a few-tokens Xgemm set beside the candidate's runs both (the child checks
  * a product on each side of the threshold before it times); a malformed set fails it. */
 Test(clffn_tune, few_tokens_set_evaluated, .timeout = 120) {
-    char cmd[1024], out[4096], wide[128] = "", narrow[128] = "";
+    char cmd[1024], out[4096], err[4096], wide[128] = "", narrow[128] = "";
     for (int i = 0; i < 16; ++i) {
         const size_t n = strlen(wide), m = strlen(narrow);
         snprintf(wide + n, sizeof wide - n, "%s%zu", i ? "," : "", test_xgemm_wide[i]);
@@ -666,13 +666,13 @@ Test(clffn_tune, few_tokens_set_evaluated, .timeout = 120) {
             cmd, sizeof cmd,
             "'%s' --eval --xgemm %s --routine 0 --tokens 8 --d-model 64 --d-ff 128 --few 12:%s",
             CLFFN_TUNE_PATH, wide, i ? "8,1,64" : narrow);
-        const int rc = run(cmd, out, sizeof out);
+        const int rc = run_split(cmd, out, sizeof out, err, sizeof err);
         double t = 0;
         if (i == 0) {
-            cr_assert_eq(rc, 0, "%s", out);
-            cr_assert(sscanf(out, "%lf", &t) == 1 && t > 0, "%s", out);
+            cr_assert_eq(rc, 0, "%s%s", out, err);
+            cr_assert(sscanf(out, "%lf", &t) == 1 && t > 0, "%s%s", out, err);
         } else {
-            cr_assert_eq(rc, 1, "%s", out);
+            cr_assert_eq(rc, 1, "%s%s", out, err);
         }
     }
 }
@@ -744,19 +744,20 @@ Test(clffn_tune, damaged_profile_falls_back_and_opt_out) {
 /* --experts: the layer's JSON, its experts read no more than the tokens could choose, and the
  * same-work comparison with the dense FFN. */
 Test(clffn_bench, experts_report, .timeout = 120) {
-    char out[4096], cmd[512];
+    char out[4096], err[4096], cmd[512];
     snprintf(cmd, sizeof cmd,
              "'%s' --json --experts 6 --top-k 2 --tokens 1 --d-model 16 --d-ff 32 "
              "--activation swiglu --reps 2",
              CLFFN_BENCH_PATH);
-    cr_assert_eq(run(cmd, out, sizeof out), 0, "%s", out);
+    cr_assert_eq(run_split(cmd, out, sizeof out, err, sizeof err), 0, "%s%s", out, err);
     cJSON *o = cJSON_Parse(out);
-    cr_assert_not_null(o, "not JSON: %s", out);
+    cr_assert_not_null(o, "not JSON: %s%s", out, err);
     cr_assert_eq(num(o, "experts"), 6);
     cr_assert_eq(num(o, "top_k"), 2);
     cr_assert_eq(num(o, "experts_read"), 2, "one token reads its two experts: %s", out);
     /* two experts' W1, V and W2 of 16·32 f32 weights each, and the router's 6·16 */
-    cr_assert_eq(num(o, "weights_read_bytes"), 2 * 4 * (3 * 16 * 32) + 4 * 6 * 16, "%s", out);
+    cr_assert_eq(num(o, "weights_read_bytes"), 2 * 4 * (3 * 16 * 32) + 4 * 6 * 16, "%s%s", out,
+                 err);
     cr_assert_eq(num(o, "dense_rows"), 1);
     cr_assert(num(o, "best_s") > 0 && num(o, "speed_vs_dense") > 0);
     cJSON_Delete(o);

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 /* Runs a shell command; returns its exit status and (if out) its stdout+stderr. */
 int run(const char *cmd, char *out, size_t out_len) {
@@ -26,6 +27,28 @@ int run(const char *cmd, char *out, size_t out_len) {
     }
     if (out) { out[n] = '\0'; }
     const int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+int run_split(const char *cmd, char *out, size_t out_len, char *err, size_t err_len) {
+    char path[] = "/tmp/clffn-stderr-XXXXXX", full[4096];
+    const int fd = mkstemp(path);
+    cr_assert(fd >= 0);
+    close(fd);
+    snprintf(full, sizeof full, "%s 2>'%s'", cmd, path);
+    FILE *p = popen(full, "r");
+    cr_assert_not_null(p);
+    const size_t n = fread(out, 1, out_len - 1, p);
+    out[n] = '\0';
+    char rest[4096];
+    while (fread(rest, 1, sizeof rest, p) > 0) {} /* the child must not block on a full pipe */
+    const int st = pclose(p);
+    FILE *e = fopen(path, "r");
+    cr_assert_not_null(e);
+    const size_t m = fread(err, 1, err_len - 1, e);
+    err[m] = '\0';
+    fclose(e);
+    unlink(path);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 

@@ -9,6 +9,11 @@
 /* Runs a shell command; returns its exit status and (if out) its stdout+stderr. */
 int run(const char *cmd, char *out, size_t out_len);
 
+/* The same with stdout in out and stderr in err, for output a test parses: a driver may write
+ * warnings to stderr (Mesa's compiler does, on a cold shader cache), which must not reach a
+ * JSON parser. */
+int run_split(const char *cmd, char *out, size_t out_len, char *err, size_t err_len);
+
 /* A scratch folder for one test (make_dir), removed with what it holds (remove_dir). */
 extern char dir[64];
 void make_dir(void);
