@@ -1,7 +1,7 @@
 /* What the last forward leaves to look at: its hidden tensors and its stage times. */
 #include "ffn.h"
 
-#include "launch.h"
+#include "transfer.h"
 
 #include <stdlib.h>
 
