@@ -5,7 +5,8 @@
 // A weight matrix W is `rows` rows of `cols` values, each row `row_bytes` long, starting w_off
 // bytes into w: for q8_0 and q4_0 a row is cols/32 blocks (34 or 18 bytes: an f16 scale d, then
 // the quants), for the others cols values. Only core OpenCL 1.2: halves go through vload_half
-// (no fp16 extension), bfloat16 through bit shifts.
+// (no fp16 extension) or integer arithmetic, or clang's __fp16 conversions where the compiler
+// targets a CPU with F16C (below), bfloat16 through bit shifts.
 //
 //   clffn_wgemv_rows  y[t, r] = Σ_c W[r, c]·x[t, c] (+ β·y)   the reduction along a row
 //   clffn_wgemv_cols  y[t, c] = Σ_r W[r, c]·x[t, r] (+ β·y)   the reduction down the columns
@@ -52,6 +53,18 @@
                             // emulation (POCL on x86)
 #endif
 
+// Clang compiling for an x86 CPU with F16C (POCL's CPU device) turns a conversion of its storage
+// type __fp16 into one instruction (vcvtph2ps) for 8 or 16 halves; vload_half on a device without
+// cl_khr_fp16 is POCL's long emulation, and the soft form below some ten integer instructions.
+// Elsewhere (GPU compilers, SPIR-V, other CPUs) the test fails and the core forms stay.
+#ifndef CLFFN_NATIVE_HALF
+  #if defined(__clang__) && defined(__F16C__)
+    #define CLFFN_NATIVE_HALF 1
+  #else
+    #define CLFFN_NATIVE_HALF 0
+  #endif
+#endif
+
 #define CLFFN_QK 32
 // 2^23 + 8: a nibble q as the float 2^23 + q (its bits OR-ed into 2^23's), less this, is q - 8,
 // exactly, in two instructions instead of a subtraction and a conversion.
@@ -82,31 +95,45 @@
 
 // ---- decoding -----------------------------------------------------------------------------------
 
-// Halves as floats in integer arithmetic, exactly, with no subnormal float anywhere: a CPU takes
-// a slow assist for each multiply with a subnormal operand (some hundred cycles on Intel cores,
-// where about one in 250 of a layer's f16 weights is a subnormal half), and a device without
-// CL_FP_DENORM flushes it. Exponent and mantissa move to a float's places and the exponent is
-// rebiased (15 -> 127, once more for infinities and NaNs, which keep their payload); a subnormal
-// half m * 2^-24 is 2^-14 * (1 + m / 1024) less 2^-14, exact; the sign goes on last, so -0
-// stays -0.
-#define CLFFN_SOFT_HALVES(n)                                                                      \
-  inline float##n clffn_halves##n(ushort##n h16) {                                               \
-    const uint##n h = convert_uint##n(h16);                                                      \
-    const uint##n em = (h & 0x7fffu) << 13;                                                      \
-    const uint##n e = em & 0x0f800000u;                                                          \
-    const uint##n u =                                                                            \
-        em + select((uint##n)0x38000000u, (uint##n)0x70000000u, as_uint##n(e == 0x0f800000u));   \
-    const float##n f =                                                                           \
-        select(as_float##n(u), as_float##n(u + 0x00800000u) - 0x1p-14f, as_int##n(e == 0u));     \
-    return as_float##n(as_uint##n(f) | ((h & 0x8000u) << 16));                                   \
-  }
-CLFFN_SOFT_HALVES(8)
-CLFFN_SOFT_HALVES(16)
+// Halves as floats. With F16C, one conversion instruction, exact for every half (a subnormal
+// half is a normal float). Else in integer arithmetic, exactly, with no subnormal float
+// anywhere: a CPU takes a slow assist for each multiply with a subnormal operand (some hundred
+// cycles on Intel cores, where about one in 250 of a layer's f16 weights is a subnormal half),
+// and a device without CL_FP_DENORM flushes it. Exponent and mantissa move to a float's places
+// and the exponent is rebiased (15 -> 127, once more for infinities and NaNs, which keep their
+// payload); a subnormal half m * 2^-24 is 2^-14 * (1 + m / 1024) less 2^-14, exact; the sign
+// goes on last, so -0 stays -0.
+#if CLFFN_NATIVE_HALF
+typedef __fp16 clffn_fp16x2 __attribute__((ext_vector_type(2)));
+typedef __fp16 clffn_fp16x8 __attribute__((ext_vector_type(8)));
+typedef __fp16 clffn_fp16x16 __attribute__((ext_vector_type(16)));
+  #define CLFFN_HALVES(n)                                                                         \
+    inline float##n clffn_halves##n(ushort##n h16) {                                             \
+      return __builtin_convertvector(__builtin_bit_cast(clffn_fp16x##n, h16), float##n);         \
+    }
+#else
+  #define CLFFN_HALVES(n)                                                                    \
+    inline float##n clffn_halves##n(ushort##n h16) {                                             \
+      const uint##n h = convert_uint##n(h16);                                                    \
+      const uint##n em = (h & 0x7fffu) << 13;                                                    \
+      const uint##n e = em & 0x0f800000u;                                                        \
+      const uint##n u =                                                                          \
+          em + select((uint##n)0x38000000u, (uint##n)0x70000000u, as_uint##n(e == 0x0f800000u)); \
+      const float##n f =                                                                         \
+          select(as_float##n(u), as_float##n(u + 0x00800000u) - 0x1p-14f, as_int##n(e == 0u));   \
+      return as_float##n(as_uint##n(f) | ((h & 0x8000u) << 16));                                 \
+    }
+#endif
+CLFFN_HALVES(8)
+CLFFN_HALVES(16)
 
-// The f16 scale at blk: vload_half, or its soft form (above) where vload_half is a long
-// emulation.
-inline float clffn_wscale(__global const uchar *blk) {
-#if CLFFN_SOFT_HALF
+// The half at p (a block's scale, an f16 weight): vload_half, or one of the forms above where
+// vload_half is a long emulation.
+inline float clffn_whalf(__global const uchar *blk) {
+#if CLFFN_NATIVE_HALF
+  const ushort2 h = (ushort2)(*(__global const ushort *)blk, 0); // __fp16 has no scalar load
+  return __builtin_convertvector(__builtin_bit_cast(clffn_fp16x2, h), float2).s0;
+#elif CLFFN_SOFT_HALF
   const uint h = *(__global const ushort *)blk;
   const uint em = (h & 0x7fffu) << 13;
   const uint e = em & 0x0f800000u;
@@ -121,7 +148,7 @@ inline float clffn_wscale(__global const uchar *blk) {
 // Besides being shorter than POCL's emulation, the soft halves read through ushort vectors,
 // which POCL loads unaligned: its vload_half16 has been seen to load as if 32-byte aligned and
 // fault on a row of 70 halves.
-#if CLFFN_SOFT_HALF
+#if CLFFN_SOFT_HALF || CLFFN_NATIVE_HALF
   #define CLFFN_VLOAD_HALF(n, i, p)                                                             \
     CLFFN_CAT(clffn_halves, n)(CLFFN_CAT(vload, n)(i, (__global const ushort *)(p)))
 #else
@@ -133,12 +160,12 @@ inline float clffn_wvalue(__global const uchar *row, ulong c) {
 #if CLFFN_WTYPE == CLFFN_WTYPE_F32
   return ((__global const float *)row)[c];
 #elif CLFFN_WTYPE == CLFFN_WTYPE_F16
-  return vload_half(c, (__global const half *)row);
+  return clffn_whalf(row + 2 * c);
 #elif CLFFN_WTYPE == CLFFN_WTYPE_BF16
   return as_float((uint)((__global const ushort *)row)[c] << 16);
 #else
   __global const uchar *blk = row + (c / CLFFN_QK) * CLFFN_BLOCK_BYTES;
-  const float d = clffn_wscale(blk);
+  const float d = clffn_whalf(blk);
   const uint j = (uint)(c % CLFFN_QK);
   #if CLFFN_WTYPE == CLFFN_WTYPE_Q8_0
     return d * (float)((__global const char *)(blk + 2))[j];
@@ -163,7 +190,7 @@ inline float8 clffn_wload8(__global const uchar *row, ulong c, float *d) {
   return as_float8(convert_uint8(vload8(0, (__global const ushort *)row + c)) << 16);
 #else
   __global const uchar *blk = row + (c / CLFFN_QK) * CLFFN_BLOCK_BYTES;
-  *d = clffn_wscale(blk);
+  *d = clffn_whalf(blk);
   const uint j = (uint)(c % CLFFN_QK);
   #if CLFFN_WTYPE == CLFFN_WTYPE_Q8_0
     return convert_float8(vload8(0, (__global const char *)(blk + 2 + j)));
@@ -191,7 +218,7 @@ inline void clffn_wload_block(__global const uchar *row, ulong c, float *d, floa
   #endif
 #else
   __global const uchar *blk = row + (c / CLFFN_QK) * CLFFN_BLOCK_BYTES;
-  *d = clffn_wscale(blk);
+  *d = clffn_whalf(blk);
   #if CLFFN_WTYPE == CLFFN_WTYPE_Q8_0
     #define CLFFN_WV(i)                                                                            \
       v[i] = CLFFN_CAT(convert_float, CLFFN_RV)(                                                   \

@@ -155,7 +155,8 @@ static void build_options(cl_device_id device, const clffn_program_key *key, cha
     if (key->weights && n > 0 && (size_t)n < size) {
         const clffn_wgemv_params *p = &key->wgemv;
         /* a CPU compiler emulates vload_half at length; the integer form is exact on any
-         * device, flushing subnormals or not */
+         * device, flushing subnormals or not (and cl/weights.cl takes F16C's conversions over
+         * both where its compiler targets them) */
         cl_device_type type = 0;
         clGetDeviceInfo(device, CL_DEVICE_TYPE, sizeof type, &type, NULL);
         const int soft_half = (type & CL_DEVICE_TYPE_CPU) != 0;
