@@ -389,7 +389,25 @@ int clffn_tuning_has_profile(cl_device_id device) {
     return clffn__builtin_profile(device) ? 2 : 0;
 }
 
+/* CLBlast 1.5 fills its built-in parameter database on the first Database it constructs, without
+ * a lock: threads whose first CLBlast routines start together (tensor-parallel shards on one
+ * device, and no tuning profile to apply first) copied it while it was being filled, and got
+ * std::length_error or std::bad_alloc (seen on rusticl, docs/RELIABILITY.md). An override with
+ * no parameters constructs that Database and is refused before it stores anything; done once,
+ * here, under a lock, before any of clffn's contexts runs CLBlast. */
+static void clblast_database_init(cl_device_id device) {
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    static int done;
+    pthread_mutex_lock(&lock);
+    if (!done) {
+        (void)CLBlastOverrideParameters(device, "Xgemm", CLBlastPrecisionSingle, 0, NULL, NULL);
+        done = 1;
+    }
+    pthread_mutex_unlock(&lock);
+}
+
 clffn_status clffn__tuning_apply(cl_device_id device, clffn_tuning *out) {
+    clblast_database_init(device);
     own_defaults(out);
     const char *off = getenv("CLFFN_NO_TUNING");
     if (off && *off && strcmp(off, "0") != 0) {
