@@ -50,7 +50,7 @@
 #ifndef CLFFN_SOFT_HALF
   #define CLFFN_SOFT_HALF 0 // 1: f16 weights and scales decoded in integer arithmetic (exact,
                             // no subnormal float), for devices whose vload_half is a long
-                            // emulation (POCL on x86)
+                            // emulation (CPU devices); CLFFN_NATIVE_HALF below goes first
 #endif
 
 // Clang compiling for an x86 CPU with F16C (POCL's CPU device) turns a conversion of its storage
@@ -107,12 +107,12 @@
 typedef __fp16 clffn_fp16x2 __attribute__((ext_vector_type(2)));
 typedef __fp16 clffn_fp16x8 __attribute__((ext_vector_type(8)));
 typedef __fp16 clffn_fp16x16 __attribute__((ext_vector_type(16)));
-  #define CLFFN_HALVES(n)                                                                         \
+  #define CLFFN_HALVES(n)                                                                        \
     inline float##n clffn_halves##n(ushort##n h16) {                                             \
       return __builtin_convertvector(__builtin_bit_cast(clffn_fp16x##n, h16), float##n);         \
     }
 #else
-  #define CLFFN_HALVES(n)                                                                    \
+  #define CLFFN_HALVES(n)                                                                        \
     inline float##n clffn_halves##n(ushort##n h16) {                                             \
       const uint##n h = convert_uint##n(h16);                                                    \
       const uint##n em = (h & 0x7fffu) << 13;                                                    \

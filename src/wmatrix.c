@@ -89,9 +89,9 @@ cl_int clffn__wgemv(clffn_wkernels *wk, const clffn_context *ctx, const clffn_wm
     while (b + 1 < CLFFN_WTOKEN_BUCKETS && bucket_tokens[b] < tokens) { ++b; }
     if (tokens > bucket_tokens[b]) { return (cl_int)CLFFN_ERROR_INVALID_SIZE; }
     const size_t *p = ctx->wgemv;
-    /* f32, f16 and bf16 rows go in pairs at any length: each weight's x is four bytes, two to
-     * four times the weight, so halving x's reads pays even where x fits the first-level cache
-     * (f16 and bf16 4096 -> 11008 SwiGLU on POCL: 12.8-13.7 ms single, 10.5-11.3 paired) */
+    /* f32, f16 and bf16 rows go in pairs at any length: each weight's x is four bytes, as many
+     * as the weight's or twice them, so halving x's reads pays even where x fits the first-level
+     * cache (f16 and bf16 4096 -> 11008 SwiGLU on POCL: 12.8-13.7 ms single, 10.5-11.3 paired) */
     const bool pairs = along_rows && ctx->cpu && p[0] == 1 &&
                        (w->cols > CLFFN_WROW_PAIR_COLS || !clffn__dtype_quantized(w->dtype));
     cl_kernel *slot = pairs ? &wk->rows2[b] : along_rows ? &wk->rows[b] : &wk->cols[b];
