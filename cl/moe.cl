@@ -1,11 +1,11 @@
 // =================================================================================================
 // moe.cl — a mixture-of-experts layer's routing, on the device (src/moe.c).
 //
-//   x[T,D] ─route─► experts[T,k], weights[T,k], probs[T,E]
+//   x[T,D] ─route─► experts[T,k], weights[T,k], probs[T,E], gate[T] (the shared expert's scale)
 //          ─count, place─► counts[E], slot[T,k] (row of the gathered matrix), row[T·k] (token)
 //          ─gather─► xg[T·k, D]  (each expert's tokens contiguous, in token order)
 //          … each expert's FFN on its rows of xg, into yg …
-//          ─combine─► y[T,D] = shared[T,D] + Σ_j weights[t,j]·yg[slot[t,j]]
+//          ─combine─► y[T,D] = gate[t]·shared[T,D] + Σ_j weights[t,j]·yg[slot[t,j]]
 //
 // Every step is deterministic and independent of work-group sizes: each output element is
 // computed by one work-item, in a fixed order, so a layer gives the same bits however it is
@@ -18,12 +18,13 @@
 // the lower expert index: pass j takes the largest logit below pass j-1's in the order (logit
 // descending, index ascending), so no chosen-set is kept and E has no bound. normalize = 1
 // rescales the k probabilities to sum 1 (Mixtral); 0 keeps them (Switch, Qwen2-MoE with
-// norm_topk_prob false).
+// norm_topk_prob false). R = E + 1 (a gated shared expert, Qwen2-MoE's): the router's row E is
+// the shared expert's gate, gate[t] = sigmoid(its logit), outside the softmax.
 __kernel void clffn_moe_route(__global const float *x, const ulong x_off, __global const float *wr,
                               __global const float *br, const int has_bias, const uint E,
                               const uint D, const uint k, const int normalize, const uint T,
                               __global float *probs, __global int *experts,
-                              __global float *weights) {
+                              __global float *weights, const uint R, __global float *gate) {
   const uint t = get_global_id(0);
   if (t >= T) { return; }
   __global const float *xt = x + x_off + (ulong)t * D;
@@ -63,6 +64,12 @@ __kernel void clffn_moe_route(__global const float *x, const ulong x_off, __glob
   for (uint j = 0; j < k; ++j) {
     const float pj = p[experts[(ulong)t * k + j]];
     weights[(ulong)t * k + j] = normalize ? pj / chosen : pj;
+  }
+  if (R > E) {
+    __global const float *w = wr + (ulong)E * D;
+    float acc = has_bias ? br[E] : 0.0f;
+    for (uint d = 0; d < D; ++d) { acc = fma(xt[d], w[d], acc); }
+    gate[t] = 1.0f / (1.0f + exp(-acc));
   }
 }
 
@@ -105,15 +112,17 @@ __kernel void clffn_moe_gather(__global const float *x, const ulong x_off,
   xg[(ulong)s * D + d] = x[x_off + (ulong)row[s] * D + d];
 }
 
-// y[t, d] = (shared ? ys[t, d] : 0) + Σ_{j<k} weights[t, j]·yg[slot[t, j], d], in that order;
-// NDRange (D, T), any work-group.
+// y[t, d] = (shared ? g·ys[t, d] : 0) + Σ_{j<k} weights[t, j]·yg[slot[t, j], d], in that
+// order, g = gate[t] when gated, else 1; NDRange (D, T), any work-group.
 __kernel void clffn_moe_combine(__global const float *yg, __global const uint *slot,
                                 __global const float *weights, __global const float *ys,
                                 const int shared, const uint D, const uint T, const uint k,
-                                __global float *y, const ulong y_off) {
+                                __global float *y, const ulong y_off,
+                                __global const float *gate, const int gated) {
   const uint d = get_global_id(0), t = get_global_id(1);
   if (d >= D || t >= T) { return; }
   float acc = shared ? ys[(ulong)t * D + d] : 0.0f;
+  if (shared && gated) { acc *= gate[t]; }
   for (uint j = 0; j < k; ++j) {
     const ulong i = (ulong)t * k + j;
     acc = fma(weights[i], yg[(ulong)slot[i] * D + d], acc);
@@ -127,7 +136,9 @@ __kernel void clffn_moe_combine(__global const float *yg, __global const uint *s
 //   normalised:   ∂L/∂p[e_j] = (g_j − Σ_i g_i·weights_i) / Σ_i p[e_i];   as they are: g_j
 //   softmax:      dlogit[e] = p[e]·(∂L/∂p[e] − Σ_j p[e_j]·∂L/∂p[e_j])   (0 for unchosen e's own
 //                 term, which the choice, piecewise constant, does not differentiate)
+//   gated shared expert (g = gate[t]): its rows' dy is g·dy, dlogit[t, E] = g·(1 − g)·dy·ys[t]
 //   dx[t] = dxs[t] + Σ_j dxg[slot[t, j]] + Σ_e dlogit[t, e]·wr[e];  dwr = dlogitᵀ·x; dbr = Σ_t
+// (e over the router's R rows: dlogit is [T, R])
 
 // dyg[slot[i], d] = weights[i]·dy[i / k, d]; NDRange (D, T·k), any work-group.
 __kernel void clffn_moe_scatter_dy(__global const float *dy, const ulong dy_off,
@@ -140,7 +151,8 @@ __kernel void clffn_moe_scatter_dy(__global const float *dy, const ulong dy_off,
 }
 
 // dlogit[t, ·] for token t; NDRange T, any work-group. aux_scale = α·E/T² adds the
-// load-balancing loss's ∂/∂p[t, e] = α·E·(counts[e]/T)/T to every expert's (0: none).
+// load-balancing loss's ∂/∂p[t, e] = α·E·(counts[e]/T)/T to every expert's (0: none). R = E + 1:
+// the shared expert's gate's too, at column E, from ys and gate.
 __kernel void clffn_moe_router_backward(__global const float *dy, const ulong dy_off,
                                         __global const float *yg, __global const uint *slot,
                                         __global const float *probs,
@@ -148,12 +160,21 @@ __kernel void clffn_moe_router_backward(__global const float *dy, const ulong dy
                                         __global const float *weights, const uint D,
                                         const uint E, const uint k, const int normalize,
                                         const uint T, __global const uint *counts,
-                                        const float aux_scale, __global float *dlogit) {
+                                        const float aux_scale, __global float *dlogit,
+                                        const uint R, __global const float *ys,
+                                        __global const float *gate) {
   const uint t = get_global_id(0);
   if (t >= T) { return; }
   __global const float *p = probs + (ulong)t * E;
   __global const float *dyt = dy + dy_off + (ulong)t * D;
-  __global float *dl = dlogit + (ulong)t * E;
+  __global float *dl = dlogit + (ulong)t * R;
+  if (R > E) {
+    __global const float *yst = ys + (ulong)t * D;
+    float g = 0.0f;
+    for (uint d = 0; d < D; ++d) { g = fma(dyt[d], yst[d], g); }
+    const float s = gate[t];
+    dl[E] = s * (1.0f - s) * g;
+  }
   for (uint e = 0; e < E; ++e) { dl[e] = 0.0f; }
   // pass 1: g_j into dl[e_j] (distinct experts), and Σ g·w, Σ p of the chosen
   float gw = 0.0f, psum = 0.0f;
@@ -180,7 +201,8 @@ __kernel void clffn_moe_router_backward(__global const float *dy, const ulong dy
 }
 
 // dx[t, d] = (shared ? dxs[t, d] : 0) + Σ_j dxg[slot[t, j], d] + Σ_e dlogit[t, e]·wr[e, d],
-// in that order; NDRange (D, T), any work-group.
+// in that order, e over the router's E rows (R, with the shared expert's gate); NDRange (D, T),
+// any work-group.
 __kernel void clffn_moe_dx(__global const float *dxg, __global const uint *slot,
                            __global const float *dxs, const int shared,
                            __global const float *dlogit, __global const float *wr, const uint D,
@@ -195,7 +217,8 @@ __kernel void clffn_moe_dx(__global const float *dxg, __global const uint *slot,
 }
 
 // dwr[e, d] (+)= Σ_t dlogit[t, e]·x[t, d], and at d = D (the bias column) dbr[e] (+)= Σ_t
-// dlogit[t, e], in token order; NDRange (D + 1, E), any work-group.
+// dlogit[t, e], in token order, e over the router's E rows (R, with the shared expert's gate);
+// NDRange (D + 1, E), any work-group.
 __kernel void clffn_moe_router_grads(__global const float *dlogit, __global const float *x,
                                      const ulong x_off, const uint D, const uint E, const uint T,
                                      const int accumulate, __global float *dwr,
@@ -210,4 +233,13 @@ __kernel void clffn_moe_router_grads(__global const float *dlogit, __global cons
   }
   __global float *out = d < D ? dwr + dwr_off + (ulong)e * D + d : dbr + dbr_off + e;
   *out = accumulate ? *out + acc : acc;
+}
+
+// dys[t, d] = gate[t]·dy[t, d]: the gated shared expert's dy; NDRange (D, T), any work-group.
+__kernel void clffn_moe_scale_dy(__global const float *dy, const ulong dy_off,
+                                 __global const float *gate, const uint D, const uint T,
+                                 __global float *dys) {
+  const uint d = get_global_id(0), t = get_global_id(1);
+  if (d >= D || t >= T) { return; }
+  dys[(ulong)t * D + d] = gate[t] * dy[dy_off + (ulong)t * D + d];
 }

@@ -819,7 +819,9 @@ CLFFN_API clffn_status clffn_ffn_stage_times(clffn_ffn *ffn, clffn_stage_times *
  *   e[t, 0..k) = the k largest p[t]           in order, ties to the lower index
  *   w[t, j] = p[t, e[t, j]] / Σ_j p[t, e[t, j]]   (CLFFN_ROUTING_TOPK_NORMALIZED), or
  *             p[t, e[t, j]]                       (CLFFN_ROUTING_TOPK)
- *   y[t] = shared(x[t]) + Σ_j w[t, j]·expert_{e[t, j]}(x[t])   added in that order
+ *   y[t] = g[t]·shared(x[t]) + Σ_j w[t, j]·expert_{e[t, j]}(x[t])   added in that order
+ * where g[t] = 1, or with a gated shared expert (Qwen2-MoE's shared_expert_gate)
+ *   g[t] = sigmoid(x[t]·wsᵀ + bs)             ws [D]: the router's row E, bs its bias's entry E
  * Routing runs on the device; each expert runs on its tokens gathered into contiguous rows
  * (CLBlast's SGEMM for many, clffn's few-token kernels for few, as any FFN), and an expert no
  * token chose is not run, so its weights are not read. The weights are uploaded per expert
@@ -841,21 +843,28 @@ typedef struct clffn_moe_config {
     size_t top_k;          /* k in [1, E] */
     clffn_routing routing; /* default CLFFN_ROUTING_TOPK_NORMALIZED */
     int router_bias;       /* 1: the router has a bias [E] (default 0) */
-    int shared_expert;     /* 1: an expert of the same config that every token passes through,
-                              its output added (default 0) */
+    int shared_expert;     /* 1: an expert of the experts' config (but for shared_d_ff) that
+                              every token passes through, its output added (default 0) */
     float aux_loss_coef;   /* α ≥ 0: the backward adds α times the load-balancing loss's
                               gradient (clffn_moe_aux_loss); 0 (default): none */
+    size_t shared_d_ff;    /* the shared expert's hidden size; 0 (default): expert.d_ff.
+                              Qwen2-MoE's is its shared_expert_intermediate_size */
+    int shared_gate;       /* 1: the shared expert's output is scaled by a sigmoid of its own
+                              logit, the router's extra row E (Qwen2-MoE; needs shared_expert;
+                              default 0) */
 } clffn_moe_config;
 
 /** Mixtral's defaults for the given shapes: experts SwiGLU without biases (as clffn-run's
- *  mixtral preset reads them), normalised top-k, no router bias, no shared expert. */
+ *  mixtral preset reads them), normalised top-k, no router bias, no shared expert. For
+ *  Qwen2-MoE set routing CLFFN_ROUTING_TOPK, shared_expert, shared_d_ff and shared_gate. */
 CLFFN_API clffn_moe_config clffn_moe_config_default(size_t d_model, size_t d_ff, size_t experts,
                                                     size_t top_k);
 
 /** Creates a mixture-of-experts layer on ctx: E expert FFNs (and the shared one) without
  *  weights, and the router without weights. Errors: NULL_ARGUMENT; the expert config's
- *  validate status; INVALID_ARGUMENT (E = 0, k outside [1, E], an unknown routing, residual
- *  set, E beyond 2^24, aux_loss_coef negative or not finite); SIZE_OVERFLOW;
+ *  validate status (and the shared expert's, with its shared_d_ff); INVALID_ARGUMENT (E = 0,
+ *  k outside [1, E], an unknown routing, residual set, E beyond 2^24, aux_loss_coef negative
+ *  or not finite, shared_d_ff or shared_gate without shared_expert); SIZE_OVERFLOW;
  *  OUT_OF_HOST_MEMORY; clffn_ffn_create()'s. Nothing is left behind on error. */
 CLFFN_API clffn_status clffn_moe_create(clffn_context *ctx, const clffn_moe_config *config,
                                         clffn_moe **out);
@@ -868,10 +877,12 @@ CLFFN_API void clffn_moe_destroy(clffn_moe *moe);
  *  clffn_ffn_upload_weights_typed(), …). Owned by the layer. NULL for any other e. */
 CLFFN_API clffn_ffn *clffn_moe_expert(clffn_moe *moe, size_t e);
 
-/** Uploads the router (blocking): weight [E, D] row-major (nn.Linear's layout: Mixtral's
- *  block_sparse_moe.gate.weight), bias [E] (NULL unless the config has router_bias). Replaces
- *  any earlier router; on error the earlier one stays. Errors: NULL_ARGUMENT (weight; bias
- *  when the config has one), OpenCL's. */
+/** Uploads the router (blocking): weight [R, D] row-major (nn.Linear's layout: Mixtral's
+ *  block_sparse_moe.gate.weight), bias [R] (NULL unless the config has router_bias), where R =
+ *  E, or E + 1 with shared_gate: row E is then the shared expert's gate (Qwen2-MoE's
+ *  mlp.shared_expert_gate.weight [1, D] below mlp.gate.weight [E, D]). Replaces any earlier
+ *  router; on error the earlier one stays. Errors: NULL_ARGUMENT (weight; bias when the config
+ *  has one), OpenCL's. */
 CLFFN_API clffn_status clffn_moe_upload_router(clffn_moe *moe, const float *weight,
                                                const float *bias);
 
@@ -893,9 +904,10 @@ CLFFN_API clffn_status clffn_moe_forward_host(clffn_moe *moe, size_t tokens, con
                                               size_t x_len, float *y, size_t y_len,
                                               int32_t *experts, float *weights);
 
-/** Where clffn_moe_backward() writes the layer's gradients: the router's [E, D] and its bias
- *  [E] (with router_bias), and per expert what clffn_backward() takes (an array of E, then the
- *  shared expert's; NULL for no expert gradients). A NULL router.mem skips the router's. */
+/** Where clffn_moe_backward() writes the layer's gradients: the router's [R, D] and its bias
+ *  [R] (with router_bias; R as clffn_moe_upload_router() has it), and per expert what
+ *  clffn_backward() takes (an array of E, then the shared expert's, of its own width; NULL for
+ *  no expert gradients). A NULL router.mem skips the router's. */
 typedef struct clffn_moe_grads {
     clffn_buffer router;
     clffn_buffer router_bias;
@@ -927,7 +939,8 @@ CLFFN_API clffn_status clffn_moe_backward(clffn_moe *moe, size_t tokens, cl_mem 
 CLFFN_API clffn_status clffn_moe_aux_loss(clffn_moe *moe, double *loss);
 
 /** Host-level backward of the last clffn_moe_forward_host(), blocking: dy [T, D] in; dx
- *  [T, D], router_grad [E, D], router_bias_grad [E] (with router_bias) and expert_grads (E
+ *  [T, D], router_grad [R, D], router_bias_grad [R] (with router_bias; R = E, or E + 1 with
+ *  shared_gate, whose gradient is row E) and expert_grads (E
  *  host sets, then the shared expert's, in each expert's weights' layout) out, each NULL to
  *  skip it, overwritten or with accumulate = 1 added to. Lengths in floats. Errors as
  *  clffn_moe_backward(), BUFFER_TOO_SMALL for a short array. */
@@ -1076,11 +1089,12 @@ CLFFN_API clffn_status clffn_reference_backward(const clffn_config *config, clff
 
 /** A mixture-of-experts layer in plain C with double accumulation: routing as
  *  clffn_moe_config describes (the router's logits in double), each chosen expert by
- *  clffn_reference_forward() (inference), the weighted sum in the same order. router [E, D],
- *  router_bias [E] (NULL when the config has none); experts: E host weight sets, then the
- *  shared expert's when the config has one, in `layout`. Writes y [T, D], and chosen [T, k] and
- *  weights [T, k] where not NULL. Errors: NULL_ARGUMENT, clffn_moe_create()'s argument checks,
- *  SIZE_OVERFLOW, OUT_OF_HOST_MEMORY, clffn_reference_forward()'s. */
+ *  clffn_reference_forward() (inference), the weighted sum in the same order. router [R, D],
+ *  router_bias [R] (NULL when the config has none; R as clffn_moe_upload_router()); experts:
+ *  E host weight sets, then the shared expert's when the config has one, in `layout`. Writes
+ *  y [T, D], and chosen [T, k] and weights [T, k] where not NULL. Errors: NULL_ARGUMENT,
+ *  clffn_moe_create()'s argument checks, SIZE_OVERFLOW, OUT_OF_HOST_MEMORY,
+ *  clffn_reference_forward()'s. */
 CLFFN_API clffn_status clffn_moe_reference_forward(const clffn_moe_config *config,
                                                    clffn_layout layout, const float *router,
                                                    const float *router_bias,
@@ -1096,7 +1110,7 @@ CLFFN_API clffn_status clffn_moe_reference_aux_loss(const clffn_moe_config *conf
 
 /** The backward of clffn_moe_reference_forward() in double (with aux_loss_coef α, of
  *  Σ y·dy + α·aux): given dy [T, D], writes dx [T, D],
- *  router_grad [E, D], router_bias_grad [E] (with router_bias) and expert_grads (E sets, then
+ *  router_grad [R, D], router_bias_grad [R] (with router_bias) and expert_grads (E sets, then
  *  the shared expert's, as clffn_reference_backward() fills them), each NULL to skip it,
  *  overwritten; an expert no token chose gets zeros. Errors as clffn_moe_reference_forward(). */
 CLFFN_API clffn_status clffn_moe_reference_backward(

@@ -29,6 +29,8 @@ clffn_moe_config clffn_moe_config_default(size_t d_model, size_t d_ff, size_t ex
     c.router_bias = 0;
     c.shared_expert = 0;
     c.aux_loss_coef = 0.0f;
+    c.shared_d_ff = 0;
+    c.shared_gate = 0;
     return c;
 }
 
@@ -53,11 +55,12 @@ void clffn_moe_destroy(clffn_moe *moe) {
     cl_mem *mems[] = {&moe->router, &moe->bias, &moe->probs,  &moe->chosen,   &moe->weights,
                       &moe->slot,   &moe->row,  &moe->counts, &moe->xg,       &moe->yg,
                       &moe->ys,     &moe->io_x, &moe->io_y,   &moe->io_dx,    &moe->dyg,
-                      &moe->dxg,    &moe->dxs,  &moe->dlogit, &moe->g_router, &moe->g_rbias};
+                      &moe->dxg,    &moe->dxs,  &moe->dlogit, &moe->g_router, &moe->g_rbias,
+                      &moe->gate,   &moe->dys};
     for (size_t i = 0; i < sizeof mems / sizeof mems[0]; ++i) { release_mem(mems[i]); }
-    cl_kernel *ks[] = {&moe->route,           &moe->count,     &moe->place,
-                       &moe->gather,          &moe->combine,   &moe->scatter_dy,
-                       &moe->router_backward, &moe->dx_kernel, &moe->router_grads};
+    cl_kernel *ks[] = {&moe->route,        &moe->count,      &moe->place,           &moe->gather,
+                       &moe->combine,      &moe->scatter_dy, &moe->router_backward, &moe->dx_kernel,
+                       &moe->router_grads, &moe->scale_dy};
     for (size_t i = 0; i < sizeof ks / sizeof ks[0]; ++i) { release_kernel(ks[i]); }
     free(moe->host_counts);
     free(moe);
@@ -71,15 +74,17 @@ static clffn_status make_kernels(clffn_moe *moe) {
     cl_program p = NULL;
     clffn_status st = clffn__get_program(&moe->ctx->programs, &key, &p);
     if (st != CLFFN_SUCCESS) { return st; }
-    static const char *const names[9] = {
-        "clffn_moe_route",           "clffn_moe_count",   "clffn_moe_place",
-        "clffn_moe_gather",          "clffn_moe_combine", "clffn_moe_scatter_dy",
-        "clffn_moe_router_backward", "clffn_moe_dx",      "clffn_moe_router_grads"};
-    cl_kernel *ks[9] = {&moe->route,           &moe->count,     &moe->place,
-                        &moe->gather,          &moe->combine,   &moe->scatter_dy,
-                        &moe->router_backward, &moe->dx_kernel, &moe->router_grads};
+    static const char *const names[10] = {"clffn_moe_route",           "clffn_moe_count",
+                                          "clffn_moe_place",           "clffn_moe_gather",
+                                          "clffn_moe_combine",         "clffn_moe_scatter_dy",
+                                          "clffn_moe_router_backward", "clffn_moe_dx",
+                                          "clffn_moe_router_grads",    "clffn_moe_scale_dy"};
+    cl_kernel *ks[10] = {&moe->route,           &moe->count,     &moe->place,
+                         &moe->gather,          &moe->combine,   &moe->scatter_dy,
+                         &moe->router_backward, &moe->dx_kernel, &moe->router_grads,
+                         &moe->scale_dy};
     cl_int err = CL_SUCCESS;
-    for (size_t i = 0; i < 9 && err == CL_SUCCESS; ++i) {
+    for (size_t i = 0; i < 10 && err == CL_SUCCESS; ++i) {
         *ks[i] = clCreateKernel(p, names[i], &err);
     }
     return (clffn_status)err;
@@ -94,11 +99,13 @@ clffn_status clffn_moe_create(clffn_context *ctx, const clffn_moe_config *config
     moe->ctx = ctx;
     moe->cfg = *config;
     moe->n_ffn = config->experts + (config->shared_expert ? 1 : 0);
+    moe->router_rows = clffn__moe_router_rows(config);
     moe->ffn = calloc(moe->n_ffn, sizeof *moe->ffn);
     moe->host_counts = malloc(config->experts * sizeof *moe->host_counts);
     st = moe->ffn && moe->host_counts ? CLFFN_SUCCESS : CLFFN_ERROR_OUT_OF_HOST_MEMORY;
+    const clffn_config shared = clffn__moe_shared_config(config);
     for (size_t i = 0; i < moe->n_ffn && st == CLFFN_SUCCESS; ++i) {
-        st = clffn_ffn_create(ctx, &config->expert, &moe->ffn[i]);
+        st = clffn_ffn_create(ctx, i < config->experts ? &config->expert : &shared, &moe->ffn[i]);
     }
     if (st == CLFFN_SUCCESS) { st = make_kernels(moe); }
     if (st != CLFFN_SUCCESS) {
@@ -126,14 +133,14 @@ static cl_mem upload(clffn_context *ctx, const float *src, size_t n, cl_int *err
 
 clffn_status clffn_moe_upload_router(clffn_moe *moe, const float *weight, const float *bias) {
     if (!moe || !weight || (moe->cfg.router_bias && !bias)) { return CLFFN_ERROR_NULL_ARGUMENT; }
-    const size_t E = moe->cfg.experts, D = moe->cfg.expert.d_model;
+    const size_t R = moe->router_rows, D = moe->cfg.expert.d_model;
     size_t n, bytes;
-    if (!clffn__mul_ok(E, D, &n) || !clffn__mul_ok(n, sizeof(float), &bytes)) {
+    if (!clffn__mul_ok(R, D, &n) || !clffn__mul_ok(n, sizeof(float), &bytes)) {
         return CLFFN_ERROR_SIZE_OVERFLOW;
     }
     cl_int err = CL_SUCCESS;
     cl_mem w = upload(moe->ctx, weight, n, &err), b = NULL;
-    if (err == CL_SUCCESS && moe->cfg.router_bias) { b = upload(moe->ctx, bias, E, &err); }
+    if (err == CL_SUCCESS && moe->cfg.router_bias) { b = upload(moe->ctx, bias, R, &err); }
     if (err != CL_SUCCESS) {
         if (w) { clReleaseMemObject(w); }
         return (clffn_status)err;
@@ -149,22 +156,29 @@ clffn_status clffn_moe_upload_router(clffn_moe *moe, const float *weight, const 
 static clffn_status grow(clffn_moe *moe, size_t T, cl_command_queue queue) {
     if (T <= moe->tokens) { return CLFFN_SUCCESS; }
     const size_t E = moe->cfg.experts, k = moe->cfg.top_k, D = moe->cfg.expert.d_model;
-    const size_t f = sizeof(float);
-    const size_t sizes[9] = {T * E * f,     T * k * f,     T * k * f,
-                             T * k * f,     T * k * f,     E * f,
-                             T * k * D * f, T * k * D * f, moe->cfg.shared_expert ? T * D * f : f};
-    cl_mem m[9] = {NULL};
+    const size_t f = sizeof(float), shared = moe->cfg.shared_expert ? 1 : 0;
+    const size_t sizes[10] = {T * E * f,
+                              T * k * f,
+                              T * k * f,
+                              T * k * f,
+                              T * k * f,
+                              E * f,
+                              T * k * D * f,
+                              T * k * D * f,
+                              shared ? T * D * f : f,
+                              moe->router_rows > E ? T * f : f};
+    cl_mem m[10] = {NULL};
     cl_int err = CL_SUCCESS;
-    for (size_t i = 0; i < 9 && err == CL_SUCCESS; ++i) {
+    for (size_t i = 0; i < 10 && err == CL_SUCCESS; ++i) {
         m[i] = clffn__buffer(moe->ctx, CL_MEM_READ_WRITE, sizes[i], &err);
     }
     if (err != CL_SUCCESS) {
-        for (size_t i = 0; i < 9; ++i) { release_mem(&m[i]); }
+        for (size_t i = 0; i < 10; ++i) { release_mem(&m[i]); }
         return (clffn_status)err;
     }
-    cl_mem *mine[9] = {&moe->probs,  &moe->chosen, &moe->weights, &moe->slot, &moe->row,
-                       &moe->counts, &moe->xg,     &moe->yg,      &moe->ys};
-    for (size_t i = 0; i < 9; ++i) {
+    cl_mem *mine[10] = {&moe->probs,  &moe->chosen, &moe->weights, &moe->slot, &moe->row,
+                        &moe->counts, &moe->xg,     &moe->yg,      &moe->ys,   &moe->gate};
+    for (size_t i = 0; i < 10; ++i) {
         if (*mine[i]) { clffn__release_when_done(queue, *mine[i]); }
         *mine[i] = m[i];
     }
@@ -175,11 +189,11 @@ static clffn_status grow(clffn_moe *moe, size_t T, cl_command_queue queue) {
 /* Every size, buffer and weight the forward touches, checked before anything is enqueued. */
 static clffn_status check_forward(clffn_moe *moe, size_t T, cl_mem x, size_t xo, cl_mem y,
                                   size_t yo, cl_command_queue queue) {
-    const size_t E = moe->cfg.experts, k = moe->cfg.top_k, D = moe->cfg.expert.d_model;
-    size_t nx, ng, bytes;
+    const size_t R = moe->router_rows, k = moe->cfg.top_k, D = moe->cfg.expert.d_model;
+    size_t nx, ng, bytes; /* probs [T, E] and dlogit [T, R] within R */
     if (!clffn__mul_ok(T, D, &nx) || !clffn__mul_ok(nx, k, &ng) ||
         !clffn__mul_ok(ng, sizeof(float), &bytes) || (cl_ulong)bytes > moe->ctx->max_alloc ||
-        !clffn__mul_ok(T, E * sizeof(float), &bytes) || (cl_ulong)bytes > moe->ctx->max_alloc ||
+        !clffn__mul_ok(T, R * sizeof(float), &bytes) || (cl_ulong)bytes > moe->ctx->max_alloc ||
         T * k > UINT32_MAX || D > UINT32_MAX) {
         return CLFFN_ERROR_SIZE_OVERFLOW;
     }
@@ -224,6 +238,8 @@ static cl_int enqueue_routing(clffn_moe *moe, cl_uint T, cl_mem x, cl_ulong xo,
     CLFFN_ARG(a, has_bias), CLFFN_ARG(a, E), CLFFN_ARG(a, D), CLFFN_ARG(a, k);
     CLFFN_ARG(a, normalize), CLFFN_ARG(a, T), CLFFN_ARG(a, moe->probs);
     CLFFN_ARG(a, moe->chosen), CLFFN_ARG(a, moe->weights);
+    const cl_uint R = (cl_uint)moe->router_rows;
+    CLFFN_ARG(a, R), CLFFN_ARG(a, moe->gate);
     cl_int err = clffn__args_end(&a);
     if (err == CL_SUCCESS) { err = clffn__moe_enqueue(moe, q, moe->route, T, 0); }
     clffn_args b = clffn__args(moe->count);
@@ -267,11 +283,12 @@ static clffn_status enqueue_experts(clffn_moe *moe, cl_uint T, cl_mem x, size_t 
         row0 += n;
     }
     if (st != CLFFN_SUCCESS) { return st; }
-    const cl_int shared = c->shared_expert ? 1 : 0;
+    const cl_int shared = c->shared_expert ? 1 : 0, gated = moe->router_rows > c->experts;
     clffn_args a = clffn__args(moe->combine);
     CLFFN_ARG(a, moe->yg), CLFFN_ARG(a, moe->slot), CLFFN_ARG(a, moe->weights);
     CLFFN_ARG(a, moe->ys), CLFFN_ARG(a, shared), CLFFN_ARG(a, D), CLFFN_ARG(a, T);
-    CLFFN_ARG(a, k), CLFFN_ARG(a, y), CLFFN_ARG(a, yo);
+    CLFFN_ARG(a, k), CLFFN_ARG(a, y), CLFFN_ARG(a, yo), CLFFN_ARG(a, moe->gate);
+    CLFFN_ARG(a, gated);
     cl_int err = clffn__args_end(&a);
     if (err == CL_SUCCESS) { err = clffn__moe_enqueue(moe, q, moe->combine, D, T); }
     return (clffn_status)err;

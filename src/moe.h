@@ -10,22 +10,25 @@ struct clffn_moe {
     clffn_moe_config cfg;
     size_t n_ffn;                                   /* E, + 1 with a shared expert (the last) */
     clffn_ffn **ffn;                                /* [n_ffn] */
-    cl_mem router, bias;                            /* [E, D], [E] (bias NULL without one) */
+    size_t router_rows;                             /* R: E, + 1 with a gated shared expert */
+    cl_mem router, bias;                            /* [R, D], [R] (bias NULL without one) */
     cl_kernel route, count, place, gather, combine; /* forward */
-    cl_kernel scatter_dy, router_backward, dx_kernel, router_grads; /* backward */
+    cl_kernel scatter_dy, router_backward, dx_kernel, router_grads, scale_dy; /* backward */
     /* the workspace for `tokens` tokens: probs [T, E], chosen, weights, slot [T, k], row [T·k],
-     * counts [E], xg and yg [T·k, D], ys [T, D] (with a shared expert) */
+     * counts [E], xg and yg [T·k, D], ys [T, D] (with a shared expert), gate [T] (its scale,
+     * with a gated one) */
     size_t tokens;
-    cl_mem probs, chosen, weights, slot, row, counts, xg, yg, ys;
+    cl_mem probs, chosen, weights, slot, row, counts, xg, yg, ys, gate;
     size_t io_tokens; /* the host-level passes' x, y (dy in the backward) and dx [T, D] */
     cl_mem io_x, io_y, io_dx;
     /* the last forward, for the backward: its T (0: none), and whether it was host-level */
     size_t last_tokens;
     bool last_host;
     /* the backward's workspace for bwd_tokens tokens: dyg and dxg [T·k, D], dxs [T, D] (with a
-     * shared expert), dlogit [T, E]; the host-level backward's router gradients [E, D], [E] */
+     * shared expert), dlogit [T, R], dys [T, D] (a gated shared expert's dy); the host-level
+     * backward's router gradients [R, D], [R] */
     size_t bwd_tokens;
-    cl_mem dyg, dxg, dxs, dlogit;
+    cl_mem dyg, dxg, dxs, dlogit, dys;
     cl_mem g_router, g_rbias;
     cl_uint *host_counts; /* [E] */
     cl_event last_event;  /* the layer's last kernel: clffn_moe_destroy waits for it */

@@ -15,22 +15,22 @@
 static clffn_status grow_backward(clffn_moe *moe, size_t T, cl_command_queue queue) {
     if (T <= moe->bwd_tokens) { return CLFFN_SUCCESS; }
     const size_t E = moe->cfg.experts, k = moe->cfg.top_k, D = moe->cfg.expert.d_model;
-    const size_t f = sizeof(float);
-    const size_t sizes[4] = {T * k * D * f, T * k * D * f, moe->cfg.shared_expert ? T * D * f : f,
-                             T * E * f};
-    cl_mem m[4] = {NULL};
+    const size_t f = sizeof(float), R = moe->router_rows;
+    const size_t sizes[5] = {T * k * D * f, T * k * D * f, moe->cfg.shared_expert ? T * D * f : f,
+                             T * R * f, R > E ? T * D * f : f};
+    cl_mem m[5] = {NULL};
     cl_int err = CL_SUCCESS;
-    for (size_t i = 0; i < 4 && err == CL_SUCCESS; ++i) {
+    for (size_t i = 0; i < 5 && err == CL_SUCCESS; ++i) {
         m[i] = clffn__buffer(moe->ctx, CL_MEM_READ_WRITE, sizes[i], &err);
     }
     if (err != CL_SUCCESS) {
-        for (size_t i = 0; i < 4; ++i) {
+        for (size_t i = 0; i < 5; ++i) {
             if (m[i]) { clReleaseMemObject(m[i]); }
         }
         return (clffn_status)err;
     }
-    cl_mem *mine[4] = {&moe->dyg, &moe->dxg, &moe->dxs, &moe->dlogit};
-    for (size_t i = 0; i < 4; ++i) {
+    cl_mem *mine[5] = {&moe->dyg, &moe->dxg, &moe->dxs, &moe->dlogit, &moe->dys};
+    for (size_t i = 0; i < 5; ++i) {
         if (*mine[i]) { clffn__release_when_done(queue, *mine[i]); }
         *mine[i] = m[i];
     }
@@ -57,18 +57,18 @@ static void grad_list(const clffn_device_weights *g, const clffn_buffer *b[6]) {
 /* The caller's gradient buffers, each where it is given and large enough (a weight gradient
  * may be skipped with a NULL mem, as for compressed weights; the expert's backward decides). */
 static clffn_status check_grads(const clffn_moe *moe, const clffn_moe_grads *g) {
-    const size_t E = moe->cfg.experts, D = moe->cfg.expert.d_model;
+    const size_t R = moe->router_rows, D = moe->cfg.expert.d_model;
     clffn_status st = CLFFN_SUCCESS;
     if (g->router.mem) {
-        st = clffn__check_buffer(moe->ctx, g->router.mem, g->router.offset, E * D);
+        st = clffn__check_buffer(moe->ctx, g->router.mem, g->router.offset, R * D);
         if (st == CLFFN_SUCCESS && moe->cfg.router_bias) {
-            st = clffn__check_buffer(moe->ctx, g->router_bias.mem, g->router_bias.offset, E);
+            st = clffn__check_buffer(moe->ctx, g->router_bias.mem, g->router_bias.offset, R);
         }
     }
     for (size_t e = 0; g->experts && e < moe->n_ffn && st == CLFFN_SUCCESS; ++e) {
         size_t n[6];
         const clffn_buffer *b[6];
-        grad_counts(&moe->cfg.expert, &g->experts[e], n);
+        grad_counts(&moe->ffn[e]->cfg, &g->experts[e], n);
         grad_list(&g->experts[e], b);
         /* compressed experts have no weight gradients; f32 ones need theirs */
         const bool weights = moe->ffn[e]->w1.dtype == CLFFN_DTYPE_F32;
@@ -127,7 +127,18 @@ static clffn_status experts_backward(clffn_moe *moe, cl_uint T, cl_mem x, size_t
     const size_t D = c->expert.d_model;
     const bool given = g && g->experts;
     clffn_status st = CLFFN_SUCCESS;
-    if (c->shared_expert) {
+    if (c->shared_expert && moe->router_rows > c->experts) { /* gated: its dy is gate·dy */
+        const cl_uint Du = (cl_uint)D;
+        const cl_ulong dyo_l = dyo;
+        clffn_args a = clffn__args(moe->scale_dy);
+        CLFFN_ARG(a, dy), CLFFN_ARG(a, dyo_l), CLFFN_ARG(a, moe->gate), CLFFN_ARG(a, Du);
+        CLFFN_ARG(a, T), CLFFN_ARG(a, moe->dys);
+        cl_int err = clffn__args_end(&a);
+        if (err == CL_SUCCESS) { err = clffn__moe_enqueue(moe, q, moe->scale_dy, D, T); }
+        st = (clffn_status)err;
+        dy = moe->dys, dyo = 0;
+    }
+    if (st == CLFFN_SUCCESS && c->shared_expert) {
         const clffn_device_weights gs = expert_grads(moe, g, own, c->experts);
         st = clffn_backward(moe->ffn[c->experts], T, x, xo, dy, dyo, moe->dxs, 0, &gs, accumulate,
                             q, NULL);
@@ -143,7 +154,7 @@ static clffn_status experts_backward(clffn_moe *moe, cl_uint T, cl_mem x, size_t
         } else if (given && !accumulate) {
             size_t cnt[6];
             const clffn_buffer *b[6];
-            grad_counts(&c->expert, ge, cnt);
+            grad_counts(&moe->ffn[e]->cfg, ge, cnt);
             grad_list(ge, b);
             for (int i = 0; i < 6 && st == CLFFN_SUCCESS; ++i) {
                 if (cnt[i] && b[i]->mem) {
@@ -175,6 +186,7 @@ static cl_int router_and_dx(clffn_moe *moe, cl_uint T, cl_mem x, cl_ulong xo, cl
                             cl_int accumulate, cl_command_queue q) {
     const clffn_moe_config *c = &moe->cfg;
     const cl_uint E = (cl_uint)c->experts, k = (cl_uint)c->top_k, D = (cl_uint)c->expert.d_model;
+    const cl_uint R = (cl_uint)moe->router_rows;
     const cl_int normalize = c->routing == CLFFN_ROUTING_TOPK_NORMALIZED;
     const cl_int shared = c->shared_expert ? 1 : 0, has_bias = c->router_bias ? 1 : 0;
     clffn_args a = clffn__args(moe->router_backward);
@@ -185,6 +197,7 @@ static cl_int router_and_dx(clffn_moe *moe, cl_uint T, cl_mem x, cl_ulong xo, cl
     const cl_float aux_scale =
         (cl_float)((double)c->aux_loss_coef * (double)E / (double)T / (double)T);
     CLFFN_ARG(a, moe->counts), CLFFN_ARG(a, aux_scale), CLFFN_ARG(a, moe->dlogit);
+    CLFFN_ARG(a, R), CLFFN_ARG(a, moe->ys), CLFFN_ARG(a, moe->gate);
     cl_int err = clffn__args_end(&a);
     if (err == CL_SUCCESS) { err = clffn__moe_enqueue(moe, q, moe->router_backward, T, 0); }
     if (err == CL_SUCCESS && g && g->router.mem) {
@@ -192,17 +205,17 @@ static cl_int router_and_dx(clffn_moe *moe, cl_uint T, cl_mem x, cl_ulong xo, cl
         cl_mem bias = has_bias ? g->router_bias.mem : g->router.mem; /* not written without */
         clffn_args r = clffn__args(moe->router_grads);
         CLFFN_ARG(r, moe->dlogit), CLFFN_ARG(r, x), CLFFN_ARG(r, xo), CLFFN_ARG(r, D);
-        CLFFN_ARG(r, E), CLFFN_ARG(r, T), CLFFN_ARG(r, accumulate), CLFFN_ARG(r, g->router.mem);
+        CLFFN_ARG(r, R), CLFFN_ARG(r, T), CLFFN_ARG(r, accumulate), CLFFN_ARG(r, g->router.mem);
         CLFFN_ARG(r, ro), CLFFN_ARG(r, bias), CLFFN_ARG(r, bo), CLFFN_ARG(r, has_bias);
         if ((err = clffn__args_end(&r)) == CL_SUCCESS) {
-            err = clffn__moe_enqueue(moe, q, moe->router_grads, (size_t)D + 1, E);
+            err = clffn__moe_enqueue(moe, q, moe->router_grads, (size_t)D + 1, R);
         }
     }
     if (err == CL_SUCCESS && dx) {
         clffn_args d = clffn__args(moe->dx_kernel);
         CLFFN_ARG(d, moe->dxg), CLFFN_ARG(d, moe->slot), CLFFN_ARG(d, moe->dxs);
         CLFFN_ARG(d, shared), CLFFN_ARG(d, moe->dlogit), CLFFN_ARG(d, moe->router);
-        CLFFN_ARG(d, D), CLFFN_ARG(d, E), CLFFN_ARG(d, k), CLFFN_ARG(d, T), CLFFN_ARG(d, dx);
+        CLFFN_ARG(d, D), CLFFN_ARG(d, R), CLFFN_ARG(d, k), CLFFN_ARG(d, T), CLFFN_ARG(d, dx);
         CLFFN_ARG(d, dxo);
         if ((err = clffn__args_end(&d)) == CL_SUCCESS) {
             err = clffn__moe_enqueue(moe, q, moe->dx_kernel, D, T);
@@ -249,13 +262,13 @@ clffn_status clffn_moe_backward(clffn_moe *moe, size_t tokens, cl_mem x, size_t 
 
 /* The host-level backward's router gradient buffers, made on first use. */
 static clffn_status router_grad_buffers(clffn_moe *moe) {
-    const size_t E = moe->cfg.experts, D = moe->cfg.expert.d_model;
+    const size_t R = moe->router_rows, D = moe->cfg.expert.d_model;
     cl_int err = CL_SUCCESS;
     if (!moe->g_router) {
-        moe->g_router = clffn__buffer(moe->ctx, CL_MEM_READ_WRITE, E * D * sizeof(float), &err);
+        moe->g_router = clffn__buffer(moe->ctx, CL_MEM_READ_WRITE, R * D * sizeof(float), &err);
     }
     if (err == CL_SUCCESS && !moe->g_rbias) {
-        moe->g_rbias = clffn__buffer(moe->ctx, CL_MEM_READ_WRITE, E * sizeof(float), &err);
+        moe->g_rbias = clffn__buffer(moe->ctx, CL_MEM_READ_WRITE, R * sizeof(float), &err);
     }
     return (clffn_status)err;
 }
@@ -287,14 +300,14 @@ static void zero_host(const clffn_config *c, const clffn_weight_arrays *g) {
 }
 
 static cl_int move_router(clffn_moe *moe, int write, float *rg, float *rbg) {
-    const size_t E = moe->cfg.experts, D = moe->cfg.expert.d_model;
+    const size_t R = moe->router_rows, D = moe->cfg.expert.d_model;
     cl_command_queue q = moe->ctx->queue;
     cl_int err =
-        write ? clEnqueueWriteBuffer(q, moe->g_router, CL_FALSE, 0, E * D * 4, rg, 0, NULL, NULL)
-              : clEnqueueReadBuffer(q, moe->g_router, CL_FALSE, 0, E * D * 4, rg, 0, NULL, NULL);
+        write ? clEnqueueWriteBuffer(q, moe->g_router, CL_FALSE, 0, R * D * 4, rg, 0, NULL, NULL)
+              : clEnqueueReadBuffer(q, moe->g_router, CL_FALSE, 0, R * D * 4, rg, 0, NULL, NULL);
     if (err == CL_SUCCESS && rbg && moe->cfg.router_bias) {
-        err = write ? clEnqueueWriteBuffer(q, moe->g_rbias, CL_FALSE, 0, E * 4, rbg, 0, NULL, NULL)
-                    : clEnqueueReadBuffer(q, moe->g_rbias, CL_FALSE, 0, E * 4, rbg, 0, NULL, NULL);
+        err = write ? clEnqueueWriteBuffer(q, moe->g_rbias, CL_FALSE, 0, R * 4, rbg, 0, NULL, NULL)
+                    : clEnqueueReadBuffer(q, moe->g_rbias, CL_FALSE, 0, R * 4, rbg, 0, NULL, NULL);
     }
     return err;
 }

@@ -15,10 +15,21 @@ clffn_status clffn__moe_config_check(const clffn_moe_config *c) {
     /* E beyond 2^24 would leave the kernels' uint indices and float counts inexact */
     if (c->experts == 0 || c->experts > (1u << 24) || c->top_k == 0 || c->top_k > c->experts ||
         (c->routing != CLFFN_ROUTING_TOPK_NORMALIZED && c->routing != CLFFN_ROUTING_TOPK) ||
-        c->expert.residual || !(c->aux_loss_coef >= 0.0f && c->aux_loss_coef <= 1e30f)) {
+        c->expert.residual || !(c->aux_loss_coef >= 0.0f && c->aux_loss_coef <= 1e30f) ||
+        (!c->shared_expert && (c->shared_d_ff || c->shared_gate))) {
         return CLFFN_ERROR_INVALID_ARGUMENT;
     }
+    if (c->shared_expert) {
+        const clffn_config sc = clffn__moe_shared_config(c);
+        return clffn_config_validate(&sc);
+    }
     return CLFFN_SUCCESS;
+}
+
+clffn_config clffn__moe_shared_config(const clffn_moe_config *c) {
+    clffn_config sc = c->expert;
+    if (c->shared_d_ff) { sc.d_ff = c->shared_d_ff; }
+    return sc;
 }
 
 /* Token t's choice: chosen[0..k) in the order (logit descending, index ascending; a NaN logit
@@ -48,20 +59,23 @@ static void route_token(const clffn_moe_config *c, const double *logit, int32_t 
     }
 }
 
-/* Every token's choice, weights and probabilities, from logits in double. */
+/* Every token's choice, weights and probabilities, from logits in double; gate [T] (with a
+ * shared expert) its scale: 1, or the sigmoid of the router's row E. */
 static clffn_status route_all(const clffn_moe_config *c, const float *router,
                               const float *router_bias, size_t tokens, const float *x, int32_t *ch,
-                              double *wt, double *probs) {
+                              double *wt, double *probs, double *gate) {
     const size_t D = c->expert.d_model, E = c->experts, k = c->top_k;
-    double *logit = malloc(E * sizeof *logit);
+    const size_t R = clffn__moe_router_rows(c);
+    double *logit = malloc(R * sizeof *logit);
     if (!logit) { return CLFFN_ERROR_OUT_OF_HOST_MEMORY; }
     for (size_t t = 0; t < tokens; ++t) {
-        for (size_t e = 0; e < E; ++e) {
+        for (size_t e = 0; e < R; ++e) {
             double acc = c->router_bias ? router_bias[e] : 0.0;
             for (size_t d = 0; d < D; ++d) { acc += (double)x[t * D + d] * router[e * D + d]; }
             logit[e] = acc;
         }
         route_token(c, logit, ch + t * k, wt + t * k, probs + t * E);
+        if (gate) { gate[t] = R > E ? 1.0 / (1.0 + exp(-logit[E])) : 1.0; }
     }
     free(logit);
     return CLFFN_SUCCESS;
@@ -114,12 +128,15 @@ clffn_status clffn_moe_reference_forward(const clffn_moe_config *c, clffn_layout
     int32_t *ch = malloc((tokens * k + 1) * sizeof *ch);
     double *wt = malloc((tokens * k + 1) * sizeof *wt), *probs = malloc((tokens * E + 1) * 8);
     st = use && ch && wt && probs ? CLFFN_SUCCESS : CLFFN_ERROR_OUT_OF_HOST_MEMORY;
-    if (st == CLFFN_SUCCESS) { st = route_all(c, router, router_bias, tokens, x, ch, wt, probs); }
+    if (st == CLFFN_SUCCESS) {
+        st = route_all(c, router, router_bias, tokens, x, ch, wt, probs, use);
+    }
     if (st == CLFFN_SUCCESS && tokens) { memset(y, 0, tokens * D * sizeof *y); }
-    /* the device's order: the shared expert first, then each token's choices best first */
+    /* the device's order: the shared expert first (use: its gate), then each token's choices
+     * best first */
     if (st == CLFFN_SUCCESS && c->shared_expert) {
-        for (size_t t = 0; t < tokens; ++t) { use[t] = 1.0; }
-        st = add_expert(&c->expert, layout, &experts[E], tokens, x, use, y);
+        const clffn_config sc = clffn__moe_shared_config(c);
+        st = add_expert(&sc, layout, &experts[E], tokens, x, use, y);
     }
     for (size_t j = 0; j < k && st == CLFFN_SUCCESS; ++j) {
         for (size_t e = 0; e < E && st == CLFFN_SUCCESS; ++e) {
@@ -186,12 +203,13 @@ static clffn_status token_backward(const clffn_config *c, clffn_layout layout,
     return CLFFN_SUCCESS;
 }
 
-/* Token t's router gradient: from g[j] = ∂L/∂weight_j to the logits (dl [E]), then into dx_t,
- * the router's weight and bias gradients. */
+/* Token t's router gradient: from g[j] = ∂L/∂weight_j to the logits (dl [R]; dl[E], the shared
+ * expert's gate's, given), then into dx_t, the router's weight and bias gradients. */
 static void router_backward(const clffn_moe_config *c, const float *router, const float *xt,
                             const int32_t *ch, const double *wt, const double *p, const double *g,
                             const double *aux, double *dl, double *dxt, double *rg, double *rbg) {
     const size_t D = c->expert.d_model, E = c->experts, k = c->top_k;
+    const size_t R = clffn__moe_router_rows(c);
     double gw = 0.0, psum = 0.0, pdp = 0.0;
     for (size_t j = 0; j < k; ++j) { gw += g[j] * wt[j], psum += p[ch[j]]; }
     for (size_t e = 0; e < E; ++e) { dl[e] = aux[e]; } /* the auxiliary loss's ∂/∂p */
@@ -199,8 +217,8 @@ static void router_backward(const clffn_moe_config *c, const float *router, cons
         dl[ch[j]] += c->routing == CLFFN_ROUTING_TOPK_NORMALIZED ? (g[j] - gw) / psum : g[j];
     }
     for (size_t e = 0; e < E; ++e) { pdp += p[e] * dl[e]; }
-    for (size_t e = 0; e < E; ++e) {
-        dl[e] = p[e] * (dl[e] - pdp);
+    for (size_t e = 0; e < R; ++e) {
+        if (e < E) { dl[e] = p[e] * (dl[e] - pdp); }
         for (size_t d = 0; d < D; ++d) {
             if (dxt) { dxt[d] += dl[e] * router[e * D + d]; }
             if (rg) { rg[e * D + d] += dl[e] * xt[d]; }
@@ -212,14 +230,15 @@ static void router_backward(const clffn_moe_config *c, const float *router, cons
 /* Zeroes what the backward adds into. */
 static void zero_outputs(const clffn_moe_config *c, size_t tokens, double *dx, double *rg,
                          double *rbg, const clffn_ref_grads *eg) {
-    const size_t D = c->expert.d_model, E = c->experts;
+    const size_t D = c->expert.d_model, E = c->experts, R = clffn__moe_router_rows(c);
+    const clffn_config sc = clffn__moe_shared_config(c);
     if (dx) { memset(dx, 0, tokens * D * sizeof *dx); }
-    if (rg) { memset(rg, 0, E * D * sizeof *rg); }
-    if (rbg) { memset(rbg, 0, E * sizeof *rbg); }
+    if (rg) { memset(rg, 0, R * D * sizeof *rg); }
+    if (rbg) { memset(rbg, 0, R * sizeof *rbg); }
     for (size_t e = 0; eg && e < E + (c->shared_expert ? 1 : 0); ++e) {
         double *f[6];
         size_t n[6];
-        grad_fields(&c->expert, &eg[e], f, n);
+        grad_fields(e < E ? &c->expert : &sc, &eg[e], f, n);
         for (int i = 0; i < 6; ++i) {
             if (f[i]) { memset(f[i], 0, n[i] * sizeof *f[i]); }
         }
@@ -237,7 +256,9 @@ clffn_status clffn_moe_reference_backward(const clffn_moe_config *c, clffn_layou
     if (!router || !experts || (c->router_bias && !router_bias) || (tokens && (!x || !dy))) {
         return CLFFN_ERROR_NULL_ARGUMENT;
     }
-    const size_t D = c->expert.d_model, F = c->expert.d_ff, E = c->experts, k = c->top_k;
+    const clffn_config sc = clffn__moe_shared_config(c);
+    const size_t D = c->expert.d_model, E = c->experts, k = c->top_k;
+    const size_t F = sc.d_ff > c->expert.d_ff ? sc.d_ff : c->expert.d_ff; /* the scratch's */
     size_t n;
     if (!clffn__mul_ok(tokens, D > E * k ? D : E * k, &n) || !clffn__mul_ok(n, 8, &n) ||
         !clffn__mul_ok(F, 4 * D + 3, &n)) {
@@ -245,10 +266,11 @@ clffn_status clffn_moe_reference_backward(const clffn_moe_config *c, clffn_layou
     }
     int32_t *ch = malloc((tokens * k + 1) * sizeof *ch);
     double *wt = malloc((tokens * k + 1) * 8), *p = malloc((tokens * E + 1) * 8);
-    double *g = malloc(k * 8), *dl = malloc(E * 8), *buf = calloc(2 * D + n, 8);
-    double *aux = calloc(E, 8);
-    st = ch && wt && p && g && dl && buf && aux ? CLFFN_SUCCESS : CLFFN_ERROR_OUT_OF_HOST_MEMORY;
-    if (st == CLFFN_SUCCESS) { st = route_all(c, router, router_bias, tokens, x, ch, wt, p); }
+    double *g = malloc(k * 8), *dl = malloc((E + 1) * 8), *buf = calloc(2 * D + n, 8);
+    double *aux = calloc(E, 8), *gate = malloc((tokens + 1) * 8);
+    st = ch && wt && p && g && dl && buf && aux && gate ? CLFFN_SUCCESS
+                                                        : CLFFN_ERROR_OUT_OF_HOST_MEMORY;
+    if (st == CLFFN_SUCCESS) { st = route_all(c, router, router_bias, tokens, x, ch, wt, p, gate); }
     /* the load-balancing loss's ∂/∂p[t, e], the same for every token: α·E·(count_e / T) / T */
     for (size_t i = 0; st == CLFFN_SUCCESS && i < tokens * k; ++i) {
         aux[ch[i]] += (double)c->aux_loss_coef * (double)E / ((double)tokens * (double)tokens);
@@ -264,11 +286,13 @@ clffn_status clffn_moe_reference_backward(const clffn_moe_config *c, clffn_layou
     }
     for (size_t t = 0; t < tokens && st == CLFFN_SUCCESS; ++t) {
         const float *xt = x + t * D, *dyt = dy + t * D;
-        double *dxt = dx ? dx + t * D : NULL, unused;
+        double *dxt = dx ? dx + t * D : NULL, shared_dot = 0.0;
         if (c->shared_expert) {
-            st = token_backward(&c->expert, layout, &experts[E], xt, dyt, 1.0, dxt,
-                                expert_grads ? &expert_grads[E] : NULL, &s, &unused);
+            st = token_backward(&sc, layout, &experts[E], xt, dyt, gate[t], dxt,
+                                expert_grads ? &expert_grads[E] : NULL, &s, &shared_dot);
         }
+        /* the gate's logit: ∂L/∂g = dy·shared(x), through the sigmoid's g·(1 − g) */
+        dl[E] = gate[t] * (1.0 - gate[t]) * shared_dot;
         for (size_t j = 0; j < k && st == CLFFN_SUCCESS; ++j) {
             const int32_t e = ch[t * k + j];
             st = token_backward(&c->expert, layout, &experts[e], xt, dyt, wt[t * k + j], dxt,
@@ -279,7 +303,7 @@ clffn_status clffn_moe_reference_backward(const clffn_moe_config *c, clffn_layou
                             router_grad, router_bias_grad);
         }
     }
-    free(ch), free(wt), free(p), free(g), free(dl), free(buf), free(aux);
+    free(ch), free(wt), free(p), free(g), free(dl), free(buf), free(aux), free(gate);
     return st;
 }
 
@@ -298,7 +322,7 @@ clffn_status clffn_moe_reference_aux_loss(const clffn_moe_config *c, const float
     }
     int32_t *ch = malloc(tokens * k * sizeof *ch);
     double *wt = malloc(tokens * k * 8), *p = malloc(tokens * E * 8);
-    st = ch && wt && p ? route_all(c, router, router_bias, tokens, x, ch, wt, p)
+    st = ch && wt && p ? route_all(c, router, router_bias, tokens, x, ch, wt, p, NULL)
                        : CLFFN_ERROR_OUT_OF_HOST_MEMORY;
     if (st == CLFFN_SUCCESS) {
         double sum = 0.0;

@@ -1,7 +1,7 @@
 /* The mixture-of-experts layer against the double reference (clffn_moe_reference_forward):
  * outputs, the chosen experts and their weights, for every routing mode, 1 to 200 tokens, 1 to
  * 16 experts and k from 1 to E, ties, experts no token chose, every token sent to one expert,
- * and bad input.
+ * a shared expert of its own width behind a sigmoid gate (Qwen2-MoE's), and bad input.
  *
  * The router's inputs are dyadic (x in steps of 1/64, router weights in steps of 1/64, bias in
  * steps of 1/8), so every logit is exact in float as in double, and the device and the
@@ -19,6 +19,8 @@ typedef struct moe_case {
     clffn_routing routing;
     int shared, router_bias, gated;
     clffn_activation act;
+    int shared_gate;    /* the shared expert behind the router's row E (Qwen2-MoE) */
+    size_t shared_d_ff; /* its own width (0: the experts') */
 } moe_case;
 
 /* A layer's host data: x, the router, and E (+1) expert weight sets. */
@@ -51,21 +53,33 @@ static void data_make(moe_data *m, const moe_case *mc, size_t D, size_t F, uint6
     m->c.routing = mc->routing;
     m->c.shared_expert = mc->shared;
     m->c.router_bias = mc->router_bias;
-    const size_t T = mc->tokens, E = mc->experts;
+    m->c.shared_gate = mc->shared_gate;
+    m->c.shared_d_ff = mc->shared_d_ff;
+    const size_t T = mc->tokens, E = mc->experts + (mc->shared_gate ? 1 : 0); /* the rows */
     m->x = malloc((T * D + 1) * sizeof *m->x);
     m->router = malloc(E * D * sizeof *m->router);
     m->bias = malloc(E * sizeof *m->bias);
-    m->n_w = E + (mc->shared ? 1 : 0);
+    m->n_w = mc->experts + (mc->shared ? 1 : 0);
     m->w = calloc(m->n_w, sizeof *m->w);
     m->hw = calloc(m->n_w, sizeof *m->hw);
     cr_assert(m->x && m->router && m->bias && m->w && m->hw);
     fill_dyadic(m->x, T * D, 64, 64.0f, seed);
     fill_dyadic(m->router, E * D, 16, 64.0f, seed + 1);
     fill_dyadic(m->bias, E, 16, 8.0f, seed + 2);
+    clffn_config sc = m->c.expert;
+    if (mc->shared_d_ff) { sc.d_ff = mc->shared_d_ff; }
     for (size_t e = 0; e < m->n_w; ++e) {
-        test_weights_make(&m->w[e], &m->c.expert, CLFFN_LAYOUT_OUT_IN, seed + 10 * (e + 1));
+        test_weights_make(&m->w[e], e < mc->experts ? &m->c.expert : &sc, CLFFN_LAYOUT_OUT_IN,
+                          seed + 10 * (e + 1));
         m->hw[e] = m->w[e].host;
     }
+}
+
+/* Expert e's config: the experts', or the shared expert's own width. */
+static clffn_config expert_config(const moe_data *m, size_t e) {
+    clffn_config c = m->c.expert;
+    if (e == m->c.experts && m->c.shared_d_ff) { c.d_ff = m->c.shared_d_ff; }
+    return c;
 }
 
 static void data_free(moe_data *m) {
@@ -113,13 +127,16 @@ static void check_against_reference(clffn_moe *moe, const moe_data *m, size_t T,
 }
 
 static const moe_case cases[] = {
-    {1, 8, 2, CLFFN_ROUTING_TOPK_NORMALIZED, 0, 0, 1, CLFFN_ACT_SILU},
-    {7, 4, 1, CLFFN_ROUTING_TOPK, 0, 1, 0, CLFFN_ACT_RELU},
-    {33, 16, 4, CLFFN_ROUTING_TOPK_NORMALIZED, 1, 1, 1, CLFFN_ACT_GELU},
-    {200, 3, 3, CLFFN_ROUTING_TOPK, 1, 0, 0, CLFFN_ACT_GELU_TANH},
-    {64, 1, 1, CLFFN_ROUTING_TOPK_NORMALIZED, 0, 1, 1, CLFFN_ACT_SIGMOID},
-    {100, 16, 16, CLFFN_ROUTING_TOPK_NORMALIZED, 0, 0, 0, CLFFN_ACT_IDENTITY},
-    {2, 5, 2, CLFFN_ROUTING_TOPK, 1, 1, 1, CLFFN_ACT_SILU},
+    {1, 8, 2, CLFFN_ROUTING_TOPK_NORMALIZED, 0, 0, 1, CLFFN_ACT_SILU, 0, 0},
+    {7, 4, 1, CLFFN_ROUTING_TOPK, 0, 1, 0, CLFFN_ACT_RELU, 0, 0},
+    {33, 16, 4, CLFFN_ROUTING_TOPK_NORMALIZED, 1, 1, 1, CLFFN_ACT_GELU, 0, 0},
+    {200, 3, 3, CLFFN_ROUTING_TOPK, 1, 0, 0, CLFFN_ACT_GELU_TANH, 0, 0},
+    {64, 1, 1, CLFFN_ROUTING_TOPK_NORMALIZED, 0, 1, 1, CLFFN_ACT_SIGMOID, 0, 0},
+    {100, 16, 16, CLFFN_ROUTING_TOPK_NORMALIZED, 0, 0, 0, CLFFN_ACT_IDENTITY, 0, 0},
+    {2, 5, 2, CLFFN_ROUTING_TOPK, 1, 1, 1, CLFFN_ACT_SILU, 0, 0},
+    {1, 6, 2, CLFFN_ROUTING_TOPK, 1, 0, 1, CLFFN_ACT_SILU, 1, 96},
+    {40, 8, 4, CLFFN_ROUTING_TOPK, 1, 1, 1, CLFFN_ACT_SILU, 1, 24},
+    {19, 4, 2, CLFFN_ROUTING_TOPK_NORMALIZED, 1, 0, 0, CLFFN_ACT_GELU, 0, 72},
 };
 
 typedef void (*case_check)(clffn_moe *moe, const moe_data *m, const moe_case *mc, const char *what);
@@ -134,9 +151,9 @@ static void each_case(const moe_case *cs, size_t n, size_t D, size_t F, uint64_t
         data_make(&m, mc, D, F, seed + i);
         clffn_moe *moe = moe_make(ctx, &m);
         char what[96];
-        snprintf(what, sizeof what, "T %zu, E %zu, k %zu, %s%s", mc->tokens, mc->experts, mc->k,
+        snprintf(what, sizeof what, "T %zu, E %zu, k %zu, %s%s%s", mc->tokens, mc->experts, mc->k,
                  mc->routing == CLFFN_ROUTING_TOPK ? "top-k" : "normalised",
-                 mc->shared ? ", shared expert" : "");
+                 mc->shared ? ", shared expert" : "", mc->shared_gate ? " behind a gate" : "");
         check(moe, &m, mc, what);
         clffn_moe_destroy(moe);
         data_free(&m);
@@ -159,7 +176,7 @@ Test(moe, forward_matches_the_double_reference, .timeout = 300) {
 Test(moe, ties_go_to_the_lower_index) {
     clffn_context *ctx = test_context();
     for (int mode = 0; mode < 2; ++mode) {
-        const moe_case mc = {5, 6, 3, (clffn_routing)mode, 0, 0, 1, CLFFN_ACT_SILU};
+        const moe_case mc = {5, 6, 3, (clffn_routing)mode, 0, 0, 1, CLFFN_ACT_SILU, 0, 0};
         moe_data m;
         data_make(&m, &mc, 32, 48, 7);
         memset(m.router, 0, 6 * 32 * sizeof *m.router);
@@ -186,7 +203,8 @@ Test(moe, ties_go_to_the_lower_index) {
 Test(moe, experts_no_token_chose_are_not_run, .timeout = 120) {
     clffn_context *ctx = test_context();
     for (size_t k = 1; k <= 2; ++k) {
-        const moe_case mc = {40, 8, k, CLFFN_ROUTING_TOPK_NORMALIZED, 0, 1, 1, CLFFN_ACT_SILU};
+        const moe_case mc = {40, 8, k, CLFFN_ROUTING_TOPK_NORMALIZED, 0, 1, 1, CLFFN_ACT_SILU,
+                             0,  0};
         moe_data m;
         data_make(&m, &mc, 32, 64, 11);
         m.bias[5] = 64.0f, m.bias[2] = 48.0f; /* logits stay within ±8 */
@@ -224,6 +242,13 @@ Test(moe, bad_input_changes_nothing) {
     cr_assert(clffn_moe_create(ctx, &r, &moe) == CLFFN_ERROR_INVALID_ARGUMENT);
     r = c, r.routing = (clffn_routing)7;
     cr_assert(clffn_moe_create(ctx, &r, &moe) == CLFFN_ERROR_INVALID_ARGUMENT);
+    /* a shared expert's width or gate without a shared expert; a width the FFN refuses */
+    r = c, r.shared_gate = 1;
+    cr_assert(clffn_moe_create(ctx, &r, &moe) == CLFFN_ERROR_INVALID_ARGUMENT && !moe);
+    r = c, r.shared_d_ff = 64;
+    cr_assert(clffn_moe_create(ctx, &r, &moe) == CLFFN_ERROR_INVALID_ARGUMENT && !moe);
+    r = c, r.shared_expert = 1, r.shared_d_ff = (size_t)1 << 62;
+    cr_assert(clffn_moe_create(ctx, &r, &moe) == CLFFN_ERROR_SIZE_OVERFLOW && !moe);
     cr_assert(clffn_moe_create(NULL, &c, &moe) == CLFFN_ERROR_NULL_ARGUMENT);
     cr_assert(clffn_moe_create(ctx, NULL, &moe) == CLFFN_ERROR_NULL_ARGUMENT);
     ASSERT_OK(clffn_moe_create(ctx, &c, &moe));
@@ -252,7 +277,7 @@ Test(moe, bad_input_changes_nothing) {
  * (to rounding: an expert's row count, and with it its products' path, may change). */
 Test(moe, a_nan_token_stays_in_bounds) {
     clffn_context *ctx = test_context();
-    const moe_case mc = {4, 6, 2, CLFFN_ROUTING_TOPK_NORMALIZED, 0, 0, 1, CLFFN_ACT_SILU};
+    const moe_case mc = {4, 6, 2, CLFFN_ROUTING_TOPK_NORMALIZED, 0, 0, 1, CLFFN_ACT_SILU, 0, 0};
     moe_data m;
     data_make(&m, &mc, 32, 48, 5);
     clffn_moe *moe = moe_make(ctx, &m);
@@ -309,17 +334,19 @@ static void grads_free(grad_set *g) {
  * every expert's; with accumulate = 1 on arrays already holding one backward, twice. */
 static void check_backward(clffn_moe *moe, const moe_data *m, size_t T, int twice,
                            const char *what) {
-    const size_t D = m->c.expert.d_model, E = m->c.experts, ne = m->n_w;
+    const size_t D = m->c.expert.d_model, ne = m->n_w;
+    const size_t E = m->c.experts + (m->c.shared_gate ? 1 : 0); /* the router's rows */
     float *dy = malloc(T * D * sizeof *dy), *y = malloc(T * D * sizeof *y);
-    float *dx = malloc(T * D * sizeof *dx), *rg = malloc(E * D * sizeof *rg), rbg[16];
-    double *rdx = malloc(T * D * 8), *rrg = malloc(E * D * 8), rrbg[16];
+    float *dx = malloc(T * D * sizeof *dx), *rg = malloc(E * D * sizeof *rg), rbg[17];
+    double *rdx = malloc(T * D * 8), *rrg = malloc(E * D * 8), rrbg[17];
     grad_set *gs = calloc(ne, sizeof *gs);
     clffn_weight_arrays *wa = calloc(ne, sizeof *wa);
     clffn_ref_grads *ra = calloc(ne, sizeof *ra);
     cr_assert(dy && y && dx && rg && rdx && rrg && gs && wa && ra);
     fill_uniform(dy, T * D, -1.0f, 1.0f, 77);
     for (size_t e = 0; e < ne; ++e) {
-        grads_make(&gs[e], &m->c.expert);
+        const clffn_config ce = expert_config(m, e);
+        grads_make(&gs[e], &ce);
         const clffn_weight_arrays a = {gs[e].f[0], gs[e].f[1], gs[e].f[2],
                                        gs[e].f[3], gs[e].f[4], gs[e].f[5]};
         const clffn_ref_grads r = {gs[e].d[0], gs[e].d[1], gs[e].d[2],
@@ -354,10 +381,12 @@ static void check_backward(clffn_moe *moe, const moe_data *m, size_t T, int twic
 }
 
 static const moe_case bwd_cases[] = {
-    {1, 4, 2, CLFFN_ROUTING_TOPK_NORMALIZED, 0, 0, 1, CLFFN_ACT_SILU},
-    {9, 6, 3, CLFFN_ROUTING_TOPK, 1, 1, 0, CLFFN_ACT_GELU},
-    {24, 8, 2, CLFFN_ROUTING_TOPK_NORMALIZED, 1, 1, 1, CLFFN_ACT_RELU},
-    {5, 3, 1, CLFFN_ROUTING_TOPK_NORMALIZED, 0, 1, 0, CLFFN_ACT_SIGMOID},
+    {1, 4, 2, CLFFN_ROUTING_TOPK_NORMALIZED, 0, 0, 1, CLFFN_ACT_SILU, 0, 0},
+    {9, 6, 3, CLFFN_ROUTING_TOPK, 1, 1, 0, CLFFN_ACT_GELU, 0, 0},
+    {24, 8, 2, CLFFN_ROUTING_TOPK_NORMALIZED, 1, 1, 1, CLFFN_ACT_RELU, 0, 0},
+    {5, 3, 1, CLFFN_ROUTING_TOPK_NORMALIZED, 0, 1, 0, CLFFN_ACT_SIGMOID, 0, 0},
+    {11, 6, 2, CLFFN_ROUTING_TOPK, 1, 1, 1, CLFFN_ACT_SILU, 1, 72},
+    {3, 4, 2, CLFFN_ROUTING_TOPK_NORMALIZED, 1, 0, 0, CLFFN_ACT_GELU, 0, 16},
 };
 
 static void backward_check(clffn_moe *moe, const moe_data *m, const moe_case *mc,
@@ -375,7 +404,7 @@ Test(moe, backward_matches_the_double_reference, .timeout = 300) {
  * them. */
 Test(moe, dx_alone_makes_no_expert_gradients, .timeout = 120) {
     clffn_context *ctx = test_context();
-    const moe_case mc = {12, 5, 2, CLFFN_ROUTING_TOPK_NORMALIZED, 1, 1, 1, CLFFN_ACT_SILU};
+    const moe_case mc = {12, 5, 2, CLFFN_ROUTING_TOPK_NORMALIZED, 1, 1, 1, CLFFN_ACT_SILU, 0, 0};
     const size_t T = mc.tokens, D = 32, E = mc.experts;
     moe_data m;
     data_make(&m, &mc, D, 48, 21);
@@ -426,20 +455,26 @@ static double central(const moe_data *m, size_t T, const float *dy, float *v) {
 }
 
 /* The reference's gradients against central differences of its forward: the router's weights
- * and bias, x, and an expert's W1, for both routing modes. */
+ * and bias, x, and an expert's W1, for both routing modes, and (mode 2) with the shared expert
+ * of its own width behind the router's gate row, which the probes reach too. */
 Test(moe, reference_gradients_match_finite_differences, .timeout = 120) {
-    for (int mode = 0; mode < 2; ++mode) {
-        const moe_case mc = {4, 5, 2, (clffn_routing)mode, 1, 1, 1, CLFFN_ACT_SILU};
+    for (int mode = 0; mode < 3; ++mode) {
+        const moe_case mc = {4,         5,
+                             2,         (clffn_routing)(mode & 1),
+                             1,         1,
+                             1,         CLFFN_ACT_SILU,
+                             mode == 2, mode == 2 ? 40 : 0};
         moe_data m;
         data_make(&m, &mc, 16, 24, 500 + mode);
-        const size_t T = 4, D = 16, E = 5;
+        const size_t T = 4, D = 16, E = 5 + (mode == 2); /* E: the router's rows, experts too */
         float dy[4 * 16];
         fill_uniform(dy, T * D, -1.0f, 1.0f, 9);
-        double dx[4 * 16], rg[5 * 16], rbg[5];
+        double dx[4 * 16], rg[6 * 16], rbg[6];
         grad_set g[6];
         clffn_ref_grads ra[6];
-        for (size_t e = 0; e <= E; ++e) {
-            grads_make(&g[e], &m.c.expert);
+        for (size_t e = 0; e <= 5; ++e) {
+            const clffn_config ce = expert_config(&m, e);
+            grads_make(&g[e], &ce);
             const clffn_ref_grads r = {g[e].d[0], g[e].d[1], g[e].d[2],
                                        g[e].d[3], g[e].d[4], g[e].d[5]};
             ra[e] = r;
@@ -451,7 +486,7 @@ Test(moe, reference_gradients_match_finite_differences, .timeout = 120) {
             struct {
                 float *v;
                 double want;
-            } probes[4] = {{&m.router[i * 7 % (E * D)], rg[i * 7 % (E * D)]},
+            } probes[4] = {{&m.router[i * 29 % (E * D)], rg[i * 29 % (E * D)]},
                            {&m.bias[i % E], rbg[i % E]},
                            {&m.x[i * 5 % (T * D)], dx[i * 5 % (T * D)]},
                            {&m.w[i % E].w1[i * 11], g[i % E].d[0][i * 11]}};
@@ -465,7 +500,7 @@ Test(moe, reference_gradients_match_finite_differences, .timeout = 120) {
             }
         }
         cr_assert(checked >= 40, "only %zu probes kept their choice", checked);
-        for (size_t e = 0; e <= E; ++e) { grads_free(&g[e]); }
+        for (size_t e = 0; e <= 5; ++e) { grads_free(&g[e]); }
         data_free(&m);
     }
 }
@@ -476,7 +511,7 @@ Test(moe, reference_gradients_match_finite_differences, .timeout = 120) {
  * reference's. */
 Test(moe, aux_loss_and_its_gradient, .timeout = 120) {
     clffn_context *ctx = test_context();
-    const moe_case mc = {12, 6, 2, CLFFN_ROUTING_TOPK_NORMALIZED, 1, 1, 1, CLFFN_ACT_SILU};
+    const moe_case mc = {12, 6, 2, CLFFN_ROUTING_TOPK_NORMALIZED, 1, 1, 1, CLFFN_ACT_SILU, 0, 0};
     moe_data m;
     data_make(&m, &mc, 32, 40, 900);
     m.c.aux_loss_coef = 0.75f;
@@ -503,7 +538,7 @@ Test(moe, aux_loss_and_its_gradient, .timeout = 120) {
 /* The reference's auxiliary gradient against central differences of Σ y·dy + α·aux in the
  * router's weights. */
 Test(moe, reference_aux_gradient_matches_finite_differences, .timeout = 120) {
-    const moe_case mc = {6, 4, 2, CLFFN_ROUTING_TOPK, 0, 0, 1, CLFFN_ACT_SILU};
+    const moe_case mc = {6, 4, 2, CLFFN_ROUTING_TOPK, 0, 0, 1, CLFFN_ACT_SILU, 0, 0};
     moe_data m;
     data_make(&m, &mc, 16, 24, 950);
     m.c.aux_loss_coef = 2.0f;

@@ -394,23 +394,26 @@ Test(oclgrind, kernels_use_core_cl12_only) {
 }
 
 /* A mixture-of-experts layer's kernels, forward and backward (cl/moe.cl): 6 tokens, 4 experts,
- * k = 2, a shared expert and a router bias, odd widths; x and the router in steps of 1/16 so
- * every logit is exact and the choice is the reference's. */
+ * k = 2, a shared expert of its own width behind the router's gate row (R = E + 1 rows) and a
+ * router bias, odd widths; x and the router in steps of 1/16 so every logit is exact and the
+ * choice is the reference's. */
 Test(oclgrind, moe_forward_backward, .timeout = 600) {
     clffn_context *ctx = test_context();
-    enum { T = 6, E = 4, D = 13, F = 29 };
+    enum { T = 6, E = 4, R = E + 1, D = 13, F = 29, FS = 21 };
     clffn_moe_config c = clffn_moe_config_default(D, F, E, 2);
-    c.shared_expert = 1, c.router_bias = 1;
-    float x[T * D], router[E * D], bias[E] = {0.5f, -0.25f, 0.0f, 0.125f}, y[T * D];
+    c.shared_expert = 1, c.router_bias = 1, c.shared_gate = 1, c.shared_d_ff = FS;
+    clffn_config sc = c.expert;
+    sc.d_ff = FS;
+    float x[T * D], router[R * D], bias[R] = {0.5f, -0.25f, 0.0f, 0.125f, -0.5f}, y[T * D];
     for (size_t i = 0; i < T * D; ++i) { x[i] = (float)((int)((i * 7) % 33) - 16) / 16.0f; }
-    for (size_t i = 0; i < E * D; ++i) { router[i] = (float)((int)((i * 5) % 17) - 8) / 16.0f; }
+    for (size_t i = 0; i < R * D; ++i) { router[i] = (float)((int)((i * 5) % 17) - 8) / 16.0f; }
     test_weights w[E + 1];
     clffn_host_weights hw[E + 1];
     clffn_moe *moe = NULL;
     ASSERT_OK(clffn_moe_create(ctx, &c, &moe));
     ASSERT_OK(clffn_moe_upload_router(moe, router, bias));
     for (size_t e = 0; e <= E; ++e) {
-        test_weights_make(&w[e], &c.expert, CLFFN_LAYOUT_OUT_IN, 40 + e);
+        test_weights_make(&w[e], e < E ? &c.expert : &sc, CLFFN_LAYOUT_OUT_IN, 40 + e);
         hw[e] = w[e].host;
         ASSERT_OK(clffn_ffn_upload_weights(clffn_moe_expert(moe, e), CLFFN_LAYOUT_OUT_IN, &hw[e]));
     }
@@ -422,15 +425,15 @@ Test(oclgrind, moe_forward_backward, .timeout = 600) {
     cr_assert(!memcmp(ch, rch, sizeof ch), "the choice differs from the reference's");
     assert_close(y, ref, T * D, TOL_RTOL, "moe on Oclgrind");
     /* the backward's kernels: dx and the router's gradients (the experts' own are the FFN's) */
-    float dy[T * D], dx[T * D], rg[E * D], rbg[E];
-    double rdx[T * D], rrg[E * D], rrbg[E];
+    float dy[T * D], dx[T * D], rg[R * D], rbg[R];
+    double rdx[T * D], rrg[R * D], rrbg[R];
     fill_uniform(dy, T * D, -1.0f, 1.0f, 3);
     ASSERT_OK(clffn_moe_backward_host(moe, T, dy, T * D, dx, T * D, rg, rbg, NULL, 0));
     ASSERT_OK(clffn_moe_reference_backward(&c, CLFFN_LAYOUT_OUT_IN, router, bias, hw, T, x, dy, rdx,
                                            rrg, rrbg, NULL));
     assert_close(dx, rdx, T * D, TOL_RTOL, "moe dx on Oclgrind");
-    assert_close(rg, rrg, E * D, TOL_RTOL, "moe router gradient on Oclgrind");
-    assert_close(rbg, rrbg, E, TOL_RTOL, "moe router bias gradient on Oclgrind");
+    assert_close(rg, rrg, R * D, TOL_RTOL, "moe router gradient on Oclgrind");
+    assert_close(rbg, rrbg, R, TOL_RTOL, "moe router bias gradient on Oclgrind");
     for (size_t e = 0; e <= E; ++e) { test_weights_free(&w[e]); }
     clffn_moe_destroy(moe);
     release(ctx);

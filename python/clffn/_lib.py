@@ -242,7 +242,8 @@ class MoeConfig(ctypes.Structure):
     """clffn_moe_config, field for field."""
     _fields_ = [("expert", Config), ("experts", c_size), ("top_k", c_size),
                 ("routing", ctypes.c_int), ("router_bias", ctypes.c_int),
-                ("shared_expert", ctypes.c_int), ("aux_loss_coef", ctypes.c_float)]
+                ("shared_expert", ctypes.c_int), ("aux_loss_coef", ctypes.c_float),
+                ("shared_d_ff", c_size), ("shared_gate", ctypes.c_int)]
 
 
 moe_config_default = _fn("clffn_moe_config_default", MoeConfig, c_size, c_size, c_size, c_size)

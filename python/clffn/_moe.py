@@ -30,12 +30,15 @@ class MoE:
 
     MoE(d_model, d_ff, experts, top_k=2, activation="swiglu", bias=False,
     routing="normalized", router_bias=False, shared_expert=False, device=None,
-    weight_dtype="f32", aux_loss_coef=0.0). Each expert is an FFN of (d_model, d_ff, activation, bias); the
-    router [experts, d_model] scores each token, the top_k best experts (ties to the lower
-    index) run it, and their outputs are summed with the softmax probabilities renormalised over
-    the chosen ("normalized", Mixtral's) or as they are ("topk", Switch's). A shared expert
-    (Qwen-MoE's) runs on every token and is added. Weights start as nn.Linear initialises them
-    (seed 0); load_state_dict() takes a Mixtral block's (gate.weight, experts.{e}.w1/w2/w3).
+    weight_dtype="f32", aux_loss_coef=0.0, shared_d_ff=None, shared_gate=False). Each expert is
+    an FFN of (d_model, d_ff, activation, bias); the router [experts, d_model] scores each
+    token, the top_k best experts (ties to the lower index) run it, and their outputs are
+    summed with the softmax probabilities renormalised over the chosen ("normalized",
+    Mixtral's) or as they are ("topk", Switch's). A shared expert (Qwen-MoE's) runs on every
+    token and is added; its width is shared_d_ff (default d_ff), and with shared_gate its
+    output is scaled by sigmoid(x·shared_expert_gate.weightᵀ) (Qwen2-MoE's). Weights start as
+    nn.Linear initialises them (seed 0); load_state_dict() takes a Mixtral block's
+    (gate.weight, experts.{e}.w1/w2/w3).
 
     layer(x) takes [..., d_model] and returns float32 of the same shape; last_experts and
     last_weights then hold each token's choice [..., top_k] and its weights.
@@ -43,13 +46,17 @@ class MoE:
 
     def __init__(self, d_model, d_ff, experts, top_k=2, activation="swiglu", bias=False,
                  routing="normalized", router_bias=False, shared_expert=False, device=None,
-                 weight_dtype="f32", aux_loss_coef=0.0):
+                 weight_dtype="f32", aux_loss_coef=0.0, shared_d_ff=None, shared_gate=False):
+        shared_d_ff = d_ff if shared_d_ff is None else shared_d_ff
         for name, v in (("d_model", d_model), ("d_ff", d_ff), ("experts", experts),
-                        ("top_k", top_k)):
+                        ("top_k", top_k), ("shared_d_ff", shared_d_ff)):
             if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v <= 0:
                 raise ArgumentError(INVALID_SIZE, f"{name} must be a positive integer, not {v!r}")
         if top_k > experts:
             raise ArgumentError(INVALID_ARGUMENT, f"top_k ({top_k}) exceeds experts ({experts})")
+        if (shared_gate or shared_d_ff != d_ff) and not shared_expert:
+            raise ArgumentError(INVALID_ARGUMENT, "shared_d_ff and shared_gate need "
+                                                  "shared_expert=True")
         if routing not in ROUTINGS:
             raise ArgumentError(INVALID_ARGUMENT, f"routing must be one of {ROUTINGS}, not "
                                                   f"{routing!r}")
@@ -63,21 +70,29 @@ class MoE:
         mc.routing = ROUTINGS.index(routing)
         mc.router_bias, mc.shared_expert = int(bool(router_bias)), int(bool(shared_expert))
         mc.aux_loss_coef = float(aux_loss_coef)
+        mc.shared_d_ff = int(shared_d_ff) if shared_expert else 0
+        mc.shared_gate = int(bool(shared_gate))
         handle = ctypes.c_void_p()
         _check(_lib.moe_create(self._ctx.handle, ctypes.byref(mc), ctypes.byref(handle)),
                "creating the layer")
         self._handle, self._mc = handle, mc
-        n = int(experts) + (1 if shared_expert else 0)
+        sc = _lib.Config.from_buffer_copy(mc.expert)
+        sc.d_ff = int(shared_d_ff)
         self._experts = [_Expert(self, _lib.moe_expert(handle, e), mc.expert, dtype)
-                         for e in range(n)]
+                         for e in range(int(experts))]
+        if shared_expert:
+            self._experts.append(_Expert(self, _lib.moe_expert(handle, int(experts)), sc, dtype))
         self.last_experts = self.last_weights = None
         self._last_shape = None
         rng = np.random.default_rng(0)
-        D, F = int(d_model), int(d_ff)
+        D = int(d_model)
         u = lambda shape, b: rng.uniform(-b, b, shape).astype(np.float32)
         self.set_router(u((int(experts), D), 1 / np.sqrt(D)),
-                        u(int(experts), 1 / np.sqrt(D)) if router_bias else None)
+                        u(int(experts), 1 / np.sqrt(D)) if router_bias else None,
+                        u((1, D), 1 / np.sqrt(D)) if shared_gate else None,
+                        u(1, 1 / np.sqrt(D)) if shared_gate and router_bias else None)
         for ex in self._experts:
+            F = ex._cfg.d_ff
             b1, b2 = 1 / np.sqrt(D), 1 / np.sqrt(F)
             ex.set_weights(u((F, D), b1), u(F, b1) if bias else None, u((D, F), b2),
                            u(D, b2) if bias else None, v=u((F, D), b1) if gated else None,
@@ -106,31 +121,45 @@ class MoE:
     def shared_expert(self):
         return self._experts[-1] if self._mc.shared_expert else None
 
-    def set_router(self, weight, bias=None):
+    def set_router(self, weight, bias=None, shared_gate=None, shared_gate_bias=None):
         """The router: weight [experts, d_model] (nn.Linear's layout), bias [experts] when the
-        layer has one."""
+        layer has one; with shared_gate=True at creation, the shared expert's gate too:
+        shared_gate [1, d_model] (Qwen2-MoE's shared_expert_gate.weight) and shared_gate_bias
+        [1] with router_bias."""
         E, D = self._mc.experts, self._mc.expert.d_model
-        w = np.ascontiguousarray(FFN._floats(weight, "router weight"), dtype=np.float32)
-        if w.shape != (E, D):
-            raise ArgumentError(INVALID_ARGUMENT, f"router weight has shape {w.shape}, "
-                                                  f"expected {(E, D)}")
+        gated = bool(self._mc.shared_gate)
+        w = self._array(weight, "router weight", (E, D))
         if bool(bias is not None) != bool(self._mc.router_bias):
             raise ArgumentError(INVALID_ARGUMENT, "router bias given without router_bias, or "
                                                   "missing with it")
-        b = None
-        if bias is not None:
-            b = np.ascontiguousarray(FFN._floats(bias, "router bias"), dtype=np.float32)
-            if b.shape != (E,):
-                raise ArgumentError(INVALID_ARGUMENT, f"router bias has shape {b.shape}")
-        _check(_lib.moe_upload_router(self._handle, _ptr(w), _ptr(b)), "uploading the router")
-        self._router = (w, b)
+        if bool(shared_gate is not None) != gated or bool(
+                shared_gate_bias is not None) != (gated and bool(self._mc.router_bias)):
+            raise ArgumentError(INVALID_ARGUMENT, "the shared expert's gate (and its bias, with "
+                                                  "router_bias) goes with shared_gate=True alone")
+        b = None if bias is None else self._array(bias, "router bias", (E,))
+        sg = None if shared_gate is None else self._array(shared_gate, "shared gate", (1, D))
+        sgb = (None if shared_gate_bias is None
+               else self._array(shared_gate_bias, "shared gate bias", (1,)))
+        # the C layer takes the gate as the router's row E
+        rows = w if sg is None else np.ascontiguousarray(np.concatenate([w, sg]))
+        rb = b if sgb is None else np.ascontiguousarray(np.concatenate([b, sgb]))
+        _check(_lib.moe_upload_router(self._handle, _ptr(rows), _ptr(rb)), "uploading the router")
+        self._router = (w, b, sg, sgb)
+
+    @staticmethod
+    def _array(a, what, shape):
+        a = np.ascontiguousarray(FFN._floats(a, what), dtype=np.float32)
+        if a.size == int(np.prod(shape)) and len(shape) == 2 and shape[0] == 1:
+            a = a.reshape(shape)  # [d_model] for [1, d_model], as GGUF stores the gate
+        if a.shape != shape:
+            raise ArgumentError(INVALID_ARGUMENT, f"{what} has shape {a.shape}, expected {shape}")
+        return a
 
     def state_dict(self):
         """Mixtral's names: gate.weight (and gate.bias), experts.{e}.w1 (W1, the activated
-        projection), w3 (V, gated layers) and w2 (W2) .weight/.bias; shared_expert.* likewise."""
-        out = {"gate.weight": self._router[0].copy()}
-        if self._router[1] is not None:
-            out["gate.bias"] = self._router[1].copy()
+        projection), w3 (V, gated layers) and w2 (W2) .weight/.bias; shared_expert.* likewise,
+        and shared_expert_gate.weight (.bias) with shared_gate."""
+        out = {k: a.copy() for k, a in zip(_ROUTER, self._router) if a is not None}
         for name, ex in self._named_experts():
             for k, a in ex._w.items():
                 if a is not None:
@@ -142,7 +171,7 @@ class MoE:
         Mixtral block's block_sparse_moe state_dict loads as it is)."""
         sd = {k: np.asarray(v.detach().cpu().numpy() if hasattr(v, "detach") else v)
               for k, v in sd.items()}
-        self.set_router(sd["gate.weight"], sd.get("gate.bias"))
+        self.set_router(*(sd.get(k) for k in _ROUTER))
         c = self._mc.expert
         for name, ex in self._named_experts():
             g = lambda k: sd.get(f"{name}.{_MIXTRAL[k]}")
@@ -197,14 +226,23 @@ class MoE:
         dx = np.empty_like(dy)
         T = dy.size // self._mc.expert.d_model
         _check(_lib.moe_backward_host(self._handle, T, _ptr(dy), dy.size, _ptr(dx), dx.size,
-                                      _ptr(g["gate.weight"]), _ptr(g.get("gate.bias")), arrays,
+                                      _ptr(g["_router"]), _ptr(g.get("_router_bias")), arrays,
                                       int(bool(accumulate))), "backward pass")
-        return dx, {k: a.copy() for k, a in g.items()}
+        out = {k: a.copy() for k, a in g.items() if not k.startswith("_")}
+        # the router's rows: the experts', then the shared expert's gate
+        E = self._mc.experts
+        for k, a in (("weight", g["_router"]), ("bias", g.get("_router_bias"))):
+            if a is not None:
+                out[f"gate.{k}"] = a[:E].copy()
+                if self._mc.shared_gate:
+                    out[f"shared_expert_gate.{k}"] = a[E:].copy()
+        return dx, out
 
     def _zero_grads(self):
-        g = {"gate.weight": np.zeros_like(self._router[0])}
+        R, D = self._mc.experts + self._mc.shared_gate, self._mc.expert.d_model
+        g = {"_router": np.zeros((R, D), np.float32)}
         if self._router[1] is not None:
-            g["gate.bias"] = np.zeros_like(self._router[1])
+            g["_router_bias"] = np.zeros(R, np.float32)
         for name, ex in self._named_experts():
             keep = ("b1", "bv", "b2") if ex._dtype else tuple(ex._w)
             for k, a in ex._w.items():
@@ -227,6 +265,9 @@ class MoE:
                 f"shared_expert={bool(c.shared_expert)}) on "
                 f"{self._experts[0].device_name()!r}")
 
+
+# the router's arrays, as set_router() takes them, by state_dict() name
+_ROUTER = ("gate.weight", "gate.bias", "shared_expert_gate.weight", "shared_expert_gate.bias")
 
 # clffn's names for an expert's tensors, and Mixtral's
 _MIXTRAL = {"w1": "w1.weight", "b1": "w1.bias", "v": "w3.weight", "bv": "w3.bias",

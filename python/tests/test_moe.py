@@ -125,3 +125,73 @@ def test_torch_module_matches_mixtral_block_and_its_gradients():
         want = np.zeros(p.shape) if g is None else g.numpy()
         np.testing.assert_allclose(p.grad.numpy(), want, rtol=0,
                                    atol=1e-5 * max(np.abs(want).max(), 1e-3), err_msg=name)
+
+
+class Qwen2MoeBlock(torch.nn.Module):
+    """Qwen2-MoE's sparse MoE block (Qwen2MoeSparseMoeBlock, norm_topk_prob false), written
+    out: its routing, its experts' MLP (gate_proj, up_proj, down_proj), and the shared expert of
+    its own width behind shared_expert_gate's sigmoid, y only."""
+
+    def __init__(self, d, f, e, k, fs):
+        super().__init__()
+        self.k = k
+        self.gate = torch.nn.Linear(d, e, bias=False)
+        mlp = lambda w: torch.nn.ModuleDict({n: torch.nn.Linear(*s, bias=False) for n, s in (
+            ("gate_proj", (d, w)), ("up_proj", (d, w)), ("down_proj", (w, d)))})
+        self.experts = torch.nn.ModuleList(mlp(f) for _ in range(e))
+        self.shared_expert = mlp(fs)
+        self.shared_expert_gate = torch.nn.Linear(d, 1, bias=False)
+
+    @staticmethod
+    def run(m, x):
+        return m["down_proj"](torch.nn.functional.silu(m["gate_proj"](x)) * m["up_proj"](x))
+
+    def forward(self, x):
+        p = torch.softmax(self.gate(x), dim=-1)
+        w, chosen = torch.topk(p, self.k, dim=-1)
+        y = torch.zeros_like(x)
+        for j in range(self.k):
+            for e, ex in enumerate(self.experts):
+                mask = (chosen[:, j] == e).unsqueeze(-1).to(x.dtype)
+                y = y + mask * w[:, j:j + 1] * self.run(ex, x)
+        s = torch.sigmoid(self.shared_expert_gate(x))
+        return y + s * self.run(self.shared_expert, x)
+
+
+def test_qwen2_moe_shared_expert_gate_matches_torch_and_its_gradients():
+    torch.manual_seed(1)
+    FS = 2 * FF
+    ref = Qwen2MoeBlock(D, FF, E, 2, FS).double()
+    rng = np.random.default_rng(8)
+    with torch.no_grad():
+        ref.gate.weight.copy_(torch.from_numpy(dyadic(rng, (E, D), 16, 64)))
+    layer = clffn.MoE(D, FF, E, top_k=2, routing="topk", shared_expert=True, shared_d_ff=FS,
+                      shared_gate=True)
+    names = {"w1": "gate_proj", "w3": "up_proj", "w2": "down_proj"}
+    sd = {"gate.weight": ref.gate.weight,
+          "shared_expert_gate.weight": ref.shared_expert_gate.weight}
+    for i, ex in enumerate(list(ref.experts) + [ref.shared_expert]):
+        prefix = f"experts.{i}" if i < E else "shared_expert"
+        sd.update({f"{prefix}.{c}.weight": ex[q].weight for c, q in names.items()})
+    layer.load_state_dict({k: v.detach().float().numpy() for k, v in sd.items()})
+    x = dyadic(np.random.default_rng(9), (7, D), 64, 64)
+    dy = np.random.default_rng(10).standard_normal((7, D)).astype(np.float32)
+    xr = torch.from_numpy(x).double().requires_grad_(True)
+    yr = ref(xr)
+    (yr * torch.from_numpy(dy).double()).sum().backward()
+    y = layer(x)
+    np.testing.assert_allclose(y, yr.detach().numpy(), rtol=0,
+                               atol=1e-5 * yr.abs().max().item())
+    dx, grads = layer.backward(dy)
+    np.testing.assert_allclose(dx, xr.grad.numpy(), rtol=0,
+                               atol=1e-5 * xr.grad.abs().max().item())
+    assert grads["shared_expert_gate.weight"].shape == (1, D)
+    assert grads["shared_expert.w1.weight"].shape == (FS, D)
+    for name, p in sd.items():
+        want = np.zeros(p.shape) if p.grad is None else p.grad.numpy()
+        np.testing.assert_allclose(grads[name], want, rtol=0,
+                                   atol=1e-5 * max(np.abs(want).max(), 1e-3), err_msg=name)
+    with pytest.raises(clffn.ArgumentError):
+        clffn.MoE(D, FF, E, shared_gate=True)  # a gate without a shared expert
+    with pytest.raises(clffn.ArgumentError):
+        layer.set_router(sd["gate.weight"].detach().numpy())  # the gate missing
