@@ -1,7 +1,9 @@
 /* clffn-run with mixture-of-experts layers: Mixtral's safetensors names (--preset mixtral), a
  * GGUF layer with stacked experts (the tests' own writer) in f32 and in q8_0, each checked by
- * --verify against the double reference and by what --router-out says of the choice; and the
- * refusals (a Qwen2-MoE gated shared expert, top-k beyond E, --tensor-parallel). */
+ * --verify against the double reference and by what --router-out says of the choice; Qwen2-MoE's
+ * shared expert of its own width behind a sigmoid gate, from safetensors (--preset qwen_moe)
+ * and GGUF (qwen2moe); and the refusals (top-k beyond E, --tensor-parallel, a gate of another
+ * shape, a gating function other than the softmax). */
 #include "clffn_io.h"
 #include "common.h"
 #include "gguf_writer.h"
@@ -66,10 +68,9 @@ static void check_output(const char *y_path, const char *x_path, const float *ro
     clffn_npy_free(&x), clffn_npy_free(&y);
 }
 
-/* Mixtral's names (Qwen2-MoE's router and a gated shared expert with qwen_gate); the values
- * into router and m (freed by the caller). */
-static void mixtral_checkpoint(const char *path, int qwen_gate, float **router_out, float **m) {
-    tensor ts[1 + 3 * E + 1];
+/* Mixtral's names; the values into router and m (freed by the caller). */
+static void mixtral_checkpoint(const char *path, float **router_out, float **m) {
+    tensor ts[1 + 3 * E];
     size_t n = 0;
     float *router = exact_values(E * D, 0.25f, 1);
     ts[n++] = (tensor){"model.layers.0.block_sparse_moe.gate.weight", "F32", 2, {E, D}, router};
@@ -82,11 +83,6 @@ static void mixtral_checkpoint(const char *path, int qwen_gate, float **router_o
                      e, part[i]);
             ts[n++] = t;
         }
-    }
-    if (qwen_gate) { /* Qwen2-MoE's names for the router and a gated shared expert */
-        strcpy(ts[0].name, "model.layers.0.mlp.gate.weight");
-        ts[n++] =
-            (tensor){"model.layers.0.mlp.shared_expert_gate.weight", "F32", 2, {1, D}, router};
     }
     write_checkpoint(path, ts, n);
     *router_out = router;
@@ -103,7 +99,7 @@ Test(clffn_run_moe, mixtral_checkpoint_verifies, .timeout = 120) {
     snprintf(w, sizeof w, "%s/m.safetensors", dir), snprintf(x, sizeof x, "%s/x.npy", dir);
     snprintf(y, sizeof y, "%s/y.npy", dir), snprintf(r, sizeof r, "%s/r.npy", dir);
     float *router, *m[3 * E];
-    mixtral_checkpoint(w, 0, &router, m);
+    mixtral_checkpoint(w, &router, m);
     write_input(x);
     for (int mode = 0; mode < 3; ++mode) { /* Mixtral's top-2; as they are; top-1 */
         snprintf(cmd, sizeof cmd,
@@ -242,18 +238,11 @@ Test(clffn_run_moe, gguf_stacked_experts_verify, .timeout = 120) {
 Test(clffn_run_moe, refusals, .timeout = 60) {
     make_dir();
     char w[128], x[128], y[128], cmd[1024], out[4096];
-    snprintf(w, sizeof w, "%s/q.safetensors", dir), snprintf(x, sizeof x, "%s/x.npy", dir);
-    snprintf(y, sizeof y, "%s/y.npy", dir);
+    snprintf(x, sizeof x, "%s/x.npy", dir), snprintf(y, sizeof y, "%s/y.npy", dir);
     float *router, *m[3 * E];
-    mixtral_checkpoint(w, 1, &router, m);
-    free_values(router, m);
     write_input(x);
-    snprintf(cmd, sizeof cmd, "'%s' --weights %s --preset qwen_moe --input %s --output %s 2>&1",
-             CLFFN_RUN_PATH, w, x, y);
-    cr_assert_eq(run(cmd, out, sizeof out), 2, "%s", out);
-    cr_assert(strstr(out, "sigmoid gate"), "%s", out);
     snprintf(w, sizeof w, "%s/m.safetensors", dir);
-    mixtral_checkpoint(w, 0, &router, m);
+    mixtral_checkpoint(w, &router, m);
     free_values(router, m);
     snprintf(cmd, sizeof cmd,
              "'%s' --weights %s --preset mixtral --top-k 5 --input %s --output %s 2>&1",
@@ -279,7 +268,7 @@ Test(clffn_run_moe, gradients_under_the_files_names, .timeout = 120) {
     snprintf(y, sizeof y, "%s/y.npy", dir), snprintf(dyp, sizeof dyp, "%s/dy.npy", dir);
     snprintf(g, sizeof g, "%s/g.safetensors", dir);
     float *router, *m[3 * E], *dy = exact_values(6 * D, 1.0f, 77);
-    mixtral_checkpoint(w, 0, &router, m);
+    mixtral_checkpoint(w, &router, m);
     write_input(x);
     const uint64_t shape[3] = {2, 3, D};
     char err[CLFFN_IO_ERR];
@@ -328,5 +317,194 @@ Test(clffn_run_moe, gradients_under_the_files_names, .timeout = 120) {
     clffn_npy_free(&xv);
     free(buf), free(dy);
     free_values(router, m);
+    remove_dir();
+}
+
+/* ---- Qwen2-MoE: a shared expert of its own width FS behind a sigmoid gate ------------------ */
+enum { FS = 96 };
+
+/* The values of a Qwen2-MoE layer: router rows E + 1 (the shared expert's gate last; one more
+ * row for a gate of a wrong shape), expert e's gate, up, down at m[3e …], the shared expert's
+ * at m[3E …]. */
+static void qwen_values(float **router, float **m) {
+    *router = exact_values((E + 2) * D, 0.25f, 3);
+    for (size_t e = 0; e <= E; ++e) {
+        const size_t f = e < E ? F : FS;
+        for (int i = 0; i < 3; ++i) { m[3 * e + i] = exact_values(D * f, 0.25f, 40 + 3 * e + i); }
+    }
+}
+
+static void qwen_free(float *router, float **m) {
+    free(router);
+    for (size_t i = 0; i < 3 * (E + 1); ++i) { free(m[i]); }
+}
+
+/* Qwen2-MoE's safetensors names; bad_gate writes the gate as [2, D]. */
+static void qwen_checkpoint(const char *path, int bad_gate, const float *router, float **m) {
+    tensor ts[3 * (E + 1) + 2];
+    size_t n = 0;
+    ts[n++] = (tensor){"model.layers.0.mlp.gate.weight", "F32", 2, {E, D}, router};
+    static const char *const part[3] = {"gate_proj", "up_proj", "down_proj"};
+    for (size_t e = 0; e <= E; ++e) {
+        const uint64_t f = e < E ? F : FS;
+        for (int i = 0; i < 3; ++i) {
+            tensor t = {"", "F32", 2, {i < 2 ? f : D, i < 2 ? D : f}, m[3 * e + i]};
+            if (e < E) {
+                snprintf(t.name, sizeof t.name, "model.layers.0.mlp.experts.%zu.%s.weight", e,
+                         part[i]);
+            } else {
+                snprintf(t.name, sizeof t.name, "model.layers.0.mlp.shared_expert.%s.weight",
+                         part[i]);
+            }
+            ts[n++] = t;
+        }
+    }
+    ts[n++] = (tensor){"model.layers.0.mlp.shared_expert_gate.weight",
+                       "F32",
+                       2,
+                       {bad_gate ? 2 : 1, D},
+                       router + E * D};
+    write_checkpoint(path, ts, n);
+}
+
+/* The reference layer: top-2, the softmax weights as they are, the gated shared expert. */
+static clffn_moe_config qwen_config(clffn_host_weights *hw, float *const *m) {
+    clffn_moe_config c = clffn_moe_config_default(D, F, E, 2);
+    c.routing = CLFFN_ROUTING_TOPK;
+    c.shared_expert = 1, c.shared_d_ff = FS, c.shared_gate = 1;
+    for (size_t e = 0; e <= E; ++e) {
+        hw[e] = (clffn_host_weights){m[3 * e], NULL, m[3 * e + 1], NULL, m[3 * e + 2], NULL};
+    }
+    return c;
+}
+
+/* y.npy against the reference of the values the test wrote. */
+static void check_qwen_output(const char *y_path, const char *x_path, const float *router,
+                              float *const *m) {
+    clffn_npy x = {0}, y = {0};
+    char err[CLFFN_IO_ERR];
+    cr_assert_eq(clffn_npy_load(x_path, &x, err), 0, "%s", err);
+    cr_assert_eq(clffn_npy_load(y_path, &y, err), 0, "%s", err);
+    clffn_host_weights hw[E + 1];
+    const clffn_moe_config c = qwen_config(hw, m);
+    double ref[6 * D];
+    ASSERT_OK(clffn_moe_reference_forward(&c, CLFFN_LAYOUT_OUT_IN, router, NULL, hw, 6, x.data, ref,
+                                          NULL, NULL));
+    assert_close(y.data, ref, 6 * D, TOL_RTOL, y_path);
+    clffn_npy_free(&x), clffn_npy_free(&y);
+}
+
+/* --preset qwen_moe: the output, and the gradients of the router, the shared expert's gate, its
+ * matrices and x under the file's names, against the double reference; a gate of another shape
+ * is refused by name. */
+Test(clffn_run_moe, qwen2_moe_gated_shared_expert, .timeout = 120) {
+    make_dir();
+    char w[128], x[128], y[128], dyp[128], g[128], cmd[1024], out[4096], err[CLFFN_IO_ERR];
+    snprintf(w, sizeof w, "%s/q.safetensors", dir), snprintf(x, sizeof x, "%s/x.npy", dir);
+    snprintf(y, sizeof y, "%s/y.npy", dir), snprintf(dyp, sizeof dyp, "%s/dy.npy", dir);
+    snprintf(g, sizeof g, "%s/g.safetensors", dir);
+    float *router, *m[3 * (E + 1)], *dy = exact_values(6 * D, 1.0f, 79);
+    qwen_values(&router, m);
+    qwen_checkpoint(w, 0, router, m);
+    write_input(x);
+    const uint64_t shape[3] = {2, 3, D};
+    cr_assert_eq(clffn_npy_save(dyp, dy, 3, shape, err), 0, "%s", err);
+    snprintf(cmd, sizeof cmd,
+             "'%s' --weights %s --preset qwen_moe --input %s --output %s --verify "
+             "--grad-output %s --grads-out %s 2>&1",
+             CLFFN_RUN_PATH, w, x, y, dyp, g);
+    cr_assert_eq(run(cmd, out, sizeof out), 0, "%s", out);
+    cr_assert(strstr(out, "PASS") && strstr(out, "and a shared one behind a gate") &&
+                  strstr(out, "as they are") && strstr(out, "gradients: 17 tensors"),
+              "%s", out);
+    check_qwen_output(y, x, router, m);
+    clffn_npy xv = {0};
+    cr_assert_eq(clffn_npy_load(x, &xv, err), 0, "%s", err);
+    clffn_host_weights hw[E + 1];
+    const clffn_moe_config c = qwen_config(hw, m);
+    clffn_ref_grads rg[E + 1];
+    double dx[6 * D], drouter[(E + 1) * D];
+    double *dm = malloc((3 * E * F * D + 3 * FS * D) * sizeof *dm);
+    for (size_t e = 0; e <= E; ++e) {
+        double *b = dm + 3 * e * F * D;
+        const size_t f = e < E ? F : FS;
+        rg[e] = (clffn_ref_grads){b, NULL, b + f * D, NULL, b + 2 * f * D, NULL};
+    }
+    ASSERT_OK(clffn_moe_reference_backward(&c, CLFFN_LAYOUT_OUT_IN, router, NULL, hw, 6, xv.data,
+                                           dy, dx, drouter, NULL, rg));
+    clffn_st_file gf;
+    cr_assert_eq(clffn_st_open(g, &gf, err), 0, "%s", err);
+    check_grad(&gf, "model.layers.0.mlp.gate.weight", drouter, E * D);
+    check_grad(&gf, "model.layers.0.mlp.shared_expert_gate.weight", drouter + E * D, D);
+    check_grad(&gf, "input", dx, 6 * D);
+    check_grad(&gf, "model.layers.0.mlp.experts.1.up_proj.weight", rg[1].v, F * D);
+    static const char *const part[3] = {"gate_proj", "up_proj", "down_proj"};
+    for (int i = 0; i < 3; ++i) {
+        char name[96];
+        snprintf(name, sizeof name, "model.layers.0.mlp.shared_expert.%s.weight", part[i]);
+        check_grad(&gf, name, dm + 3 * E * F * D + (size_t)i * FS * D, FS * D);
+    }
+    clffn_st_close(&gf);
+    qwen_checkpoint(w, 1, router, m);
+    cr_assert_eq(run(cmd, out, sizeof out), 2, "%s", out);
+    cr_assert(strstr(out, "shared_expert_gate.weight' is not of shape [1, d_model]"), "%s", out);
+    clffn_npy_free(&xv);
+    free(dm), free(dy);
+    qwen_free(router, m);
+    remove_dir();
+}
+
+/* A GGUF qwen2moe layer (llama.cpp's names: the experts stacked, ffn_*_shexp, the gate
+ * ffn_gate_inp_shexp of one dimension); gating: a {arch}.expert_gating_func to write (0: none). */
+static void qwen_gguf(const char *path, const float *router, float *const *m, uint64_t gating) {
+    float *st[3];
+    for (int i = 0; i < 3; ++i) { /* expert e's block at e */
+        st[i] = malloc((size_t)E * F * D * sizeof(float));
+        for (size_t e = 0; e < E; ++e) { memcpy(st[i] + e * F * D, m[3 * e + i], F * D * 4); }
+    }
+    const gw_kv kvs[3] = {{"general.architecture", 8, 0, "qwen2moe"},
+                          {"qwen2moe.expert_used_count", 4, 2, NULL},
+                          {"qwen2moe.expert_gating_func", 4, gating, NULL}};
+    const size_t fd = F * D * 4, sd = FS * D * 4;
+    const gw_tensor ts[8] = {
+        {"blk.0.ffn_gate_inp.weight", CLFFN_GGML_F32, 2, {D, E}, router, E * D * 4, 0},
+        {"blk.0.ffn_gate_exps.weight", CLFFN_GGML_F32, 3, {D, F, E}, st[0], E * fd, 0},
+        {"blk.0.ffn_up_exps.weight", CLFFN_GGML_F32, 3, {D, F, E}, st[1], E * fd, 0},
+        {"blk.0.ffn_down_exps.weight", CLFFN_GGML_F32, 3, {F, D, E}, st[2], E * fd, 0},
+        {"blk.0.ffn_gate_shexp.weight", CLFFN_GGML_F32, 2, {D, FS}, m[3 * E], sd, 0},
+        {"blk.0.ffn_up_shexp.weight", CLFFN_GGML_F32, 2, {D, FS}, m[3 * E + 1], sd, 0},
+        {"blk.0.ffn_down_shexp.weight", CLFFN_GGML_F32, 2, {FS, D}, m[3 * E + 2], sd, 0},
+        {"blk.0.ffn_gate_inp_shexp.weight", CLFFN_GGML_F32, 1, {D}, router + E * D, D * 4, 0}};
+    size_t len;
+    uint8_t *img = gw_image(3, 32, kvs, gating ? 3 : 2, ts, 8, &len);
+    cr_assert_eq(gw_write(path, img, len), 0);
+    free(img);
+    for (int i = 0; i < 3; ++i) { free(st[i]); }
+}
+
+/* qwen2moe from GGUF: found without a preset, its weights as they are (llama.cpp's for this
+ * architecture), the gated shared expert; the output against the reference of the values the
+ * test wrote. A sigmoid gating function (DeepSeek-V3's) is refused by name. */
+Test(clffn_run_moe, gguf_qwen2moe_gated_shared_expert, .timeout = 120) {
+    make_dir();
+    char w[128], x[128], y[128], r[128], cmd[1024], out[4096];
+    snprintf(w, sizeof w, "%s/q.gguf", dir), snprintf(x, sizeof x, "%s/x.npy", dir);
+    snprintf(y, sizeof y, "%s/y.npy", dir), snprintf(r, sizeof r, "%s/r.npy", dir);
+    float *router, *m[3 * (E + 1)];
+    qwen_values(&router, m);
+    qwen_gguf(w, router, m, 0);
+    write_input(x);
+    snprintf(cmd, sizeof cmd,
+             "'%s' --weights %s --input %s --output %s --verify --router-out %s 2>&1",
+             CLFFN_RUN_PATH, w, x, y, r);
+    cr_assert_eq(run(cmd, out, sizeof out), 0, "%s", out);
+    cr_assert(strstr(out, "PASS") && strstr(out, "behind a gate") && strstr(out, "as they are"),
+              "%s", out);
+    check_routing(r, 2, 0);
+    check_qwen_output(y, x, router, m);
+    qwen_gguf(w, router, m, 2);
+    cr_assert_eq(run(cmd, out, sizeof out), 2, "%s", out);
+    cr_assert(strstr(out, "gating function 2"), "%s", out);
+    qwen_free(router, m);
     remove_dir();
 }

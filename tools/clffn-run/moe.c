@@ -4,7 +4,8 @@
  * ffn_down_exps: [E, F, D] and [E, D, F] row-major, expert e's matrix rows e·F … of the first
  * two and e·D … of the third). Each expert is SwiGLU without biases, as these models have them
  * (--activation overrides the activation); k comes from --top-k, else GGUF's
- * {arch}.expert_used_count, else 2. */
+ * {arch}.expert_used_count, else 2. A shared expert may have its own width and a sigmoid gate
+ * (Qwen2-MoE's shared_expert_gate, GGUF's ffn_gate_inp_shexp). */
 #include "run.h"
 #include "common.h"
 
@@ -17,7 +18,7 @@ struct moe_preset {
     const char *router;           /* takes the layer */
     const char *gate, *up, *down; /* take the layer and the expert */
     const char *shared[3];        /* gate, up, down of a shared expert (the layer); NULL: none */
-    const char *shared_gating;    /* a sigmoid gate on the shared expert, which clffn lacks */
+    const char *shared_gating;    /* the shared expert's sigmoid gate (Qwen2-MoE's) */
     clffn_routing routing;
 };
 
@@ -142,6 +143,43 @@ static int choose_k(const options *o, const ckpt *c, moe_layer *L) {
     return 0;
 }
 
+/* A GGUF file's {arch}.KEY: its kv, or NULL. */
+static const clffn_gguf_kv *arch_kv(const ckpt *c, const char *key, char *arch, size_t n) {
+    char name[128];
+    if (clffn_gguf_string(&c->gg, "general.architecture", arch, n) != 0) { return NULL; }
+    snprintf(name, sizeof name, "%s.%s", arch, key);
+    return clffn_gguf_kv_find(&c->gg, name);
+}
+
+/* The routing: --routing, else the preset's, else GGUF's as llama.cpp takes it: the file's
+ * {arch}.expert_weights_norm where it has one, qwen2moe's softmax weights as they are, every
+ * other architecture's renormalised. A gating function other than the softmax (DeepSeek-V3's
+ * sigmoid) is refused by name. 0 or -1. */
+static int choose_routing(const options *o, const ckpt *c, moe_layer *L) {
+    L->routing = L->p->routing;
+    char arch[64] = "";
+    if (c->gguf) {
+        const clffn_gguf_kv *norm = arch_kv(c, "expert_weights_norm", arch, sizeof arch);
+        uint64_t gating = 1; /* llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE_SOFTMAX */
+        char key[96];
+        snprintf(key, sizeof key, "%s.expert_gating_func", arch);
+        clffn_gguf_uint(&c->gg, key, &gating);
+        if (gating != 1) {
+            run_report("%s: %s's expert gating function %llu is not the softmax clffn's router "
+                       "computes",
+                       o->weights, arch, (unsigned long long)gating);
+            return -1;
+        }
+        if (norm && norm->type == CLFFN_GGUF_BOOL) {
+            L->routing = norm->value[0] ? CLFFN_ROUTING_TOPK_NORMALIZED : CLFFN_ROUTING_TOPK;
+        } else if (!strcmp(arch, "qwen2moe")) {
+            L->routing = CLFFN_ROUTING_TOPK;
+        }
+    }
+    if (o->routing_given) { L->routing = o->routing; }
+    return 0;
+}
+
 static int resolve(const options *o, const ckpt *c, moe_layer *L) {
     memset(L, 0, sizeof *L);
     L->p = run_moe_of(o, c);
@@ -152,24 +190,30 @@ static int resolve(const options *o, const ckpt *c, moe_layer *L) {
         return -1;
     }
     L->E = (size_t)L->router->shape[0], L->D = (size_t)L->router->shape[1];
-    if (L->p->shared_gating && find(c, L->p->shared_gating, o->layer, 0)) {
-        run_report("%s: layer %d's shared expert has a sigmoid gate (Qwen2-MoE's), which clffn "
-                   "does not compute",
-                   o->weights, o->layer);
-        return -1;
-    }
     for (int i = 0; i < 3 && L->p->shared[i]; ++i) {
         L->shared[i] = find(c, L->p->shared[i], o->layer, 0);
     }
-    if (find_experts(o, c, L) != 0 || choose_k(o, c, L) != 0) { return -1; }
-    /* a shared expert, all three matrices of the experts' shapes (clffn's layer has one config) */
+    if (L->p->shared_gating) { L->shared_gate = find(c, L->p->shared_gating, o->layer, 0); }
+    if (find_experts(o, c, L) != 0 || choose_k(o, c, L) != 0 || choose_routing(o, c, L) != 0) {
+        return -1;
+    }
+    /* a shared expert: all three matrices, of one width Fs of its own */
     const ckpt_tensor *const *sh = L->shared;
+    L->Fs = sh[0] && sh[0]->rank == 2 ? (size_t)sh[0]->shape[0] : 0;
     if ((sh[0] || sh[1] || sh[2]) &&
-        !(shape_is(sh[0], 2, L->F, L->D, 0) && shape_is(sh[1], 2, L->F, L->D, 0) &&
-          shape_is(sh[2], 2, L->D, L->F, 0))) {
-        run_report("%s: layer %d's shared expert is incomplete or of another width than the "
-                   "experts' %zu, which clffn's layer does not hold",
-                   o->weights, o->layer, L->F);
+        !(L->Fs && shape_is(sh[0], 2, L->Fs, L->D, 0) && shape_is(sh[1], 2, L->Fs, L->D, 0) &&
+          shape_is(sh[2], 2, L->D, L->Fs, 0))) {
+        run_report("%s: layer %d's shared expert is incomplete, or its matrices disagree on its "
+                   "width or with d_model %zu",
+                   o->weights, o->layer, L->D);
+        return -1;
+    }
+    const ckpt_tensor *g = L->shared_gate;
+    if (g && (!sh[0] || !(shape_is(g, 2, 1, L->D, 0) || shape_is(g, 1, 0, L->D, 0)))) {
+        run_report("%s: layer %d's '%s' is %s", o->weights, o->layer, g->name,
+                   sh[0] ? "not of shape [1, d_model] or [d_model]"
+                         : "there without a shared "
+                           "expert");
         return -1;
     }
     return 0;
@@ -182,7 +226,8 @@ static int load_matrix(const options *o, const ckpt *c, const moe_layer *L, size
                        clffn_dtype dtype, void **bytes, float **ref) {
     const int shared = e == L->E;
     const ckpt_tensor *t = shared ? L->shared[i] : L->stacked ? L->m[i] : L->m[3 * e + i];
-    const uint64_t rows = i < 2 ? L->F : L->D, cols = i < 2 ? L->D : L->F;
+    const size_t F = shared ? L->Fs : L->F;
+    const uint64_t rows = i < 2 ? F : L->D, cols = i < 2 ? L->D : F;
     const uint64_t row0 = L->stacked && !shared ? (uint64_t)e * rows : 0;
     const size_t n = (size_t)(rows * cols);
     size_t nb = 0;
@@ -326,9 +371,9 @@ static int run_layer(const options *o, const moe_layer *L, clffn_moe *moe,
         run_fail("forward pass", s);
     } else {
         const double dt = tool_now_s() - t0;
-        printf("MoE: %zu experts%s, top-%zu (%s), d_model %zu, d_ff %zu, %s, %zu tokens\n", L->E,
-               L->shared[0] ? " and a shared one" : "", L->k,
-               mc->routing == CLFFN_ROUTING_TOPK ? "as they are" : "renormalised", L->D, L->F,
+        printf("MoE: %zu experts%s%s, top-%zu (%s), d_model %zu, d_ff %zu, %s, %zu tokens\n", L->E,
+               L->shared[0] ? " and a shared one" : "", L->shared_gate ? " behind a gate" : "",
+               L->k, mc->routing == CLFFN_ROUTING_TOPK ? "as they are" : "renormalised", L->D, L->F,
                clffn_activation_name(mc->expert.activation), T);
         printf("time: %.3f ms (first call includes kernel builds)\n", dt * 1e3);
         if ((!o->verify || verify(mc, L, router, refs, T, x->data, y) == 0) &&
@@ -363,8 +408,10 @@ static int load_input(const options *o, const moe_layer *L, clffn_npy *x, clffn_
 static clffn_moe_config moe_config(const options *o, const moe_layer *L) {
     clffn_moe_config mc = clffn_moe_config_default(L->D, L->F, L->E, L->k);
     if (o->have_act) { mc.expert.activation = o->act; }
-    mc.routing = o->routing_given ? o->routing : L->p->routing;
+    mc.routing = L->routing;
     mc.shared_expert = L->shared[0] != NULL;
+    mc.shared_d_ff = L->Fs;
+    mc.shared_gate = L->shared_gate != NULL;
     return mc;
 }
 
@@ -373,7 +420,7 @@ static int on_device(const options *o, const ckpt *c, const moe_layer *L, const 
                      const clffn_npy *dy) {
     const clffn_moe_config mc = moe_config(o, L);
     const size_t n_refs = 3 * (L->E + 1);
-    float *router = malloc(L->E * L->D * sizeof *router);
+    float *router = malloc(moe_router_rows(L) * L->D * sizeof *router);
     float **refs = o->verify ? calloc(n_refs, sizeof *refs) : NULL;
     char err[CLFFN_IO_ERR];
     clffn_context *ctx = NULL;
@@ -382,7 +429,9 @@ static int on_device(const options *o, const ckpt *c, const moe_layer *L, const 
     int rc = EXIT_RUNTIME;
     if (!router || (o->verify && !refs)) {
         run_report("out of memory");
-    } else if (ckpt_read_all_f32(c, L->router, router, err) != 0) {
+    } else if (ckpt_read_all_f32(c, L->router, router, err) != 0 ||
+               (L->shared_gate &&
+                ckpt_read_all_f32(c, L->shared_gate, router + L->E * L->D, err) != 0)) {
         run_report("%s: %s", o->weights, err);
         rc = EXIT_USAGE;
     } else if (run_open_device(o->device, &ctx) != 0) {

@@ -174,14 +174,19 @@ void run_print(clffn_context *ctx, const layer *L, const clffn_config *c, size_t
                const char *split);
 
 /* The layer's tensors: the router [E, D]; per expert (or stacked, GGUF) gate and up [F, D] and
- * down [D, F]; the shared expert's. */
+ * down [D, F]; the shared expert's (gate and up [Fs, D], down [D, Fs]) and its sigmoid gate
+ * ([1, D] or [D]: the router's row E on the device). */
 typedef struct moe_layer {
     const moe_preset *p;
     int stacked;
-    const ckpt_tensor *router, *shared[3];
+    const ckpt_tensor *router, *shared[3], *shared_gate;
     const ckpt_tensor **m; /* [3·E]: gate, up, down of expert e at 3e …; stacked: [3] */
-    size_t E, k, D, F;
+    size_t E, k, D, F, Fs;
+    clffn_routing routing; /* the file's (the preset's, or GGUF's for its architecture) */
 } moe_layer;
+
+/* The router's rows on the device: E, + 1 for the shared expert's gate. */
+static inline size_t moe_router_rows(const moe_layer *L) { return L->E + (L->shared_gate ? 1 : 0); }
 
 /* moe_grads.c: --grad-output for a layer that has run forward on x: dy in, the gradients of the
  * router and of every expert matrix kept in f32 (the experts' tensors' own names; a GGUF file's
