@@ -45,6 +45,11 @@
  * are added by clffn_wgemv_sum, so a work-item walks a few pages rather than one per row. */
 #define CLFFN_WCOL_CHUNK_ROWS 128
 
+/* The column GEMV on a GPU: chunks of rows enough for this many work-groups per compute unit,
+ * each chunk at least CLFFN_WCOL_GPU_MIN_ROWS rows (src/wmatrix.c, col_chunk_rows). */
+#define CLFFN_WCOL_GPU_GROUPS 4
+#define CLFFN_WCOL_GPU_MIN_ROWS 256
+
 /* The erf accuracy probe's forms (clffn_erf_probe): float4 instead of float, and a reciprocal
  * 2 ulp off instead of the device's. */
 #define CLFFN_ERF_PROBE_VEC 1u

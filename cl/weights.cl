@@ -285,12 +285,96 @@ inline void clffn_block_dot(const floatRV v[CLFFN_NV], float d, __global const f
   }
 }
 
+// ---- GPU forms: lanes interleaved by eight values, and loads as wide as the data allow ----------
+
+// Eight floats at p: two 16-byte loads where p is 16-byte aligned (a GPU then moves each in one
+// instruction; vload8 may assume only 4-byte alignment, and NVIDIA's compiler then issues eight
+// 4-byte loads), else vload8.
+inline float8 clffn_fload8(__global const float *p) {
+  if (((size_t)p & 15) == 0) {
+    __global const float4 *q = (__global const float4 *)p;
+    return (float8)(q[0], q[1]);
+  }
+  return vload8(0, p);
+}
+
+// clffn_wload8 through 16-byte loads where the eight values are aligned so (f32, f16, bf16; the
+// quantized blocks, 34 and 18 bytes, seldom are, and go through clffn_wload8).
+inline float8 clffn_wload8_wide(__global const uchar *row, ulong c, float *d) {
+#if CLFFN_WTYPE == CLFFN_WTYPE_F32
+  *d = 1.0f;
+  return clffn_fload8((__global const float *)row + c);
+#elif CLFFN_WTYPE == CLFFN_WTYPE_F16 || CLFFN_WTYPE == CLFFN_WTYPE_BF16
+  __global const ushort *p = (__global const ushort *)row + c;
+  if (((size_t)p & 15) != 0) { return clffn_wload8(row, c, d); }
+  *d = 1.0f;
+  const ushort8 h = as_ushort8(*(__global const uint4 *)p);
+  #if CLFFN_WTYPE == CLFFN_WTYPE_F16
+  return clffn_halves8(h);
+  #else
+  return as_float8(convert_uint8(h) << 16);
+  #endif
+#else
+  return clffn_wload8(row, c, d);
+#endif
+}
+
+// acc[t] += wv·x[t, c .. c+7] for the pass's tokens, in four lanes.
+inline void clffn_chunk_dot(float8 wv, __global const float *xr, ulong ldx, ulong c, uint tokens,
+                            float4 acc[CLFFN_WTOKENS]) {
+  for (uint t = 0; t < CLFFN_WTOKENS; ++t) {
+    if (t < tokens) {
+      const float8 xv = clffn_fload8(xr + t * ldx + c);
+      acc[t] = fma(wv.lo, xv.lo, acc[t]);
+      acc[t] = fma(wv.hi, xv.hi, acc[t]);
+    }
+  }
+}
+
+// One row's share of lane s of CLFFN_ROW_SPLIT: the row's eight-value chunks s, s + SPLIT, …, so
+// that the lanes' loads at each step cover SPLIT·8 consecutive values (a warp's load is then one
+// run of memory; whole blocks per lane would leave 32 values between neighbours). Four chunks are
+// loaded before their products: four loads in flight per lane.
+inline void clffn_row_lanes(__global const uchar *row, ulong cols, __global const float *xr,
+                            ulong ldx, uint tokens, uint s, float sum[CLFFN_WTOKENS]) {
+  float4 acc[CLFFN_WTOKENS];
+  for (uint t = 0; t < CLFFN_WTOKENS; ++t) { acc[t] = (float4)0.0f; }
+  const ulong chunks = cols / 8;
+  ulong j = s;
+  for (; j + 3 * CLFFN_ROW_SPLIT < chunks; j += 4 * CLFFN_ROW_SPLIT) {
+    float d0, d1, d2, d3;
+    const float8 v0 = clffn_wload8_wide(row, 8 * j, &d0);
+    const float8 v1 = clffn_wload8_wide(row, 8 * (j + CLFFN_ROW_SPLIT), &d1);
+    const float8 v2 = clffn_wload8_wide(row, 8 * (j + 2 * CLFFN_ROW_SPLIT), &d2);
+    const float8 v3 = clffn_wload8_wide(row, 8 * (j + 3 * CLFFN_ROW_SPLIT), &d3);
+    clffn_chunk_dot(v0 * d0, xr, ldx, 8 * j, tokens, acc);
+    clffn_chunk_dot(v1 * d1, xr, ldx, 8 * (j + CLFFN_ROW_SPLIT), tokens, acc);
+    clffn_chunk_dot(v2 * d2, xr, ldx, 8 * (j + 2 * CLFFN_ROW_SPLIT), tokens, acc);
+    clffn_chunk_dot(v3 * d3, xr, ldx, 8 * (j + 3 * CLFFN_ROW_SPLIT), tokens, acc);
+  }
+  for (; j < chunks; j += CLFFN_ROW_SPLIT) {
+    float d;
+    const float8 v = clffn_wload8_wide(row, 8 * j, &d);
+    clffn_chunk_dot(v * d, xr, ldx, 8 * j, tokens, acc);
+  }
+  for (uint t = 0; t < CLFFN_WTOKENS; ++t) { sum[t] = dot(acc[t], (float4)1.0f); }
+#if !CLFFN_QUANTIZED
+  for (ulong c = chunks * 8 + s; c < cols; c += CLFFN_ROW_SPLIT) { // the values past the last 8
+    const float v = clffn_wvalue(row, c);
+    for (uint t = 0; t < CLFFN_WTOKENS; ++t) {
+      if (t < tokens) { sum[t] = fma(v, xr[t * ldx + c], sum[t]); }
+    }
+  }
+#endif
+}
+
 // ---- y = x·Wᵀ: along the rows -------------------------------------------------------------------
 
 // NDRange (CLFFN_ROW_SPLIT, ⌈rows / CLFFN_ROW_ROWS⌉·CLFFN_ROW_ROWS), work-group (CLFFN_ROW_SPLIT,
-// CLFFN_ROW_ROWS). Work-item s of a row takes its blocks s, s + SPLIT, …, two at a time into two
-// accumulators where CLFFN_ROW_UNROLL is 2 (a chain of dependent adds per block is what bounds a
-// CPU here); the row's partial sums then meet in local memory. beta = 0 does not read y.
+// CLFFN_ROW_ROWS). With one work-item per row (CPUs), it walks the row's blocks two at a time into
+// two accumulators where CLFFN_ROW_UNROLL is 2 (a chain of dependent adds per block is what bounds
+// a CPU here). With more (GPUs), clffn_row_lanes interleaves them, and the row's partial sums
+// meet in local memory. beta = 0 does not read y.
 __kernel __attribute__((reqd_work_group_size(CLFFN_ROW_SPLIT, CLFFN_ROW_ROWS, 1)))
 void clffn_wgemv_rows(__global const uchar *restrict w, const ulong w_off, const ulong row_bytes,
                       const ulong rows, const ulong cols,
@@ -300,6 +384,13 @@ void clffn_wgemv_rows(__global const uchar *restrict w, const ulong w_off, const
                       const float beta) {
   const uint s = get_local_id(0);
   const ulong r = get_global_id(1);
+  float sum[CLFFN_WTOKENS];
+#if CLFFN_ROW_SPLIT > 1
+  for (uint t = 0; t < CLFFN_WTOKENS; ++t) { sum[t] = 0.0f; }
+  if (r < rows) {
+    clffn_row_lanes(w + w_off + r * row_bytes, cols, x + x_off, ldx, tokens, s, sum);
+  }
+#else
   floatRV acc[CLFFN_WTOKENS];
   float tail[CLFFN_WTOKENS];
   for (uint t = 0; t < CLFFN_WTOKENS; ++t) { acc[t] = (floatRV)0.0f; tail[t] = 0.0f; }
@@ -307,7 +398,7 @@ void clffn_wgemv_rows(__global const uchar *restrict w, const ulong w_off, const
     __global const uchar *row = w + w_off + r * row_bytes;
     __global const float *xr = x + x_off;
     const ulong blocks = cols / CLFFN_QK;
-    ulong b = s;
+    ulong b = 0;
 #if CLFFN_ROW_UNROLL == 2
     floatRV acc2[CLFFN_WTOKENS];
     for (uint t = 0; t < CLFFN_WTOKENS; ++t) { acc2[t] = (floatRV)0.0f; }
@@ -340,12 +431,12 @@ void clffn_wgemv_rows(__global const uchar *restrict w, const ulong w_off, const
     }
 #endif
   }
-  float sum[CLFFN_WTOKENS];
 #if CLFFN_RV == 16
-  __local float lanes[CLFFN_ROW_ROWS * CLFFN_ROW_SPLIT * 16];
-  __local float *mine = lanes + (get_local_id(1) * CLFFN_ROW_SPLIT + s) * 16;
+  __local float lanes[CLFFN_ROW_ROWS * 16];
+  __local float *mine = lanes + get_local_id(1) * 16;
 #endif
   for (uint t = 0; t < CLFFN_WTOKENS; ++t) { sum[t] = CLFFN_LANE_SUM(acc[t]) + tail[t]; }
+#endif
 #if CLFFN_ROW_SPLIT > 1
   __local float part[CLFFN_ROW_ROWS][CLFFN_WTOKENS][CLFFN_ROW_SPLIT];
   const uint lr = get_local_id(1);
@@ -451,6 +542,12 @@ inline float8 clffn_wload8_edge(__global const uchar *row, ulong c, ulong cols) 
 
 // acc[t][k] += Σ over the rows r0 + s, r0 + s + SPLIT, … < r1 of W[r, c0 + 8k + i]·x[t, r]; the
 // whole form reads eight values at a time, the other stops at cols.
+// Split columns run on GPUs: their loads as wide as the alignment allows (see clffn_fload8).
+#if CLFFN_COL_SPLIT > 1
+  #define CLFFN_COL_LOAD8 clffn_wload8_wide
+#else
+  #define CLFFN_COL_LOAD8 clffn_wload8
+#endif
 inline void clffn_col_sums(__global const uchar *w, ulong row_bytes, ulong r0, ulong r1,
                            ulong c0, ulong cols, __global const float *xr, ulong ldx,
                            uint tokens, int whole, float8 acc[CLFFN_WTOKENS][CLFFN_COL_VECS]) {
@@ -468,10 +565,10 @@ inline void clffn_col_sums(__global const uchar *w, ulong row_bytes, ulong r0, u
       if (!whole) {
         wv[k] = clffn_wload8_edge(row, c0 + 8 * k, cols);
       } else if (new_block) { // its scale too
-        wv[k] = clffn_wload8(row, c0 + 8 * k, &d) * d;
+        wv[k] = CLFFN_COL_LOAD8(row, c0 + 8 * k, &d) * d;
       } else {
         float unused;
-        wv[k] = clffn_wload8(row, c0 + 8 * k, &unused) * d;
+        wv[k] = CLFFN_COL_LOAD8(row, c0 + 8 * k, &unused) * d;
       }
     }
     for (uint t = 0; t < CLFFN_WTOKENS; ++t) {

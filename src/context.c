@@ -51,6 +51,9 @@ static clffn_status context_init(clffn_context *ctx, cl_context context, cl_devi
     err = clGetDeviceInfo(device, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof ctx->max_wg, &ctx->max_wg,
                           NULL);
     if (err != CL_SUCCESS) { return (clffn_status)err; }
+    err = clGetDeviceInfo(device, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof ctx->compute_units,
+                          &ctx->compute_units, NULL);
+    if (err != CL_SUCCESS) { return (clffn_status)err; }
     ctx->queue = clCreateCommandQueue(context, device, CL_QUEUE_PROFILING_ENABLE, &err);
     if (err != CL_SUCCESS) { return (clffn_status)err; }
     if ((st = clffn__programs_init(&ctx->programs, context, device)) != CLFFN_SUCCESS) {

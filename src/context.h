@@ -40,6 +40,7 @@ struct clffn_context {
      * clffn_context_set_kernel_max_tokens() */
     size_t kernel_max_tokens[2];
     size_t max_wg;                    /* CL_DEVICE_MAX_WORK_GROUP_SIZE */
+    cl_uint compute_units;            /* CL_DEVICE_MAX_COMPUTE_UNITS */
     size_t wgemv[CLFFN_WGEMV_PARAMS]; /* the few-token kernels' shapes */
 };
 

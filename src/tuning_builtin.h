@@ -82,7 +82,15 @@
  * PyTorch 0.22 ms); its backward 1.15-1.17 -> 1.29-1.31 ms; forwards of the BERT and SwiGLU shapes
  * 2-5% faster, the seed shape and the backwards within 2% (docs/PERFORMANCE.md, "NVIDIA H100").
  * GEMVs for 2 tokens too would make that forward 1.08 -> 0.81 ms but its backward 1.69 -> 2.41,
- * so the crossover stays 1. Applied to every H100 (PCIe, SXM, NVL: one chip, SM 9.0). */
+ * so the crossover stays 1. clffn's own kernels (2026-11-24, same H100 and driver, `clffn-tune
+ * --eval --kernels` children on 4096 -> 11008 gated): the row kernel with 32 lanes a row
+ * interleaved by eight values and the column kernel in row chunks that fill the GPU; of eight
+ * shapes none beat 32/4 (rows) and 8/16/8 (columns) by more than 3% at one token, and these won
+ * at 2 to 16 tokens. They beat CLBlast through 16 tokens with f32 weights (one token 0.22 against
+ * 0.43 ms, the GEMV; 8 tokens 0.50 against 1.17, the SGEMM) and the dequantized SGEMMs through
+ * 16 with compressed ones (q4_0: 0.12 against 2.0 ms at one token, 1.5 against 2.2 at 16), so
+ * KERNEL_MAX_TOKENS and KERNEL_MAX_TOKENS_F32 are 16. Applied to every H100 (PCIe, SXM, NVL: one
+ * chip, SM 9.0). */
 #define CLFFN_NVIDIA_H100_PROFILE                                                                  \
     "{\"clblast\":{"                                                                               \
     "\"Xgemm\":{\"GEMMK\":0,\"KREG\":1,\"KWG\":16,\"KWI\":2,\"MDIMA\":16,\"MDIMC\":16,\"MWG\":64," \
@@ -91,7 +99,9 @@
     "\"GemmRoutine\":{\"XGEMM_MIN_INDIRECT_SIZE\":1691},"                                          \
     "\"XgemvFast\":{\"WGS2\":32,\"WPT2\":1,\"VW2\":1},"                                            \
     "\"XgemvFastRot\":{\"WGS3\":16,\"WPT3\":16,\"VW3\":8}},"                                       \
-    "\"clffn\":{\"GEMM_K_BLOCK\":0,\"GEMV_MAX_TOKENS\":1,\"WEIGHT_LAYOUT\":1}}"
+    "\"clffn\":{\"GEMM_K_BLOCK\":0,\"GEMV_MAX_TOKENS\":1,\"WEIGHT_LAYOUT\":1,"                     \
+    "\"KERNEL_MAX_TOKENS\":16,\"KERNEL_MAX_TOKENS_F32\":16,\"WGEMV_ROW_SPLIT\":32,"                \
+    "\"WGEMV_ROW_ROWS\":4,\"WGEMV_COL_WIDTH\":8,\"WGEMV_COL_SPLIT\":16,\"WGEMV_COL_GROUPS\":8}}"
 // clang-format on
 
 static const builtin_profile builtin_profiles[] = {

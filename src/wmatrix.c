@@ -81,6 +81,21 @@ static cl_int enqueue_sum(clffn_wkernels *wk, const clffn_context *ctx, clffn_dt
     return clEnqueueNDRangeKernel(queue, wk->sum, 2, NULL, global, NULL, 0, NULL, NULL);
 }
 
+/* Rows per chunk of the column GEMV. On a CPU, CLFFN_WCOL_CHUNK_ROWS. On a GPU, as many chunks
+ * as give the device some CLFFN_WCOL_GPU_GROUPS work-groups per compute unit: a product with few
+ * columns (4096 outputs: 64 work-groups of 8 column groups) would leave most of a large GPU idle,
+ * each work-item walking thousands of rows; chunks of at least CLFFN_WCOL_GPU_MIN_ROWS rows keep
+ * the partial sums' traffic small beside the weights'. */
+static size_t col_chunk_rows(const clffn_context *ctx, const clffn_wmatrix *w, size_t width) {
+    if (ctx->cpu) { return CLFFN_WCOL_CHUNK_ROWS; }
+    const size_t groups = ((w->cols + width - 1) / width + ctx->wgemv[4] - 1) / ctx->wgemv[4];
+    const size_t want = (size_t)ctx->compute_units * CLFFN_WCOL_GPU_GROUPS;
+    size_t chunks = groups < want ? (want + groups - 1) / groups : 1;
+    const size_t most = w->rows / CLFFN_WCOL_GPU_MIN_ROWS;
+    if (chunks > most) { chunks = most > 1 ? most : 1; }
+    return (w->rows + chunks - 1) / chunks;
+}
+
 cl_int clffn__wgemv(clffn_wkernels *wk, const clffn_context *ctx, const clffn_wmatrix *w,
                     bool along_rows, size_t tokens, clffn_matrix x, float beta, clffn_matrix y,
                     cl_command_queue queue) {
@@ -101,7 +116,7 @@ cl_int clffn__wgemv(clffn_wkernels *wk, const clffn_context *ctx, const clffn_wm
                                          : "clffn_wgemv_cols",
                             slot);
     const size_t width = CLFFN_WCOL_WIDTH(p[2], bucket_tokens[b]);
-    const size_t chunk = !along_rows && ctx->cpu ? CLFFN_WCOL_CHUNK_ROWS : w->rows;
+    const size_t chunk = along_rows ? w->rows : col_chunk_rows(ctx, w, width);
     const size_t chunks = w->rows ? (w->rows + chunk - 1) / chunk : 1;
     if (err == CL_SUCCESS && chunks > 1) {
         err = need_scratch(wk, chunks * tokens * w->cols * sizeof(float));

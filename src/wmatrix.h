@@ -37,8 +37,8 @@ typedef struct clffn_wkernels {
 
 /* y[T, w.rows] = x[T, w.cols]·Wᵀ (+ β·y) when along_rows, else y[T, w.cols] = x[T, w.rows]·W
  * (+ β·y), for T ≤ CLFFN_MAX_KERNEL_TOKENS, each weight read once. On a CPU device rows longer
- * than CLFFN_WROW_PAIR_COLS go two at a time, and the column form runs in chunks of
- * CLFFN_WCOL_CHUNK_ROWS rows whose sums meet in the scratch. While
+ * than CLFFN_WROW_PAIR_COLS go two at a time; the column form runs in chunks of rows whose sums
+ * meet in the scratch (CLFFN_WCOL_CHUNK_ROWS rows on a CPU, enough chunks to fill a GPU). While
  * planning, only builds the kernels and records the scratch. */
 cl_int clffn__wgemv(clffn_wkernels *wk, const clffn_context *ctx, const clffn_wmatrix *w,
                     bool along_rows, size_t tokens, clffn_matrix x, float beta, clffn_matrix y,

@@ -104,6 +104,26 @@ Test(compressed, forward_row_kernels_and_pairs, .timeout = 600) {
     clffn_context_destroy(ctx);
 }
 
+/* The kernels' GPU forms, which a CPU device runs only when given such shapes: lanes sharing a
+ * row interleaved by eight values, columns split across work-items, and the wide loads where
+ * rows are 16-byte aligned (64 and 96 values) and their fallback where they are not (45, 70). */
+Test(compressed, forward_split_shapes, .timeout = 600) {
+    clffn_context *ctx = kernels_context();
+    static const size_t shapes[2][CLFFN_WGEMV_PARAMS] = {{32, 4, 8, 16, 8}, {8, 16, 8, 32, 4}};
+    for (int sh = 0; sh < 2; ++sh) {
+        ASSERT_OK(clffn_context_set_wgemv(ctx, shapes[sh]));
+        for (int t = 0; t < CLFFN_DTYPE_COUNT_; ++t) {
+            const int q = t == CLFFN_DTYPE_Q8_0 || t == CLFFN_DTYPE_Q4_0;
+            for (int l = 0; l < (q ? 1 : 2); ++l) {
+                forward_case(ctx, (clffn_dtype)t, sh, (clffn_layout)l, 64, 96);
+                if (!q) { forward_case(ctx, (clffn_dtype)t, !sh, (clffn_layout)l, 45, 70); }
+            }
+            if (q) { forward_case(ctx, (clffn_dtype)t, !sh, CLFFN_LAYOUT_OUT_IN, 160, 288); }
+        }
+    }
+    clffn_context_destroy(ctx);
+}
+
 Test(compressed, forward_quantized, .timeout = 600) {
     clffn_context *ctx = kernels_context();
     static const clffn_dtype types[] = {CLFFN_DTYPE_Q8_0, CLFFN_DTYPE_Q4_0};
