@@ -50,6 +50,10 @@
 #define CLFFN_WCOL_GPU_GROUPS 4
 #define CLFFN_WCOL_GPU_MIN_ROWS 256
 
+/* Work-items sharing one router dot product of a mixture-of-experts layer (cl/moe.cl,
+ * clffn_moe_logits; a power of 2): the host launches work-groups of this size. */
+#define CLFFN_MOE_LANES 64
+
 /* The erf accuracy probe's forms (clffn_erf_probe): float4 instead of float, and a reciprocal
  * 2 ulp off instead of the device's. */
 #define CLFFN_ERF_PROBE_VEC 1u

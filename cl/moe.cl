@@ -1,42 +1,64 @@
 // =================================================================================================
 // moe.cl — a mixture-of-experts layer's routing, on the device (src/moe.c).
 //
-//   x[T,D] ─route─► experts[T,k], weights[T,k], probs[T,E], gate[T] (the shared expert's scale)
+//   x[T,D] ─logits, route─► experts[T,k], weights[T,k], probs[T,E], gate[T] (the shared
+//                            expert's scale)
 //          ─count, place─► counts[E], slot[T,k] (row of the gathered matrix), row[T·k] (token)
 //          ─gather─► xg[T·k, D]  (each expert's tokens contiguous, in token order)
 //          … each expert's FFN on its rows of xg, into yg …
 //          ─combine─► y[T,D] = gate[t]·shared[T,D] + Σ_j weights[t,j]·yg[slot[t,j]]
 //
-// Every step is deterministic and independent of work-group sizes: each output element is
-// computed by one work-item, in a fixed order, so a layer gives the same bits however it is
-// scheduled.
+// Every step is deterministic and independent of the device's scheduling: each output element is
+// computed by one work-item (a logit by one work-group of a fixed size, in a fixed tree), in a
+// fixed order, so a layer gives the same bits however it is scheduled.
 // =================================================================================================
 
-// The router and the choice, one work-item per token t (NDRange T, any work-group):
-// logits[e] = b[e] + Σ_d x[t,d]·wr[e,d] (wr [E, D]; b NULL-less: has_bias 0 ignores it), softmax
-// probabilities over the E logits (max subtracted), then the k largest in order, a tie going to
-// the lower expert index: pass j takes the largest logit below pass j-1's in the order (logit
-// descending, index ascending), so no chosen-set is kept and E has no bound. normalize = 1
-// rescales the k probabilities to sum 1 (Mixtral); 0 keeps them (Switch, Qwen2-MoE with
-// norm_topk_prob false). R = E + 1 (a gated shared expert, Qwen2-MoE's): the router's row E is
-// the shared expert's gate, gate[t] = sigmoid(its logit), outside the softmax.
-__kernel void clffn_moe_route(__global const float *x, const ulong x_off, __global const float *wr,
-                              __global const float *br, const int has_bias, const uint E,
-                              const uint D, const uint k, const int normalize, const uint T,
+// The router's logits: logit[t, r] = b[r] + Σ_d x[t,d]·wr[r,d] (wr [R, D]; has_bias 0 ignores
+// b), one work-group of CLFFN_MOE_LANES (clffn_defs.h) work-items per (r, t), NDRange (LANES, R,
+// T): lane l takes d = l, l + LANES, …, and the lanes' sums meet in a fixed tree, so the bits
+// depend on nothing but LANES. One work-item per token walking all R·D products was
+// latency-bound on a GPU (Mixtral's router, 8 × 4096, one token: over a millisecond). Rows r < E
+// go to probs[t, r] (logits until clffn_moe_route makes them probabilities); row E, a gated
+// shared expert's, to gate[t].
+__kernel __attribute__((reqd_work_group_size(CLFFN_MOE_LANES, 1, 1)))
+void clffn_moe_logits(__global const float *x, const ulong x_off, __global const float *wr,
+                      __global const float *br, const int has_bias, const uint E, const uint D,
+                      __global float *probs, __global float *gate) {
+  const uint l = get_local_id(0), r = get_global_id(1), t = get_global_id(2);
+  __global const float *xt = x + x_off + (ulong)t * D, *w = wr + (ulong)r * D;
+  float acc = 0.0f;
+  for (uint d = l; d < D; d += CLFFN_MOE_LANES) { acc = fma(xt[d], w[d], acc); }
+  __local float part[CLFFN_MOE_LANES];
+  part[l] = acc;
+  for (uint h = CLFFN_MOE_LANES / 2; h > 0; h /= 2) {
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (l < h) { part[l] += part[l + h]; }
+  }
+  if (l == 0) { // lane 0 wrote part[0] last itself
+    const float logit = part[0] + (has_bias ? br[r] : 0.0f);
+    if (r < E) {
+      probs[(ulong)t * E + r] = logit;
+    } else {
+      gate[t] = logit;
+    }
+  }
+}
+
+// The choice, one work-item per token t (NDRange T, any work-group), from clffn_moe_logits'
+// logits: softmax probabilities over the E logits (max subtracted), then the k largest in order,
+// a tie going to the lower expert index: pass j takes the largest logit below pass j-1's in the
+// order (logit descending, index ascending), so no chosen-set is kept and E has no bound.
+// normalize = 1 rescales the k probabilities to sum 1 (Mixtral); 0 keeps them (Switch, Qwen2-MoE
+// with norm_topk_prob false). R = E + 1 (a gated shared expert, Qwen2-MoE's): gate[t] becomes
+// sigmoid(its logit), outside the softmax.
+__kernel void clffn_moe_route(const uint E, const uint k, const int normalize, const uint T,
                               __global float *probs, __global int *experts,
                               __global float *weights, const uint R, __global float *gate) {
   const uint t = get_global_id(0);
   if (t >= T) { return; }
-  __global const float *xt = x + x_off + (ulong)t * D;
   __global float *p = probs + (ulong)t * E;
   float mx = -INFINITY;
-  for (uint e = 0; e < E; ++e) {
-    __global const float *w = wr + (ulong)e * D;
-    float acc = has_bias ? br[e] : 0.0f;
-    for (uint d = 0; d < D; ++d) { acc = fma(xt[d], w[d], acc); }
-    p[e] = acc; // the logit, until the softmax below
-    mx = fmax(mx, acc);
-  }
+  for (uint e = 0; e < E; ++e) { mx = fmax(mx, p[e]); }
   // the choice is made on the logits, which order the experts as the probabilities do; a NaN
   // logit (from a NaN or infinite input) ranks as -inf, so k experts are always chosen and every
   // index stays in bounds (the token's outputs are then NaN, as its input was)
@@ -65,12 +87,7 @@ __kernel void clffn_moe_route(__global const float *x, const ulong x_off, __glob
     const float pj = p[experts[(ulong)t * k + j]];
     weights[(ulong)t * k + j] = normalize ? pj / chosen : pj;
   }
-  if (R > E) {
-    __global const float *w = wr + (ulong)E * D;
-    float acc = has_bias ? br[E] : 0.0f;
-    for (uint d = 0; d < D; ++d) { acc = fma(xt[d], w[d], acc); }
-    gate[t] = 1.0f / (1.0f + exp(-acc));
-  }
+  if (R > E) { gate[t] = 1.0f / (1.0f + exp(-gate[t])); }
 }
 
 // counts[e] = how many of the n = T·k choices name expert e; one work-item per expert

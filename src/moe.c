@@ -10,6 +10,7 @@
  * anywhere earlier leaves it untouched, and y may be x itself. */
 #include "moe.h"
 
+#include "clffn_defs.h"
 #include "launch.h"
 #include "reference_moe.h"
 
@@ -58,9 +59,9 @@ void clffn_moe_destroy(clffn_moe *moe) {
                       &moe->dxg,    &moe->dxs,  &moe->dlogit, &moe->g_router, &moe->g_rbias,
                       &moe->gate,   &moe->dys};
     for (size_t i = 0; i < sizeof mems / sizeof mems[0]; ++i) { release_mem(mems[i]); }
-    cl_kernel *ks[] = {&moe->route,        &moe->count,      &moe->place,           &moe->gather,
-                       &moe->combine,      &moe->scatter_dy, &moe->router_backward, &moe->dx_kernel,
-                       &moe->router_grads, &moe->scale_dy};
+    cl_kernel *ks[] = {&moe->logits,    &moe->route,        &moe->count,      &moe->place,
+                       &moe->gather,    &moe->combine,      &moe->scatter_dy, &moe->router_backward,
+                       &moe->dx_kernel, &moe->router_grads, &moe->scale_dy};
     for (size_t i = 0; i < sizeof ks / sizeof ks[0]; ++i) { release_kernel(ks[i]); }
     free(moe->host_counts);
     free(moe);
@@ -74,17 +75,17 @@ static clffn_status make_kernels(clffn_moe *moe) {
     cl_program p = NULL;
     clffn_status st = clffn__get_program(&moe->ctx->programs, &key, &p);
     if (st != CLFFN_SUCCESS) { return st; }
-    static const char *const names[10] = {"clffn_moe_route",           "clffn_moe_count",
-                                          "clffn_moe_place",           "clffn_moe_gather",
-                                          "clffn_moe_combine",         "clffn_moe_scatter_dy",
-                                          "clffn_moe_router_backward", "clffn_moe_dx",
-                                          "clffn_moe_router_grads",    "clffn_moe_scale_dy"};
-    cl_kernel *ks[10] = {&moe->route,           &moe->count,     &moe->place,
-                         &moe->gather,          &moe->combine,   &moe->scatter_dy,
-                         &moe->router_backward, &moe->dx_kernel, &moe->router_grads,
-                         &moe->scale_dy};
+    static const char *const names[11] = {
+        "clffn_moe_logits",       "clffn_moe_route",           "clffn_moe_count",
+        "clffn_moe_place",        "clffn_moe_gather",          "clffn_moe_combine",
+        "clffn_moe_scatter_dy",   "clffn_moe_router_backward", "clffn_moe_dx",
+        "clffn_moe_router_grads", "clffn_moe_scale_dy"};
+    cl_kernel *ks[11] = {&moe->logits,       &moe->route,           &moe->count,
+                         &moe->place,        &moe->gather,          &moe->combine,
+                         &moe->scatter_dy,   &moe->router_backward, &moe->dx_kernel,
+                         &moe->router_grads, &moe->scale_dy};
     cl_int err = CL_SUCCESS;
-    for (size_t i = 0; i < 10 && err == CL_SUCCESS; ++i) {
+    for (size_t i = 0; i < 11 && err == CL_SUCCESS; ++i) {
         *ks[i] = clCreateKernel(p, names[i], &err);
     }
     return (clffn_status)err;
@@ -224,23 +225,44 @@ cl_int clffn__moe_enqueue(clffn_moe *moe, cl_command_queue q, cl_kernel kernel, 
     return err;
 }
 
-/* route, count, place and gather; then the counts, read back (blocking). */
+/* The router's logits into probs (and the gate's into gate): a work-group of CLFFN_MOE_LANES
+ * (cl/moe.cl) per router row and token. */
+static cl_int enqueue_logits(clffn_moe *moe, cl_uint T, cl_mem x, cl_ulong xo, cl_command_queue q) {
+    const clffn_moe_config *c = &moe->cfg;
+    const cl_uint E = (cl_uint)c->experts, D = (cl_uint)c->expert.d_model;
+    const cl_int has_bias = c->router_bias ? 1 : 0;
+    cl_mem bias = moe->bias ? moe->bias : moe->router; /* not read without a bias */
+    clffn_args a = clffn__args(moe->logits);
+    CLFFN_ARG(a, x), CLFFN_ARG(a, xo), CLFFN_ARG(a, moe->router), CLFFN_ARG(a, bias);
+    CLFFN_ARG(a, has_bias), CLFFN_ARG(a, E), CLFFN_ARG(a, D), CLFFN_ARG(a, moe->probs);
+    CLFFN_ARG(a, moe->gate);
+    cl_int err = clffn__args_end(&a);
+    if (err != CL_SUCCESS) { return err; }
+    const size_t global[3] = {CLFFN_MOE_LANES, moe->router_rows, T};
+    const size_t local[3] = {CLFFN_MOE_LANES, 1, 1};
+    cl_event ev = NULL;
+    err = clEnqueueNDRangeKernel(q, moe->logits, 3, NULL, global, local, 0, NULL, &ev);
+    if (err == CL_SUCCESS) {
+        if (moe->last_event) { clReleaseEvent(moe->last_event); }
+        moe->last_event = ev;
+    }
+    return err;
+}
+
+/* logits, route, count, place and gather; then the counts, read back (blocking). */
 static cl_int enqueue_routing(clffn_moe *moe, cl_uint T, cl_mem x, cl_ulong xo,
                               cl_command_queue q) {
     const clffn_moe_config *c = &moe->cfg;
     const cl_uint E = (cl_uint)c->experts, k = (cl_uint)c->top_k, D = (cl_uint)c->expert.d_model;
     const cl_uint n = T * k;
-    const cl_int has_bias = c->router_bias ? 1 : 0;
     const cl_int normalize = c->routing == CLFFN_ROUTING_TOPK_NORMALIZED;
-    cl_mem bias = moe->bias ? moe->bias : moe->router; /* not read without a bias */
     clffn_args a = clffn__args(moe->route);
-    CLFFN_ARG(a, x), CLFFN_ARG(a, xo), CLFFN_ARG(a, moe->router), CLFFN_ARG(a, bias);
-    CLFFN_ARG(a, has_bias), CLFFN_ARG(a, E), CLFFN_ARG(a, D), CLFFN_ARG(a, k);
-    CLFFN_ARG(a, normalize), CLFFN_ARG(a, T), CLFFN_ARG(a, moe->probs);
-    CLFFN_ARG(a, moe->chosen), CLFFN_ARG(a, moe->weights);
+    CLFFN_ARG(a, E), CLFFN_ARG(a, k), CLFFN_ARG(a, normalize), CLFFN_ARG(a, T);
+    CLFFN_ARG(a, moe->probs), CLFFN_ARG(a, moe->chosen), CLFFN_ARG(a, moe->weights);
     const cl_uint R = (cl_uint)moe->router_rows;
     CLFFN_ARG(a, R), CLFFN_ARG(a, moe->gate);
-    cl_int err = clffn__args_end(&a);
+    cl_int err = enqueue_logits(moe, T, x, xo, q);
+    if (err == CL_SUCCESS) { err = clffn__args_end(&a); }
     if (err == CL_SUCCESS) { err = clffn__moe_enqueue(moe, q, moe->route, T, 0); }
     clffn_args b = clffn__args(moe->count);
     CLFFN_ARG(b, moe->chosen), CLFFN_ARG(b, n), CLFFN_ARG(b, E), CLFFN_ARG(b, moe->counts);

@@ -8,11 +8,11 @@
 struct clffn_moe {
     clffn_context *ctx;
     clffn_moe_config cfg;
-    size_t n_ffn;                                   /* E, + 1 with a shared expert (the last) */
-    clffn_ffn **ffn;                                /* [n_ffn] */
-    size_t router_rows;                             /* R: E, + 1 with a gated shared expert */
-    cl_mem router, bias;                            /* [R, D], [R] (bias NULL without one) */
-    cl_kernel route, count, place, gather, combine; /* forward */
+    size_t n_ffn;        /* E, + 1 with a shared expert (the last) */
+    clffn_ffn **ffn;     /* [n_ffn] */
+    size_t router_rows;  /* R: E, + 1 with a gated shared expert */
+    cl_mem router, bias; /* [R, D], [R] (bias NULL without one) */
+    cl_kernel logits, route, count, place, gather, combine;                   /* forward */
     cl_kernel scatter_dy, router_backward, dx_kernel, router_grads, scale_dy; /* backward */
     /* the workspace for `tokens` tokens: probs [T, E], chosen, weights, slot [T, k], row [T·k],
      * counts [E], xg and yg [T·k, D], ys [T, D] (with a shared expert), gate [T] (its scale,
