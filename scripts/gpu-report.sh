@@ -11,7 +11,12 @@
 # (clffn-bench-gemms), tune (clffn-tune into OUT/tune, BUDGET seconds, on TUNE_SHAPE; its log in
 # OUT/tune.log), compare (each shape with CLBlast's defaults, with each profile folder of COMPARE
 # (default OUT/tune; a folder with no profile for the device means the built-in one), then
-# PyTorch, in turn).
+# PyTorch, in turn), decode (one token, 4096 -> 11008 SwiGLU: f32 through the profile's path and
+# through clffn's kernel, every stored type with the weights kept either way, then PyTorch in
+# fp32, fp16 and bf16), kernels (clffn-tune's own children: the few-token kernels' shapes at one
+# token and their crossovers, on that shape), moe (Mixtral's layer, D 4096, F 14336, 8 experts,
+# top-2, at 1 and 512 tokens in f32, f16 and q8_0, then scripts/torch-moe-bench.py), prefill (the
+# seed and SwiGLU shapes with each stored type).
 # Every step has its own time limit; a failing step does not stop the others.
 set -uo pipefail
 build=${1:?usage: gpu-report.sh BUILD OUT STEPS...}
@@ -45,6 +50,25 @@ print(json.dumps({"shape": "%d,%d,%d,%s" % (j["tokens"], j["d_model"], j["d_ff"]
   "stage_total_ms": round(s["total_s"]*1e3, 4), "weights_gbps": round(j["weights_gbps"], 1),
   "copy_gbps": round(j["copy_gbps"], 1), "backward_ms": round(j["backward_best_s"]*1e3, 4),
   "startup_s": round(j["startup_s"], 3)}))'
+}
+
+bench_text() { # bench_text LABEL ARGS...: the lines of clffn-bench's report that the tables need
+    local label=$1
+    shift
+    echo "--- $label"
+    timeout 240 "$build/clffn-bench" --reps "$reps" "$@" 2>&1 |
+        grep -E '^(forward|weights read|backward|own kernels|weights kept|GEMVs up|layer|dense FFN|clffn-bench)'
+}
+
+kernel_children() { # kernel_children MODE:ARG: clffn-tune's kernel child per type and layout
+    local kept t
+    for kept in 0 1; do
+        for t in q4_0 q8_0 f16 f32; do
+            [[ $kept == 1 && $t == q* ]] && continue # quantized rows are [out, in] only
+            echo "$t kept $kept: $(timeout 120 "$build/clffn-tune" --eval --kernels "$t:$1" \
+                --tokens 1 --d-model 4096 --d-ff 11008 --gated --gemv 1 --kept $kept)"
+        done
+    done
 }
 
 torch_bench() {
@@ -109,6 +133,45 @@ for step in "$@"; do
             done
             torch_bench "$s"
         done
+        ;;
+    decode)
+        d=(--tokens 1 --d-model 4096 --d-ff 11008 --activation swiglu)
+        bench_text "f32, the profile's path" "${d[@]}"
+        for l in in_out out_in; do
+            bench_text "f32 kernel, $l" "${d[@]}" --kernel-max 1 --weight-layout $l
+            for t in f16 bf16; do bench_text "$t, $l" "${d[@]}" --weights-dtype $t --weight-layout $l; done
+        done
+        for t in q8_0 q4_0; do bench_text "$t" "${d[@]}" --weights-dtype $t; done
+        for t in fp32 fp16 bf16; do
+            timeout 120 python3 scripts/torch-ffn-bench.py --dtype $t --reps "$reps" 1,4096,11008,swiglu
+        done
+        ;;
+    kernels)
+        shapes=${SHAPES:-"32,4,8,16,8;32,8,8,32,8;16,8,8,32,8;32,2,8,32,4;64,2,8,32,8;8,16,8,32,8;32,4,16,32,8;32,16,8,64,4"}
+        echo "shapes: $shapes (seconds, best of 4 rounds, one token)"
+        kernel_children "shapes:$shapes"
+        for c in ${CROSS:-32,4,8,16,8}; do
+            echo "crossovers (kernels, other path) at 1 2 4 8 16 tokens, shape $c:"
+            kernel_children "cross:$c"
+        done
+        ;;
+    moe)
+        m=(--d-model 4096 --d-ff 14336 --activation swiglu --experts 8 --top-k 2)
+        for t in f32 f16 q8_0; do bench_text "MoE, 1 token, $t" --tokens 1 "${m[@]}" --weights-dtype $t; done
+        for t in f32 f16; do bench_text "MoE, 512 tokens, $t" --tokens 512 "${m[@]}" --weights-dtype $t; done
+        for t in fp32 fp16; do
+            timeout 240 python3 scripts/torch-moe-bench.py --dtype $t --reps "$reps" 1,4096,14336,8,2 \
+                512,4096,14336,8,2
+        done
+        ;;
+    prefill)
+        for s in "640 512 2048 relu" "2048 1024 2816 swiglu"; do
+            read -r t d f a <<<"$s"
+            for ty in f32 f16 bf16 q8_0 q4_0; do
+                bench_text "$ty, $s" --tokens "$t" --d-model "$d" --d-ff "$f" --activation "$a" --weights-dtype $ty
+            done
+        done
+        timeout 120 python3 scripts/torch-ffn-bench.py --reps "$reps" 640,512,2048,relu 2048,1024,2816,swiglu
         ;;
     *) echo "gpu-report: unknown step $step" >&2 ;;
     esac
