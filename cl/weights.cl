@@ -402,8 +402,8 @@ void clffn_wgemv_rows(__global const uchar *restrict w, const ulong w_off, const
 #if CLFFN_ROW_UNROLL == 2
     floatRV acc2[CLFFN_WTOKENS];
     for (uint t = 0; t < CLFFN_WTOKENS; ++t) { acc2[t] = (floatRV)0.0f; }
-    for (; b + CLFFN_ROW_SPLIT < blocks; b += 2 * CLFFN_ROW_SPLIT) {
-      const ulong c = b * CLFFN_QK, c2 = c + CLFFN_ROW_SPLIT * CLFFN_QK;
+    for (; b + 1 < blocks; b += 2) {
+      const ulong c = b * CLFFN_QK, c2 = c + CLFFN_QK;
       float d, d2;
       floatRV v[CLFFN_NV], v2[CLFFN_NV];
       clffn_wload_block(row, c, &d, v);
@@ -413,7 +413,7 @@ void clffn_wgemv_rows(__global const uchar *restrict w, const ulong w_off, const
     }
     for (uint t = 0; t < CLFFN_WTOKENS; ++t) { acc[t] += acc2[t]; }
 #endif
-    for (; b < blocks; b += CLFFN_ROW_SPLIT) {
+    for (; b < blocks; ++b) {
       const ulong c = b * CLFFN_QK;
       float d;
       floatRV v[CLFFN_NV];
@@ -421,12 +421,10 @@ void clffn_wgemv_rows(__global const uchar *restrict w, const ulong w_off, const
       clffn_block_dot(v, d, xr, ldx, c, tokens, acc);
     }
 #if !CLFFN_QUANTIZED
-    if (s == 0) { // the values past the last whole 32
-      for (ulong c = blocks * CLFFN_QK; c < cols; ++c) {
-        const float v = clffn_wvalue(row, c);
-        for (uint t = 0; t < CLFFN_WTOKENS; ++t) {
-          if (t < tokens) { tail[t] = fma(v, xr[t * ldx + c], tail[t]); }
-        }
+    for (ulong c = blocks * CLFFN_QK; c < cols; ++c) { // the values past the last whole 32
+      const float v = clffn_wvalue(row, c);
+      for (uint t = 0; t < CLFFN_WTOKENS; ++t) {
+        if (t < tokens) { tail[t] = fma(v, xr[t * ldx + c], tail[t]); }
       }
     }
 #endif

@@ -212,17 +212,23 @@ static clffn_status check_forward(clffn_moe *moe, size_t T, cl_mem x, size_t xo,
     return CLFFN_SUCCESS;
 }
 
-cl_int clffn__moe_enqueue(clffn_moe *moe, cl_command_queue q, cl_kernel kernel, size_t g0,
-                          size_t g1) {
-    const size_t global[2] = {g0, g1};
+/* kernel over global (dims dimensions; local NULL: any work-group), its event kept as the
+ * layer's last. */
+static cl_int enqueue_nd(clffn_moe *moe, cl_command_queue q, cl_kernel kernel, cl_uint dims,
+                         const size_t *global, const size_t *local) {
     cl_event ev = NULL;
-    const cl_int err =
-        clEnqueueNDRangeKernel(q, kernel, g1 ? 2 : 1, NULL, global, NULL, 0, NULL, &ev);
+    const cl_int err = clEnqueueNDRangeKernel(q, kernel, dims, NULL, global, local, 0, NULL, &ev);
     if (err == CL_SUCCESS) {
         if (moe->last_event) { clReleaseEvent(moe->last_event); }
         moe->last_event = ev;
     }
     return err;
+}
+
+cl_int clffn__moe_enqueue(clffn_moe *moe, cl_command_queue q, cl_kernel kernel, size_t g0,
+                          size_t g1) {
+    const size_t global[2] = {g0, g1};
+    return enqueue_nd(moe, q, kernel, g1 ? 2 : 1, global, NULL);
 }
 
 /* The router's logits into probs (and the gate's into gate): a work-group of CLFFN_MOE_LANES
@@ -240,13 +246,7 @@ static cl_int enqueue_logits(clffn_moe *moe, cl_uint T, cl_mem x, cl_ulong xo, c
     if (err != CL_SUCCESS) { return err; }
     const size_t global[3] = {CLFFN_MOE_LANES, moe->router_rows, T};
     const size_t local[3] = {CLFFN_MOE_LANES, 1, 1};
-    cl_event ev = NULL;
-    err = clEnqueueNDRangeKernel(q, moe->logits, 3, NULL, global, local, 0, NULL, &ev);
-    if (err == CL_SUCCESS) {
-        if (moe->last_event) { clReleaseEvent(moe->last_event); }
-        moe->last_event = ev;
-    }
-    return err;
+    return enqueue_nd(moe, q, moe->logits, 3, global, local);
 }
 
 /* logits, route, count, place and gather; then the counts, read back (blocking). */

@@ -17,13 +17,16 @@
 enum { D = 32, F = 64, E = 4 };
 
 /* x [2, 3, D] in steps of 1/64 (so are the router's weights: exact logits). */
-static void write_input(const char *path) {
-    float *x = exact_values(2 * 3 * D, 1.0f, 5);
+/* [2, 3, D] exact values from seed, written to path as .npy; the caller frees them. */
+static float *write_tokens(const char *path, uint64_t seed) {
+    float *v = exact_values(2 * 3 * D, 1.0f, seed);
     const uint64_t shape[3] = {2, 3, D};
     char err[CLFFN_IO_ERR];
-    cr_assert_eq(clffn_npy_save(path, x, 3, shape, err), 0, "%s", err);
-    free(x);
+    cr_assert_eq(clffn_npy_save(path, v, 3, shape, err), 0, "%s", err);
+    return v;
 }
+
+static void write_input(const char *path) { free(write_tokens(path, 5)); }
 
 /* --router-out's [2, 3, k, 2]: distinct experts in range, weights positive and, when
  * normalised, summing to 1 per token. */
@@ -170,9 +173,7 @@ static void check_stacked_grads(const char *w, const char *x, const char *y, con
                                 float *const *m) {
     char dyp[160], g[160], cmd[1024], out[4096], err[CLFFN_IO_ERR];
     snprintf(dyp, sizeof dyp, "%s/dy.npy", dir), snprintf(g, sizeof g, "%s/g.safetensors", dir);
-    float *dy = exact_values(6 * D, 1.0f, 78);
-    const uint64_t shape[3] = {2, 3, D};
-    cr_assert_eq(clffn_npy_save(dyp, dy, 3, shape, err), 0, "%s", err);
+    float *dy = write_tokens(dyp, 78);
     snprintf(cmd, sizeof cmd,
              "'%s' --weights %s --input %s --output %s --grad-output %s "
              "--grads-out %s 2>&1",
@@ -267,12 +268,10 @@ Test(clffn_run_moe, gradients_under_the_files_names, .timeout = 120) {
     snprintf(w, sizeof w, "%s/m.safetensors", dir), snprintf(x, sizeof x, "%s/x.npy", dir);
     snprintf(y, sizeof y, "%s/y.npy", dir), snprintf(dyp, sizeof dyp, "%s/dy.npy", dir);
     snprintf(g, sizeof g, "%s/g.safetensors", dir);
-    float *router, *m[3 * E], *dy = exact_values(6 * D, 1.0f, 77);
+    float *router, *m[3 * E], *dy = write_tokens(dyp, 77);
     mixtral_checkpoint(w, &router, m);
     write_input(x);
-    const uint64_t shape[3] = {2, 3, D};
     char err[CLFFN_IO_ERR];
-    cr_assert_eq(clffn_npy_save(dyp, dy, 3, shape, err), 0, "%s", err);
     snprintf(cmd, sizeof cmd,
              "'%s' --weights %s --preset mixtral --weights-dtype f32 --input %s --output %s "
              "--grad-output %s --grads-out %s 2>&1",
@@ -403,12 +402,10 @@ Test(clffn_run_moe, qwen2_moe_gated_shared_expert, .timeout = 120) {
     snprintf(w, sizeof w, "%s/q.safetensors", dir), snprintf(x, sizeof x, "%s/x.npy", dir);
     snprintf(y, sizeof y, "%s/y.npy", dir), snprintf(dyp, sizeof dyp, "%s/dy.npy", dir);
     snprintf(g, sizeof g, "%s/g.safetensors", dir);
-    float *router, *m[3 * (E + 1)], *dy = exact_values(6 * D, 1.0f, 79);
+    float *router, *m[3 * (E + 1)], *dy = write_tokens(dyp, 79);
     qwen_values(&router, m);
     qwen_checkpoint(w, 0, router, m);
     write_input(x);
-    const uint64_t shape[3] = {2, 3, D};
-    cr_assert_eq(clffn_npy_save(dyp, dy, 3, shape, err), 0, "%s", err);
     snprintf(cmd, sizeof cmd,
              "'%s' --weights %s --preset qwen_moe --input %s --output %s --verify "
              "--grad-output %s --grads-out %s 2>&1",
