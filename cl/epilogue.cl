@@ -13,6 +13,8 @@
 // Dropout draws by the element's place in the whole hidden layer (rng_ld columns, this FFN's
 // from rng_col0 on), so a tensor-parallel shard drops what the unsplit layer drops; vec also
 // needs that place to start Philox blocks.
+// count (NULL but for a mixture-of-experts layer's expert, whose row count stays on the device)
+// holds the rows at count[count_at], at most tokens; the rows past it are left alone.
 // vload4/vstore4 need only float alignment, so the buffers' offsets do not matter.
 // Nothing here depends on the work-group size; the host passes NULL or a test's override.
 // =================================================================================================
@@ -40,10 +42,11 @@ __kernel void clffn_epilogue1(__global const float *restrict z, const ulong ldz,
                               const uint flags, const ulong tokens, const ulong d_ff,
                               const ulong drop_threshold, const float drop_scale,
                               const uint2 key, const ulong rng_offset,
-                              const ulong rng_ld, const ulong rng_col0, const uint vec) {
+                              const ulong rng_ld, const ulong rng_col0, const uint vec,
+                              __global const uint *count, const uint count_at) {
   const ulong j0 = (ulong)get_global_id(0) * CLFFN_COLUMNS_PER_ITEM;
   const ulong t = get_global_id(1);
-  if (t >= tokens || j0 >= d_ff) { return; }
+  if (t >= tokens || (count && t >= count[count_at]) || j0 >= d_ff) { return; }
   #if CLFFN_DROPOUT
     // The element's index in the whole hidden layer [T, rng_ld]: a shard holding the columns
     // [rng_col0, rng_col0 + d_ff) draws the unsplit layer's mask.
@@ -99,10 +102,11 @@ __kernel void clffn_epilogue2(__global const float *restrict u,
                               __global const float *x, const ulong x_off,
                               __global const float *restrict b2, const ulong b2_off,
                               const uint flags, const uint vec,
-                              const ulong tokens, const ulong d_model) {
+                              const ulong tokens, const ulong d_model,
+                              __global const uint *count, const uint count_at) {
   const ulong i0 = (ulong)get_global_id(0) * CLFFN_COLUMNS_PER_ITEM;
   const ulong t = get_global_id(1);
-  if (t >= tokens || i0 >= d_model) { return; }
+  if (t >= tokens || (count && t >= count[count_at]) || i0 >= d_model) { return; }
   const ulong row = t * d_model;
 
   if (vec) {

@@ -3,8 +3,10 @@
 //
 //   x[T,D] ─logits, route─► experts[T,k], weights[T,k], probs[T,E], gate[T] (the shared
 //                            expert's scale)
-//          ─count, place─► counts[E], slot[T,k] (row of the gathered matrix), row[T·k] (token)
-//          ─gather─► xg[T·k, D]  (each expert's tokens contiguous, in token order)
+//          ─count, place─► counts[E], slot[T,k] (row of the gathered matrix)
+//          ─gather─► xg  (each expert's tokens contiguous, in token order: packed, [T·k, D], or
+//                         from row e·T for expert e, [E·T, D], where the host never reads the
+//                         counts)
 //          … each expert's FFN on its rows of xg, into yg …
 //          ─combine─► y[T,D] = gate[t]·shared[T,D] + Σ_j weights[t,j]·yg[slot[t,j]]
 //
@@ -101,32 +103,28 @@ __kernel void clffn_moe_count(__global const int *experts, const uint n, const u
   counts[e] = c;
 }
 
-// Expert e's rows of the gathered matrix start after every lower expert's; its choices take
-// them in token order: slot[i] is choice i's row, row[s] the token of row s. One work-item per
+// Expert e's rows of the gathered matrix start after every lower expert's (stride 0), or at
+// e·stride; its choices take them in token order: slot[i] is choice i's row. One work-item per
 // expert (NDRange E, any work-group).
 __kernel void clffn_moe_place(__global const int *experts, const uint n, const uint E,
-                              __global const uint *counts, __global uint *slot,
-                              __global uint *row, const uint k) {
+                              __global const uint *counts, const uint stride,
+                              __global uint *slot) {
   const uint e = get_global_id(0);
   if (e >= E) { return; }
-  uint s = 0;
-  for (uint f = 0; f < e; ++f) { s += counts[f]; }
+  uint s = e * stride;
+  for (uint f = 0; stride == 0 && f < e; ++f) { s += counts[f]; }
   for (uint i = 0; i < n; ++i) {
-    if (experts[i] == (int)e) {
-      slot[i] = s;
-      row[s] = i / k;
-      ++s;
-    }
+    if (experts[i] == (int)e) { slot[i] = s++; }
   }
 }
 
-// xg[s, d] = x[row[s], d]; NDRange (D, T·k), any work-group.
+// xg[slot[i], d] = x[i / k, d]: choice i's token on its row; NDRange (D, T·k), any work-group.
 __kernel void clffn_moe_gather(__global const float *x, const ulong x_off,
-                               __global const uint *row, const uint D, const uint n,
-                               __global float *xg) {
-  const uint d = get_global_id(0), s = get_global_id(1);
-  if (d >= D || s >= n) { return; }
-  xg[(ulong)s * D + d] = x[x_off + (ulong)row[s] * D + d];
+                               __global const uint *slot, const uint D, const uint n,
+                               const uint k, __global float *xg) {
+  const uint d = get_global_id(0), i = get_global_id(1);
+  if (d >= D || i >= n) { return; }
+  xg[(ulong)slot[i] * D + d] = x[x_off + (ulong)(i / k) * D + d];
 }
 
 // y[t, d] = (shared ? g·ys[t, d] : 0) + Σ_{j<k} weights[t, j]·yg[slot[t, j], d], in that

@@ -20,6 +20,8 @@
 // walk, as it is in a GEMV with one work-item per output. Rows are read in blocks of 32 values
 // (a quantized block; 32 values of the others); a row whose length is not a multiple of 32 (f32,
 // f16, bf16 only) ends in a scalar tail.
+// The GEMVs take the most tokens of the pass (max_tokens, which sets the strides of the column
+// kernel's partial sums) and, optionally, a count on the device (clffn_pass_tokens).
 //
 // Parameters (build options; defaults below, the host passes the device's tuned ones):
 // =================================================================================================
@@ -368,6 +370,17 @@ inline void clffn_row_lanes(__global const uchar *row, ulong cols, __global cons
 #endif
 }
 
+// The pass's tokens: max_tokens, or count[count_at] where the count lives on the device (an
+// expert of a mixture-of-experts layer, whose rows the host does not read back: it launches for
+// the most it could have, and a count of 0 returns before any weight is read). count is NULL
+// otherwise. Every work-item sees the same value, so the early return is uniform.
+inline uint clffn_pass_tokens(uint max_tokens, __global const uint *count, uint count_at) {
+  return count ? min(max_tokens, count[count_at]) : max_tokens;
+}
+#define CLFFN_PASS_TOKENS()                                                                  \
+  const uint tokens = clffn_pass_tokens(max_tokens, count, count_at);                        \
+  if (tokens == 0) { return; }
+
 // ---- y = x·Wᵀ: along the rows -------------------------------------------------------------------
 
 // NDRange (CLFFN_ROW_SPLIT, ⌈rows / CLFFN_ROW_ROWS⌉·CLFFN_ROW_ROWS), work-group (CLFFN_ROW_SPLIT,
@@ -379,9 +392,11 @@ __kernel __attribute__((reqd_work_group_size(CLFFN_ROW_SPLIT, CLFFN_ROW_ROWS, 1)
 void clffn_wgemv_rows(__global const uchar *restrict w, const ulong w_off, const ulong row_bytes,
                       const ulong rows, const ulong cols,
                       __global const float *restrict x, const ulong x_off, const ulong ldx,
-                      const uint tokens,
+                      const uint max_tokens, __global const uint *restrict count,
+                      const uint count_at,
                       __global float *restrict y, const ulong y_off, const ulong ldy,
                       const float beta) {
+  CLFFN_PASS_TOKENS();
   const uint s = get_local_id(0);
   const ulong r = get_global_id(1);
   float sum[CLFFN_WTOKENS];
@@ -467,9 +482,11 @@ __kernel __attribute__((reqd_work_group_size(1, CLFFN_ROW_ROWS, 1)))
 void clffn_wgemv_rows2(__global const uchar *restrict w, const ulong w_off, const ulong row_bytes,
                        const ulong rows, const ulong cols,
                        __global const float *restrict x, const ulong x_off, const ulong ldx,
-                       const uint tokens,
+                       const uint max_tokens, __global const uint *restrict count,
+                       const uint count_at,
                        __global float *restrict y, const ulong y_off, const ulong ldy,
                        const float beta) {
+  CLFFN_PASS_TOKENS();
   const ulong r = 2 * get_global_id(1);
   floatRV acc[CLFFN_WTOKENS], acc2[CLFFN_WTOKENS];
   float tail[CLFFN_WTOKENS], tail2[CLFFN_WTOKENS];
@@ -589,9 +606,11 @@ __kernel __attribute__((reqd_work_group_size(CLFFN_COL_GROUPS, CLFFN_COL_SPLIT, 
 void clffn_wgemv_cols(__global const uchar *restrict w, const ulong w_off, const ulong row_bytes,
                       const ulong rows, const ulong cols,
                       __global const float *restrict x, const ulong x_off, const ulong ldx,
-                      const uint tokens,
+                      const uint max_tokens, __global const uint *restrict count,
+                      const uint count_at,
                       __global float *restrict y, const ulong y_off, const ulong ldy,
                       const float beta, const ulong chunk_rows, __global float *restrict part) {
+  CLFFN_PASS_TOKENS();
   const ulong c0 = get_global_id(0) * CLFFN_COL_W;
   const uint s = get_local_id(1);
   const ulong k = get_group_id(1), r0 = k * chunk_rows;
@@ -630,7 +649,8 @@ void clffn_wgemv_cols(__global const uchar *restrict w, const ulong w_off, const
   const int direct = chunk_rows >= rows;
   for (uint t = 0; t < CLFFN_WTOKENS; ++t) {
     if (t >= tokens) { continue; }
-    __global float *out = direct ? y + y_off + t * ldy + c0 : part + (k * tokens + t) * cols + c0;
+    __global float *out =
+        direct ? y + y_off + t * ldy + c0 : part + (k * max_tokens + t) * cols + c0;
     #pragma unroll
     for (uint v = 0; v < CLFFN_COL_VECS; ++v) {
       if (c0 + 8 * v + 8 <= cols) {
@@ -648,16 +668,18 @@ void clffn_wgemv_cols(__global const uchar *restrict w, const ulong w_off, const
   }
 }
 
-// y[t, c] = Σ_k part[k, t, c] (+ β·y), k in order: NDRange (cols, tokens), any work-group.
+// y[t, c] = Σ_k part[k, t, c] (+ β·y), k in order: NDRange (cols, max_tokens), any work-group;
+// count and count_at as clffn_wgemv_cols has them.
 __kernel void clffn_wgemv_sum(__global const float *restrict part, const ulong chunks,
-                              const uint tokens, const ulong cols,
+                              const uint max_tokens, __global const uint *restrict count,
+                              const uint count_at, const ulong cols,
                               __global float *restrict y, const ulong y_off, const ulong ldy,
                               const float beta) {
   const ulong c = get_global_id(0);
   const uint t = get_global_id(1);
-  if (c >= cols || t >= tokens) { return; }
+  if (c >= cols || t >= clffn_pass_tokens(max_tokens, count, count_at)) { return; }
   float s = 0.0f;
-  for (ulong k = 0; k < chunks; ++k) { s += part[(k * tokens + t) * cols + c]; }
+  for (ulong k = 0; k < chunks; ++k) { s += part[(k * max_tokens + t) * cols + c]; }
   __global float *o = y + y_off + t * ldy + c;
   *o = beta != 0.0f ? fma(beta, *o, s) : s;
 }

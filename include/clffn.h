@@ -824,8 +824,13 @@ CLFFN_API clffn_status clffn_ffn_stage_times(clffn_ffn *ffn, clffn_stage_times *
  *   g[t] = sigmoid(x[t]·wsᵀ + bs)             ws [D]: the router's row E, bs its bias's entry E
  * Routing runs on the device; each expert runs on its tokens gathered into contiguous rows
  * (CLBlast's SGEMM for many, clffn's few-token kernels for few, as any FFN), and an expert no
- * token chose is not run, so its weights are not read. The weights are uploaded per expert
- * through the FFN API (clffn_moe_expert()), in any stored type.
+ * token chose reads none of its weights. Where every expert's products at T tokens run clffn's
+ * own kernels (T up to the context's clffn_context_kernel_max_tokens() for the experts' type:
+ * decoding), the experts' row counts stay on the device: each expert is launched for T rows
+ * and its kernels read its count, so the host never waits between the routing and the
+ * experts. For more tokens the host reads the E counts back once, since CLBlast's products are
+ * sized on the host, and an unchosen expert is not launched at all. The weights are uploaded
+ * per expert through the FFN API (clffn_moe_expert()), in any stored type.
  * ------------------------------------------------------------------------------------------- */
 typedef struct clffn_moe clffn_moe;
 
@@ -887,9 +892,12 @@ CLFFN_API clffn_status clffn_moe_upload_router(clffn_moe *moe, const float *weig
                                                const float *bias);
 
 /** Device-level forward: enqueues y[T, D] = MoE(x[T, D]) on queue (in-order, on the layer's
- *  context and device). Blocks once, for the E expert row counts the routing found: the
- *  experts' products are sized on the host. x and y are the caller's, offsets in floats; y may
- *  equal x exactly but not overlap it partly; only y is written. tokens = 0 enqueues nothing.
+ *  context and device). Where the experts' products at T tokens all run clffn's own kernels
+ *  (above) it does not block; otherwise it blocks once, for the E expert row counts the
+ *  routing found, which size CLBlast's products. An expert's hidden state
+ *  (clffn_ffn_read_hidden()) is meaningful only after a forward that blocked. x and y are
+ *  the caller's, offsets in floats; y may equal x exactly but not overlap it partly; only y is
+ *  written. tokens = 0 enqueues nothing.
  *  Errors, before anything is enqueued: NULL_ARGUMENT, NO_WEIGHTS (the router or an expert has
  *  none), INVALID_QUEUE, SIZE_OVERFLOW, BUFFER_TOO_SMALL, BUFFER_OVERLAP, INVALID_ARGUMENT
  *  (a buffer of another context); then OpenCL's and CLBlast's, and an expert forward's. */
@@ -919,11 +927,13 @@ typedef struct clffn_moe_grads {
  *  softmax and the renormalisation (the top-k choice, piecewise constant, has none), and each
  *  expert's weight and bias gradients from its own tokens, each scaled by its routing weight;
  *  an expert no token chose gets zeros (accumulate = 0) or keeps what it had (1). Blocks for
- *  nothing. The forward keeps what this needs (probabilities, choices, gathered rows and the
- *  experts' outputs) until the next forward. Errors: NULL_ARGUMENT, NO_WEIGHTS, NO_FORWARD (no
- *  forward of T tokens), INVALID_QUEUE, SIZE_OVERFLOW, BUFFER_TOO_SMALL, BUFFER_OVERLAP,
- *  INVALID_ARGUMENT (a buffer of another context), before anything is enqueued; then OpenCL's,
- *  CLBlast's and an expert backward's. */
+ *  nothing, but after a forward that kept the expert counts on the device (clffn_moe_forward())
+ *  it first runs that forward's routing and experts again with the counts read back (one
+ *  blocking read), since the experts' backwards are sized on the host. The forward keeps what this
+ *  needs (probabilities, choices, gathered rows and the experts' outputs) until the next forward.
+ *  Errors: NULL_ARGUMENT, NO_WEIGHTS, NO_FORWARD (no forward of T tokens), INVALID_QUEUE,
+ *  SIZE_OVERFLOW, BUFFER_TOO_SMALL, BUFFER_OVERLAP, INVALID_ARGUMENT (a buffer of another context),
+ *  before anything is enqueued; then OpenCL's, CLBlast's and an expert backward's. */
 CLFFN_API clffn_status clffn_moe_backward(clffn_moe *moe, size_t tokens, cl_mem x, size_t x_offset,
                                           cl_mem dy, size_t dy_offset, cl_mem dx, size_t dx_offset,
                                           const clffn_moe_grads *grads, int accumulate,
@@ -934,7 +944,8 @@ CLFFN_API clffn_status clffn_moe_backward(clffn_moe *moe, size_t tokens, cl_mem 
  *  the T·k choices that went to expert e (each token's k choices each count 1/T, so Σ f = k)
  *  and P_e the mean router probability of e over the tokens. It is 1·k for a perfectly even
  *  router. Its gradient reaches the router through the softmax in every backward when the
- *  config's aux_loss_coef is not 0 (f, a count, has none). Blocks to read the probabilities.
+ *  config's aux_loss_coef is not 0 (f, a count, has none). Blocks to read the probabilities
+ *  (and the counts, after a forward that kept them on the device).
  *  Errors: NULL_ARGUMENT, NO_FORWARD, OpenCL's. */
 CLFFN_API clffn_status clffn_moe_aux_loss(clffn_moe *moe, double *loss);
 

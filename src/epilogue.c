@@ -43,14 +43,23 @@ static void epilogue1_tail(clffn_args *a, const clffn_ffn *ffn, size_t tokens,
     CLFFN_ARG(*a, vec);
 }
 
-cl_int clffn__epilogue1(clffn_ffn *ffn, size_t tokens, const clffn_dropout_use *drop,
-                        cl_command_queue queue, cl_event *event) {
+/* The rows' count on the device, or none (count NULL): the epilogues' last arguments. */
+static void count_args(clffn_args *a, const clffn_wcount *count) {
+    static const clffn_wcount none = {NULL, 0};
+    if (!count) { count = &none; }
+    CLFFN_ARG(*a, count->mem);
+    CLFFN_ARG(*a, count->at);
+}
+
+cl_int clffn__epilogue1(clffn_ffn *ffn, size_t tokens, const clffn_wcount *count,
+                        const clffn_dropout_use *drop, cl_command_queue queue, cl_event *event) {
     const cl_ulong ldz = clffn__n1(&ffn->cfg);
     clffn_args a = clffn__args(drop->on ? ffn->epilogue1_train : ffn->epilogue1);
     CLFFN_ARG(a, ffn->ws.z);
     CLFFN_ARG(a, ldz);
     CLFFN_ARG(a, ffn->ws.h);
     epilogue1_tail(&a, ffn, tokens, drop);
+    count_args(&a, count);
     const cl_int err = clffn__args_end(&a);
     if (err != CL_SUCCESS) { return err; }
     return clffn__launch_columns(ffn->ctx, a.kernel, ffn->cfg.d_ff, tokens, queue, event);
@@ -70,8 +79,8 @@ cl_int clffn__epilogue1_backward(clffn_ffn *ffn, size_t tokens, cl_command_queue
     return clffn__launch_columns(ffn->ctx, a.kernel, ffn->cfg.d_ff, tokens, queue, NULL);
 }
 
-cl_int clffn__epilogue2(clffn_ffn *ffn, size_t tokens, clffn_matrix x, clffn_matrix y,
-                        cl_command_queue queue, cl_event *event) {
+cl_int clffn__epilogue2(clffn_ffn *ffn, size_t tokens, const clffn_wcount *count, clffn_matrix x,
+                        clffn_matrix y, cl_command_queue queue, cl_event *event) {
     const clffn_config *c = &ffn->cfg;
     const cl_mem b2 = c->bias2 ? ffn->b2.mem : ffn->ws.u;
     const cl_ulong b2_off = c->bias2 ? ffn->b2.offset : 0;
@@ -90,6 +99,7 @@ cl_int clffn__epilogue2(clffn_ffn *ffn, size_t tokens, clffn_matrix x, clffn_mat
     CLFFN_ARG(a, vec);
     CLFFN_ARG(a, T);
     CLFFN_ARG(a, D);
+    count_args(&a, count);
     const cl_int err = clffn__args_end(&a);
     if (err != CL_SUCCESS) { return err; }
     return clffn__launch_columns(ffn->ctx, a.kernel, c->d_model, tokens, queue, event);

@@ -72,9 +72,19 @@ static inline void clffn__keep_tail(clffn_ffn *ffn, cl_event ev) {
 }
 
 static inline clffn_gemm_env clffn__gemm_env(clffn_ffn *ffn, cl_command_queue *queue) {
-    const clffn_gemm_env env = {ffn->ctx, &ffn->scratch, &ffn->wk, queue};
+    const clffn_gemm_env env = {ffn->ctx, &ffn->scratch, &ffn->wk, queue, NULL};
     return env;
 }
+
+/* forward.c: clffn_forward() with the token count kept on the device (a mixture-of-experts
+ * layer's expert, whose rows the host does not read back): tokens is the most it can be, and
+ * rows of y past the count are left meaningless. It runs where clffn__forward_can_count() says
+ * every product takes clffn's own kernels at that many tokens (which take the count) and no
+ * dropout mask would be drawn for all of them; INVALID_ARGUMENT elsewhere. */
+bool clffn__forward_can_count(const clffn_ffn *ffn, size_t tokens);
+clffn_status clffn__forward_counted(clffn_ffn *ffn, size_t tokens, const clffn_wcount *count,
+                                    cl_mem x, size_t x_offset, cl_mem y, size_t y_offset,
+                                    cl_command_queue queue);
 
 /* ffn.c: the FFN's weights from buffers it holds a reference to (owned or retained), kept in
  * `layout` as dtype and handed over in `given` (W1 and V stacked in m[0] when stacked); and
@@ -107,14 +117,14 @@ static inline clffn_status clffn__refuse_compressed_grads(clffn_ffn *ffn) {
 }
 
 /* epilogue.c: clffn's own kernels around the products (cl/epilogue.cl, cl/backward.cl) */
-/* h [T, F] = dropout(act(z1 + b1) ⊙ (z2 + bv)) */
-cl_int clffn__epilogue1(clffn_ffn *ffn, size_t tokens, const clffn_dropout_use *drop,
-                        cl_command_queue queue, cl_event *event);
+/* h [T, F] = dropout(act(z1 + b1) ⊙ (z2 + bv)); with count (NULL: none) its first rows alone */
+cl_int clffn__epilogue1(clffn_ffn *ffn, size_t tokens, const clffn_wcount *count,
+                        const clffn_dropout_use *drop, cl_command_queue queue, cl_event *event);
 /* dz [T, N1] from dh [T, F], z and the last forward's dropout */
 cl_int clffn__epilogue1_backward(clffn_ffn *ffn, size_t tokens, cl_command_queue queue);
-/* y [T, D] = u + b2 (+ x) */
-cl_int clffn__epilogue2(clffn_ffn *ffn, size_t tokens, clffn_matrix x, clffn_matrix y,
-                        cl_command_queue queue, cl_event *event);
+/* y [T, D] = u + b2 (+ x); with count (NULL: none) its first rows alone */
+cl_int clffn__epilogue2(clffn_ffn *ffn, size_t tokens, const clffn_wcount *count, clffn_matrix x,
+                        clffn_matrix y, cl_command_queue queue, cl_event *event);
 /* out[n] (+)= column sums of m [rows, n] */
 cl_int clffn__column_sums(clffn_ffn *ffn, clffn_matrix m, size_t rows, size_t n,
                           const clffn_buffer *out, int accumulate, cl_command_queue queue);

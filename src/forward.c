@@ -79,24 +79,27 @@ static cl_int second_layer(clffn_ffn *ffn, const clffn_gemm_env *env, size_t tok
 
 /* The products and kernels of one forward; ev1 receives epilogue 1's event. The GEMM scratch is
  * sized for both products before the first is enqueued. */
-static cl_int enqueue_forward(clffn_ffn *ffn, size_t tokens, clffn_matrix x, clffn_matrix y,
-                              const clffn_dropout_use *drop, cl_command_queue queue, cl_event *ev1,
-                              cl_event *last) {
-    const clffn_gemm_env env = clffn__gemm_env(ffn, &queue);
+static cl_int enqueue_forward(clffn_ffn *ffn, size_t tokens, const clffn_wcount *count,
+                              clffn_matrix x, clffn_matrix y, const clffn_dropout_use *drop,
+                              cl_command_queue queue, cl_event *ev1, cl_event *last) {
+    clffn_gemm_env env = clffn__gemm_env(ffn, &queue);
+    env.count = count;
     clffn__env_plan(&env);
     cl_int err = first_layer(ffn, &env, tokens, x);
     if (err == CL_SUCCESS) { err = second_layer(ffn, &env, tokens); }
     const cl_int reserved = clffn__env_reserve(&env);
     if (err == CL_SUCCESS) { err = reserved; }
     if (err == CL_SUCCESS) { err = first_layer(ffn, &env, tokens, x); }
-    if (err == CL_SUCCESS) { err = clffn__epilogue1(ffn, tokens, drop, queue, ev1); }
+    if (err == CL_SUCCESS) { err = clffn__epilogue1(ffn, tokens, count, drop, queue, ev1); }
     if (err == CL_SUCCESS) { err = second_layer(ffn, &env, tokens); }
-    if (err == CL_SUCCESS) { err = clffn__epilogue2(ffn, tokens, x, y, queue, last); }
+    if (err == CL_SUCCESS) { err = clffn__epilogue2(ffn, tokens, count, x, y, queue, last); }
     return err;
 }
 
-clffn_status clffn_forward(clffn_ffn *ffn, size_t tokens, cl_mem x, size_t x_offset, cl_mem y,
-                           size_t y_offset, cl_command_queue queue, cl_event *event) {
+/* clffn_forward(), with the token count on the device where count is not NULL. */
+static clffn_status forward(clffn_ffn *ffn, size_t tokens, const clffn_wcount *count, cl_mem x,
+                            size_t x_offset, cl_mem y, size_t y_offset, cl_command_queue queue,
+                            cl_event *event) {
     if (!ffn || !x || !y || !queue) { return CLFFN_ERROR_NULL_ARGUMENT; }
     if (!ffn->has_weights) { return CLFFN_ERROR_NO_WEIGHTS; }
     clffn_status st = clffn__check_queue(ffn->ctx, queue);
@@ -119,7 +122,9 @@ clffn_status clffn_forward(clffn_ffn *ffn, size_t tokens, cl_mem x, size_t x_off
     cl_event ev1 = NULL, start = NULL, end = NULL;
     cl_int err = CL_SUCCESS;
     if (ffn->profiling) { err = clEnqueueMarkerWithWaitList(queue, 0, NULL, &start); }
-    if (err == CL_SUCCESS) { err = enqueue_forward(ffn, tokens, X, Y, &drop, queue, &ev1, &end); }
+    if (err == CL_SUCCESS) {
+        err = enqueue_forward(ffn, tokens, count, X, Y, &drop, queue, &ev1, &end);
+    }
     if (err != CL_SUCCESS) {
         if (ev1) { clReleaseEvent(ev1); }
         if (start) { clReleaseEvent(start); }
@@ -134,6 +139,28 @@ clffn_status clffn_forward(clffn_ffn *ffn, size_t tokens, cl_mem x, size_t x_off
         ffn->rng_offset += ((uint64_t)tokens * ffn->hidden_total + 3) / 4; /* the whole layer's */
     }
     return CLFFN_SUCCESS;
+}
+
+clffn_status clffn_forward(clffn_ffn *ffn, size_t tokens, cl_mem x, size_t x_offset, cl_mem y,
+                           size_t y_offset, cl_command_queue queue, cl_event *event) {
+    return forward(ffn, tokens, NULL, x, x_offset, y, y_offset, queue, event);
+}
+
+bool clffn__forward_can_count(const clffn_ffn *ffn, size_t tokens) {
+    const size_t *most = ffn->ctx->kernel_max_tokens;
+    const clffn_dtype t[3] = {ffn->w1.dtype, ffn->w2.dtype,
+                              ffn->cfg.gated ? ffn->v.dtype : ffn->w1.dtype};
+    for (int i = 0; i < 3; ++i) {
+        if (tokens > most[t[i] != CLFFN_DTYPE_F32]) { return false; }
+    }
+    return ffn->has_weights && !(ffn->training && ffn->cfg.dropout > 0.0f);
+}
+
+clffn_status clffn__forward_counted(clffn_ffn *ffn, size_t tokens, const clffn_wcount *count,
+                                    cl_mem x, size_t x_offset, cl_mem y, size_t y_offset,
+                                    cl_command_queue queue) {
+    if (!clffn__forward_can_count(ffn, tokens)) { return CLFFN_ERROR_INVALID_ARGUMENT; }
+    return forward(ffn, tokens, count, x, x_offset, y, y_offset, queue, NULL);
 }
 
 clffn_status clffn_forward_host(clffn_ffn *ffn, size_t tokens, const float *x, size_t x_len,

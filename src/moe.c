@@ -1,13 +1,20 @@
 /* A mixture-of-experts layer: a router, top-k, and expert FFNs on their gathered tokens.
  *
- *   x[T,D] ─route─► chosen[T,k], weights[T,k] ─count, place─► counts[E], slot[T,k], row[T·k]
- *          ─gather─► xg[T·k, D] ─expert e on rows [o_e, o_e + n_e)─► yg[T·k, D]
+ *   x[T,D] ─route─► chosen[T,k], weights[T,k] ─count, place─► counts[E], slot[T,k]
+ *          ─gather─► xg ─expert e on rows [o_e, o_e + n_e)─► yg
  *          ─combine─► y[T,D] = ys + Σ_j weights[t,j]·yg[slot[t,j]]   (ys: the shared expert's)
  *
  * The routing kernels are cl/moe.cl's; the experts are ordinary FFNs, so each runs whatever its
- * row count and weight type call for. The one host wait is for the E counts, since the
- * experts' products are sized on the host. y is written by the last kernel alone: a failure
- * anywhere earlier leaves it untouched, and y may be x itself. */
+ * row count and weight type call for. Two ways to size them:
+ *  - counts read back (xg, yg [T·k, D], o_e the lower experts' counts): the host waits for the
+ *    E counts and runs each chosen expert on its n_e rows; CLBlast's products need them.
+ *  - counts on the device (xg, yg [E·T, D], o_e = e·T), where every expert's products at T
+ *    tokens run clffn's own kernels (decoding): each expert is launched for T rows, its kernels
+ *    read n_e from counts, and one with no token returns before reading a weight. No host wait,
+ *    so a GPU never idles between the routing and the experts. A backward after such a forward
+ *    runs the routing and the experts again the other way first (moe_backward.c).
+ * y is written by the last kernel alone: a failure anywhere earlier leaves it untouched, and y
+ * may be x itself. */
 #include "moe.h"
 
 #include "clffn_defs.h"
@@ -53,11 +60,11 @@ void clffn_moe_destroy(clffn_moe *moe) {
     }
     for (size_t i = 0; moe->ffn && i < moe->n_ffn; ++i) { clffn_ffn_destroy(moe->ffn[i]); }
     free(moe->ffn);
-    cl_mem *mems[] = {&moe->router, &moe->bias, &moe->probs,  &moe->chosen,   &moe->weights,
-                      &moe->slot,   &moe->row,  &moe->counts, &moe->xg,       &moe->yg,
-                      &moe->ys,     &moe->io_x, &moe->io_y,   &moe->io_dx,    &moe->dyg,
-                      &moe->dxg,    &moe->dxs,  &moe->dlogit, &moe->g_router, &moe->g_rbias,
-                      &moe->gate,   &moe->dys};
+    cl_mem *mems[] = {&moe->router, &moe->bias,   &moe->probs,    &moe->chosen,  &moe->weights,
+                      &moe->slot,   &moe->counts, &moe->xg,       &moe->yg,      &moe->ys,
+                      &moe->io_x,   &moe->io_y,   &moe->io_dx,    &moe->dyg,     &moe->dxg,
+                      &moe->dxs,    &moe->dlogit, &moe->g_router, &moe->g_rbias, &moe->gate,
+                      &moe->dys};
     for (size_t i = 0; i < sizeof mems / sizeof mems[0]; ++i) { release_mem(mems[i]); }
     cl_kernel *ks[] = {&moe->logits,    &moe->route,        &moe->count,      &moe->place,
                        &moe->gather,    &moe->combine,      &moe->scatter_dy, &moe->router_backward,
@@ -153,37 +160,44 @@ clffn_status clffn_moe_upload_router(clffn_moe *moe, const float *weight, const 
     return CLFFN_SUCCESS;
 }
 
-/* Grows the workspace to T tokens, all of it or none. */
-static clffn_status grow(clffn_moe *moe, size_t T, cl_command_queue queue) {
-    if (T <= moe->tokens) { return CLFFN_SUCCESS; }
+/* The rows of xg and yg a forward of T tokens needs: T·k with the counts read back, E·T with
+ * them on the device (counted). */
+static size_t gathered_rows(const clffn_moe *moe, size_t T, bool counted) {
+    return counted ? moe->cfg.experts * T : moe->cfg.top_k * T;
+}
+
+/* Grows the workspace to T tokens and xg, yg to `rows` rows, all of it or none. */
+static clffn_status grow(clffn_moe *moe, size_t T, size_t rows, cl_command_queue queue) {
+    if (T <= moe->tokens && rows <= moe->g_rows) { return CLFFN_SUCCESS; }
+    if (T < moe->tokens) { T = moe->tokens; }
+    if (rows < moe->g_rows) { rows = moe->g_rows; }
     const size_t E = moe->cfg.experts, k = moe->cfg.top_k, D = moe->cfg.expert.d_model;
     const size_t f = sizeof(float), shared = moe->cfg.shared_expert ? 1 : 0;
-    const size_t sizes[10] = {T * E * f,
-                              T * k * f,
-                              T * k * f,
-                              T * k * f,
-                              T * k * f,
-                              E * f,
-                              T * k * D * f,
-                              T * k * D * f,
-                              shared ? T * D * f : f,
-                              moe->router_rows > E ? T * f : f};
-    cl_mem m[10] = {NULL};
+    const size_t sizes[9] = {T * E * f,
+                             T * k * f,
+                             T * k * f,
+                             T * k * f,
+                             E * f,
+                             rows * D * f,
+                             rows * D * f,
+                             shared ? T * D * f : f,
+                             moe->router_rows > E ? T * f : f};
+    cl_mem m[9] = {NULL};
     cl_int err = CL_SUCCESS;
-    for (size_t i = 0; i < 10 && err == CL_SUCCESS; ++i) {
+    for (size_t i = 0; i < 9 && err == CL_SUCCESS; ++i) {
         m[i] = clffn__buffer(moe->ctx, CL_MEM_READ_WRITE, sizes[i], &err);
     }
     if (err != CL_SUCCESS) {
-        for (size_t i = 0; i < 10; ++i) { release_mem(&m[i]); }
+        for (size_t i = 0; i < 9; ++i) { release_mem(&m[i]); }
         return (clffn_status)err;
     }
-    cl_mem *mine[10] = {&moe->probs,  &moe->chosen, &moe->weights, &moe->slot, &moe->row,
-                        &moe->counts, &moe->xg,     &moe->yg,      &moe->ys,   &moe->gate};
-    for (size_t i = 0; i < 10; ++i) {
+    cl_mem *mine[9] = {&moe->probs, &moe->chosen, &moe->weights, &moe->slot, &moe->counts,
+                       &moe->xg,    &moe->yg,     &moe->ys,      &moe->gate};
+    for (size_t i = 0; i < 9; ++i) {
         if (*mine[i]) { clffn__release_when_done(queue, *mine[i]); }
         *mine[i] = m[i];
     }
-    moe->tokens = T;
+    moe->tokens = T, moe->g_rows = rows;
     return CLFFN_SUCCESS;
 }
 
@@ -249,8 +263,9 @@ static cl_int enqueue_logits(clffn_moe *moe, cl_uint T, cl_mem x, cl_ulong xo, c
     return enqueue_nd(moe, q, moe->logits, 3, global, local);
 }
 
-/* logits, route, count, place and gather; then the counts, read back (blocking). */
-static cl_int enqueue_routing(clffn_moe *moe, cl_uint T, cl_mem x, cl_ulong xo,
+/* logits, route, count, place and gather; then, unless counted, the counts read back
+ * (blocking). */
+static cl_int enqueue_routing(clffn_moe *moe, cl_uint T, cl_mem x, cl_ulong xo, bool counted,
                               cl_command_queue q) {
     const clffn_moe_config *c = &moe->cfg;
     const cl_uint E = (cl_uint)c->experts, k = (cl_uint)c->top_k, D = (cl_uint)c->expert.d_model;
@@ -269,42 +284,71 @@ static cl_int enqueue_routing(clffn_moe *moe, cl_uint T, cl_mem x, cl_ulong xo,
     if (err == CL_SUCCESS && (err = clffn__args_end(&b)) == CL_SUCCESS) {
         err = clffn__moe_enqueue(moe, q, moe->count, E, 0);
     }
+    const cl_uint stride = counted ? T : 0; /* expert e's rows from e·T, or packed */
     clffn_args p = clffn__args(moe->place);
     CLFFN_ARG(p, moe->chosen), CLFFN_ARG(p, n), CLFFN_ARG(p, E), CLFFN_ARG(p, moe->counts);
-    CLFFN_ARG(p, moe->slot), CLFFN_ARG(p, moe->row), CLFFN_ARG(p, k);
+    CLFFN_ARG(p, stride), CLFFN_ARG(p, moe->slot);
     if (err == CL_SUCCESS && (err = clffn__args_end(&p)) == CL_SUCCESS) {
         err = clffn__moe_enqueue(moe, q, moe->place, E, 0);
     }
     clffn_args g = clffn__args(moe->gather);
-    CLFFN_ARG(g, x), CLFFN_ARG(g, xo), CLFFN_ARG(g, moe->row), CLFFN_ARG(g, D), CLFFN_ARG(g, n);
-    CLFFN_ARG(g, moe->xg);
+    CLFFN_ARG(g, x), CLFFN_ARG(g, xo), CLFFN_ARG(g, moe->slot), CLFFN_ARG(g, D), CLFFN_ARG(g, n);
+    CLFFN_ARG(g, k), CLFFN_ARG(g, moe->xg);
     if (err == CL_SUCCESS && (err = clffn__args_end(&g)) == CL_SUCCESS) {
         err = clffn__moe_enqueue(moe, q, moe->gather, D, n);
     }
-    if (err == CL_SUCCESS) {
+    if (err == CL_SUCCESS && !counted) {
         err = clffn__read(q, moe->counts, 0, E * sizeof(cl_uint), moe->host_counts, 0, NULL);
     }
     return err;
 }
 
-/* Each chosen expert on its rows, the shared one on every token, then y. */
-static clffn_status enqueue_experts(clffn_moe *moe, cl_uint T, cl_mem x, size_t xo, cl_mem y,
-                                    cl_ulong yo, cl_command_queue q) {
+/* Whether a forward of T tokens keeps the counts on the device: where every expert's products
+ * at T tokens run clffn's own kernels, and xg, yg of E·T rows fit an allocation. */
+static bool counts_on_device(const clffn_moe *moe, size_t T) {
+    const size_t E = moe->cfg.experts, D = moe->cfg.expert.d_model;
+    size_t n, bytes;
+    if (!clffn__mul_ok(E, T, &n) || !clffn__mul_ok(n, D * sizeof(float), &bytes) ||
+        (cl_ulong)bytes > moe->ctx->max_alloc) {
+        return false;
+    }
+    for (size_t e = 0; e < E; ++e) {
+        if (!clffn__forward_can_count(moe->ffn[e], T)) { return false; }
+    }
+    return true;
+}
+
+/* The shared expert on every token, and each routed one on its rows. */
+static clffn_status run_experts(clffn_moe *moe, size_t T, cl_mem x, size_t xo, bool counted,
+                                cl_command_queue q) {
     const clffn_moe_config *c = &moe->cfg;
-    const cl_uint k = (cl_uint)c->top_k, D = (cl_uint)c->expert.d_model;
+    const size_t D = c->expert.d_model;
     clffn_status st = CLFFN_SUCCESS;
     if (c->shared_expert) {
         st = clffn_forward(moe->ffn[c->experts], T, x, xo, moe->ys, 0, q, NULL);
     }
     size_t row0 = 0;
     for (size_t e = 0; e < c->experts && st == CLFFN_SUCCESS; ++e) {
+        if (counted) {
+            const clffn_wcount n = {moe->counts, (cl_uint)e};
+            st = clffn__forward_counted(moe->ffn[e], T, &n, moe->xg, e * T * D, moe->yg, e * T * D,
+                                        q);
+            continue;
+        }
         const size_t n = moe->host_counts[e];
         if (n) {
             st = clffn_forward(moe->ffn[e], n, moe->xg, row0 * D, moe->yg, row0 * D, q, NULL);
         }
         row0 += n;
     }
-    if (st != CLFFN_SUCCESS) { return st; }
+    return st;
+}
+
+/* y from the experts' rows and the shared expert's. */
+static clffn_status enqueue_combine(clffn_moe *moe, cl_uint T, cl_mem y, cl_ulong yo,
+                                    cl_command_queue q) {
+    const clffn_moe_config *c = &moe->cfg;
+    const cl_uint k = (cl_uint)c->top_k, D = (cl_uint)c->expert.d_model;
     const cl_int shared = c->shared_expert ? 1 : 0, gated = moe->router_rows > c->experts;
     clffn_args a = clffn__args(moe->combine);
     CLFFN_ARG(a, moe->yg), CLFFN_ARG(a, moe->slot), CLFFN_ARG(a, moe->weights);
@@ -316,17 +360,25 @@ static clffn_status enqueue_experts(clffn_moe *moe, cl_uint T, cl_mem x, size_t 
     return (clffn_status)err;
 }
 
+clffn_status clffn__moe_route_and_run(clffn_moe *moe, size_t T, cl_mem x, size_t xo, bool counted,
+                                      cl_command_queue q) {
+    clffn_status st = grow(moe, T, gathered_rows(moe, T, counted), q);
+    if (st != CLFFN_SUCCESS) { return st; }
+    moe->last_tokens = 0, moe->last_host = false; /* what the workspace held is going */
+    const cl_int err = enqueue_routing(moe, (cl_uint)T, x, xo, counted, q);
+    if (err != CL_SUCCESS) { return (clffn_status)err; }
+    return run_experts(moe, T, x, xo, counted, q);
+}
+
 clffn_status clffn_moe_forward(clffn_moe *moe, size_t tokens, cl_mem x, size_t x_offset, cl_mem y,
                                size_t y_offset, cl_command_queue queue) {
     if (!moe) { return CLFFN_ERROR_NULL_ARGUMENT; }
     clffn_status st = check_forward(moe, tokens, x, x_offset, y, y_offset, queue);
     if (st != CLFFN_SUCCESS || tokens == 0) { return st; }
-    if ((st = grow(moe, tokens, queue)) != CLFFN_SUCCESS) { return st; }
-    moe->last_tokens = 0, moe->last_host = false; /* what the workspace held is going */
-    const cl_int err = enqueue_routing(moe, (cl_uint)tokens, x, x_offset, queue);
-    if (err != CL_SUCCESS) { return (clffn_status)err; }
-    st = enqueue_experts(moe, (cl_uint)tokens, x, x_offset, y, y_offset, queue);
-    if (st == CLFFN_SUCCESS) { moe->last_tokens = tokens; }
+    const bool counted = counts_on_device(moe, tokens);
+    st = clffn__moe_route_and_run(moe, tokens, x, x_offset, counted, queue);
+    if (st == CLFFN_SUCCESS) { st = enqueue_combine(moe, (cl_uint)tokens, y, y_offset, queue); }
+    if (st == CLFFN_SUCCESS) { moe->last_tokens = tokens, moe->last_counted = counted; }
     return st;
 }
 
@@ -383,7 +435,14 @@ clffn_status clffn_moe_aux_loss(clffn_moe *moe, double *loss) {
     if (T == 0) { return CLFFN_ERROR_NO_FORWARD; }
     float *p = malloc(T * E * sizeof *p);
     if (!p) { return CLFFN_ERROR_OUT_OF_HOST_MEMORY; }
-    const cl_int err = clffn__read(moe->ctx->queue, moe->probs, 0, T * E * sizeof *p, p, 0, NULL);
+    cl_int err = CL_SUCCESS;
+    if (moe->last_counted) { /* the forward never read them */
+        err = clffn__read(moe->ctx->queue, moe->counts, 0, E * sizeof(cl_uint), moe->host_counts,
+                          moe->last_event ? 1 : 0, moe->last_event ? &moe->last_event : NULL);
+    }
+    if (err == CL_SUCCESS) {
+        err = clffn__read(moe->ctx->queue, moe->probs, 0, T * E * sizeof *p, p, 0, NULL);
+    }
     if (err == CL_SUCCESS) {
         /* E · Σ_e (count_e / T) · (Σ_t p[t, e] / T) */
         double sum = 0.0;

@@ -14,16 +14,17 @@ struct clffn_moe {
     cl_mem router, bias; /* [R, D], [R] (bias NULL without one) */
     cl_kernel logits, route, count, place, gather, combine;                   /* forward */
     cl_kernel scatter_dy, router_backward, dx_kernel, router_grads, scale_dy; /* backward */
-    /* the workspace for `tokens` tokens: probs [T, E], chosen, weights, slot [T, k], row [T·k],
-     * counts [E], xg and yg [T·k, D], ys [T, D] (with a shared expert), gate [T] (its scale,
-     * with a gated one) */
-    size_t tokens;
-    cl_mem probs, chosen, weights, slot, row, counts, xg, yg, ys, gate;
+    /* the workspace for `tokens` tokens: probs [T, E], chosen, weights, slot [T, k], counts [E],
+     * xg and yg [g_rows, D] (T·k rows, or E·T with the counts on the device: moe.c), ys [T, D]
+     * (with a shared expert), gate [T] (its scale, with a gated one) */
+    size_t tokens, g_rows;
+    cl_mem probs, chosen, weights, slot, counts, xg, yg, ys, gate;
     size_t io_tokens; /* the host-level passes' x, y (dy in the backward) and dx [T, D] */
     cl_mem io_x, io_y, io_dx;
-    /* the last forward, for the backward: its T (0: none), and whether it was host-level */
+    /* the last forward, for the backward: its T (0: none), whether it was host-level, and
+     * whether it kept the counts on the device (host_counts then stale, xg and yg by expert) */
     size_t last_tokens;
-    bool last_host;
+    bool last_host, last_counted;
     /* the backward's workspace for bwd_tokens tokens: dyg and dxg [T·k, D], dxs [T, D] (with a
      * shared expert), dlogit [T, R], dys [T, D] (a gated shared expert's dy); the host-level
      * backward's router gradients [R, D], [R] */
@@ -38,5 +39,11 @@ struct clffn_moe {
  * as last_event. */
 cl_int clffn__moe_enqueue(clffn_moe *moe, cl_command_queue q, cl_kernel kernel, size_t g0,
                           size_t g1);
+
+/* Routing and the experts of a forward of T tokens (the counts on the device where counted),
+ * without the combine into y: the forward's start, and what the backward runs again after a
+ * counted forward to have the counts on the host and xg, yg packed. */
+clffn_status clffn__moe_route_and_run(clffn_moe *moe, size_t T, cl_mem x, size_t xo, bool counted,
+                                      cl_command_queue q);
 
 #endif

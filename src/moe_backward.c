@@ -224,6 +224,19 @@ static cl_int router_and_dx(clffn_moe *moe, cl_uint T, cl_mem x, cl_ulong xo, cl
     return err;
 }
 
+/* A forward that kept the counts on the device left no counts on the host and each expert's
+ * rows at e·T; the backward needs both as a forward with the counts read back leaves them, so
+ * the routing and the experts run again that way (same x, same bits; the combine, y, is not
+ * redone). Training at decoding sizes pays one forward for this; inference, nothing. */
+static clffn_status unpack_counted(clffn_moe *moe, size_t T, cl_mem x, size_t xo,
+                                   cl_command_queue q) {
+    const bool host = moe->last_host;
+    const clffn_status st = clffn__moe_route_and_run(moe, T, x, xo, false, q);
+    if (st == CLFFN_SUCCESS) { moe->last_tokens = T, moe->last_host = host; }
+    moe->last_counted = false;
+    return st;
+}
+
 /* clffn_moe_backward, and with own (grads->experts NULL) the experts' gradients into their own
  * buffers, for the host level to download; without own and without grads->experts none. */
 static clffn_status moe_backward(clffn_moe *moe, size_t tokens, cl_mem x, size_t x_offset,
@@ -235,6 +248,9 @@ static clffn_status moe_backward(clffn_moe *moe, size_t tokens, cl_mem x, size_t
         check_backward(moe, tokens, x, x_offset, dy, dy_offset, dx, dx_offset, grads, queue);
     if (st == CLFFN_SUCCESS && own) { st = own_grads(moe); }
     if (st == CLFFN_SUCCESS) { st = grow_backward(moe, tokens, queue); }
+    if (st == CLFFN_SUCCESS && moe->last_counted) {
+        st = unpack_counted(moe, tokens, x, x_offset, queue);
+    }
     if (st != CLFFN_SUCCESS) { return st; }
     const clffn_moe_config *c = &moe->cfg;
     const cl_uint T = (cl_uint)tokens, k = (cl_uint)c->top_k, D = (cl_uint)c->expert.d_model;

@@ -67,14 +67,15 @@ static cl_int need_scratch(clffn_wkernels *wk, size_t bytes) {
 
 /* y = β·y + the chunks' sums in the scratch (chunks × tokens × cols). */
 static cl_int enqueue_sum(clffn_wkernels *wk, const clffn_context *ctx, clffn_dtype dtype,
-                          size_t chunks, size_t tokens, size_t cols, float beta, clffn_matrix y,
-                          cl_command_queue queue) {
+                          size_t chunks, size_t tokens, const clffn_wcount *count, size_t cols,
+                          float beta, clffn_matrix y, cl_command_queue queue) {
     cl_int err = kernel_for(ctx, dtype, 1, "clffn_wgemv_sum", &wk->sum);
     if (err != CL_SUCCESS || wk->planning) { return err; }
     const cl_ulong K = chunks, C = cols, y_off = y.off, ldy = y.ld;
     const cl_uint t = (cl_uint)tokens;
     clffn_args a = clffn__args(wk->sum);
-    CLFFN_ARG(a, wk->scratch), CLFFN_ARG(a, K), CLFFN_ARG(a, t), CLFFN_ARG(a, C);
+    CLFFN_ARG(a, wk->scratch), CLFFN_ARG(a, K), CLFFN_ARG(a, t), CLFFN_ARG(a, count->mem);
+    CLFFN_ARG(a, count->at), CLFFN_ARG(a, C);
     CLFFN_ARG(a, y.mem), CLFFN_ARG(a, y_off), CLFFN_ARG(a, ldy), CLFFN_ARG(a, beta);
     if ((err = clffn__args_end(&a)) != CL_SUCCESS) { return err; }
     const size_t global[2] = {cols, tokens};
@@ -97,8 +98,10 @@ static size_t col_chunk_rows(const clffn_context *ctx, const clffn_wmatrix *w, s
 }
 
 cl_int clffn__wgemv(clffn_wkernels *wk, const clffn_context *ctx, const clffn_wmatrix *w,
-                    bool along_rows, size_t tokens, clffn_matrix x, float beta, clffn_matrix y,
-                    cl_command_queue queue) {
+                    bool along_rows, size_t tokens, const clffn_wcount *count, clffn_matrix x,
+                    float beta, clffn_matrix y, cl_command_queue queue) {
+    static const clffn_wcount none = {NULL, 0};
+    if (!count) { count = &none; }
     refresh(wk, ctx, w->dtype);
     int b = 0;
     while (b + 1 < CLFFN_WTOKEN_BUCKETS && bucket_tokens[b] < tokens) { ++b; }
@@ -123,7 +126,7 @@ cl_int clffn__wgemv(clffn_wkernels *wk, const clffn_context *ctx, const clffn_wm
     }
     if (err != CL_SUCCESS || wk->planning) {
         return err == CL_SUCCESS && chunks > 1
-                   ? enqueue_sum(wk, ctx, w->dtype, chunks, tokens, w->cols, beta, y, queue)
+                   ? enqueue_sum(wk, ctx, w->dtype, chunks, tokens, count, w->cols, beta, y, queue)
                    : err;
     }
     const cl_ulong w_off = w->offset, row_bytes = w->row_bytes, rows = w->rows, cols = w->cols;
@@ -132,7 +135,8 @@ cl_int clffn__wgemv(clffn_wkernels *wk, const clffn_context *ctx, const clffn_wm
     clffn_args a = clffn__args(*slot);
     CLFFN_ARG(a, w->mem), CLFFN_ARG(a, w_off), CLFFN_ARG(a, row_bytes), CLFFN_ARG(a, rows);
     CLFFN_ARG(a, cols), CLFFN_ARG(a, x.mem), CLFFN_ARG(a, x_off), CLFFN_ARG(a, ldx);
-    CLFFN_ARG(a, t), CLFFN_ARG(a, y.mem), CLFFN_ARG(a, y_off), CLFFN_ARG(a, ldy);
+    CLFFN_ARG(a, t), CLFFN_ARG(a, count->mem), CLFFN_ARG(a, count->at), CLFFN_ARG(a, y.mem);
+    CLFFN_ARG(a, y_off), CLFFN_ARG(a, ldy);
     CLFFN_ARG(a, beta);
     const cl_mem part = chunks > 1 ? wk->scratch : y.mem; /* one chunk: unread */
     if (!along_rows) { CLFFN_ARG(a, chunk_rows), CLFFN_ARG(a, part); }
@@ -147,7 +151,7 @@ cl_int clffn__wgemv(clffn_wkernels *wk, const clffn_context *ctx, const clffn_wm
     }
     err = clEnqueueNDRangeKernel(queue, *slot, 2, NULL, global, local, 0, NULL, NULL);
     if (err != CL_SUCCESS || chunks == 1) { return err; }
-    return enqueue_sum(wk, ctx, w->dtype, chunks, tokens, w->cols, beta, y, queue);
+    return enqueue_sum(wk, ctx, w->dtype, chunks, tokens, count, w->cols, beta, y, queue);
 }
 
 void clffn__wkernels_plan(clffn_wkernels *wk) {

@@ -15,6 +15,14 @@ typedef struct clffn_wmatrix {
     clffn_dtype dtype;
 } clffn_wmatrix;
 
+/* A pass's token count kept on the device: count[at] of a cl_uint buffer, at most the pass's
+ * tokens (an expert's rows in a mixture-of-experts layer, which the host does not read back: the
+ * kernels launch for the most, and a count of 0 reads no weight). */
+typedef struct clffn_wcount {
+    cl_mem mem;
+    cl_uint at;
+} clffn_wcount;
+
 /* Token counts the kernels are built for; a launch takes the smallest that holds its tokens. */
 #define CLFFN_WTOKEN_BUCKETS 5
 
@@ -36,13 +44,14 @@ typedef struct clffn_wkernels {
 } clffn_wkernels;
 
 /* y[T, w.rows] = x[T, w.cols]·Wᵀ (+ β·y) when along_rows, else y[T, w.cols] = x[T, w.rows]·W
- * (+ β·y), for T ≤ CLFFN_MAX_KERNEL_TOKENS, each weight read once. On a CPU device rows longer
+ * (+ β·y), for T ≤ CLFFN_MAX_KERNEL_TOKENS, each weight read once; with count (NULL: none),
+ * only its first rows of the T, the others of y untouched. On a CPU device rows longer
  * than CLFFN_WROW_PAIR_COLS go two at a time; the column form runs in chunks of rows whose sums
  * meet in the scratch (CLFFN_WCOL_CHUNK_ROWS rows on a CPU, enough chunks to fill a GPU). While
  * planning, only builds the kernels and records the scratch. */
 cl_int clffn__wgemv(clffn_wkernels *wk, const clffn_context *ctx, const clffn_wmatrix *w,
-                    bool along_rows, size_t tokens, clffn_matrix x, float beta, clffn_matrix y,
-                    cl_command_queue queue);
+                    bool along_rows, size_t tokens, const clffn_wcount *count, clffn_matrix x,
+                    float beta, clffn_matrix y, cl_command_queue queue);
 
 /* The f32 block W[r0 .. r0 + nr, c0 .. c0 + nc) into the owner's scratch, enqueued on queue:
  * *out is the block as a row-major operand (ld = nc). While planning, records the scratch it

@@ -141,10 +141,18 @@ static const moe_case cases[] = {
 
 typedef void (*case_check)(clffn_moe *moe, const moe_data *m, const moe_case *mc, const char *what);
 
+/* The f32 few-token crossover each_case's context gets (clffn_context_set_kernel_max_tokens);
+ * SIZE_MAX: the device's own. At CLFFN_MAX_KERNEL_TOKENS every f32 expert at up to that many
+ * tokens runs clffn's own kernels, so the layer keeps its counts on the device (src/moe.c). */
+static size_t f32_kernel_max = SIZE_MAX;
+
 /* Runs check on a layer of each case (D → F experts), named in what. */
 static void each_case(const moe_case *cs, size_t n, size_t D, size_t F, uint64_t seed,
                       case_check check) {
     clffn_context *ctx = test_context();
+    if (f32_kernel_max != SIZE_MAX) {
+        ASSERT_OK(clffn_context_set_kernel_max_tokens(ctx, 0, f32_kernel_max));
+    }
     for (size_t i = 0; i < n; ++i) {
         const moe_case *mc = &cs[i];
         moe_data m;
@@ -533,6 +541,40 @@ Test(moe, aux_loss_and_its_gradient, .timeout = 120) {
     clffn_moe_destroy(moe);
     data_free(&m);
     clffn_context_destroy(ctx);
+}
+
+/* Decoding sizes with the counts kept on the device (f32 experts on clffn's own kernels, as a
+ * GPU's profile has them): the forward, at the cases' token counts and fewer on the same layer;
+ * the backward after such a forward, which runs the routing again with the counts read back;
+ * and the load-balancing loss, whose counts the forward never read. */
+static const moe_case counted_cases[] = {
+    {1, 8, 2, CLFFN_ROUTING_TOPK_NORMALIZED, 0, 0, 1, CLFFN_ACT_SILU, 0, 0},
+    {7, 4, 1, CLFFN_ROUTING_TOPK, 0, 1, 0, CLFFN_ACT_RELU, 0, 0},
+    {16, 16, 4, CLFFN_ROUTING_TOPK_NORMALIZED, 1, 1, 1, CLFFN_ACT_GELU, 0, 0},
+    {2, 5, 2, CLFFN_ROUTING_TOPK, 1, 1, 1, CLFFN_ACT_SILU, 0, 0},
+    {3, 6, 2, CLFFN_ROUTING_TOPK, 1, 0, 1, CLFFN_ACT_SILU, 1, 96},
+    {9, 3, 3, CLFFN_ROUTING_TOPK, 1, 0, 0, CLFFN_ACT_GELU_TANH, 0, 0},
+};
+
+static void counted_aux_check(clffn_moe *moe, const moe_data *m, const moe_case *mc,
+                              const char *what) {
+    const size_t T = mc->tokens, D = m->c.expert.d_model;
+    float *y = malloc(T * D * sizeof *y);
+    cr_assert(y);
+    ASSERT_OK(clffn_moe_forward_host(moe, T, m->x, T * D, y, T * D, NULL, NULL));
+    double aux = 0.0, ref = 0.0;
+    ASSERT_OK(clffn_moe_aux_loss(moe, &aux));
+    ASSERT_OK(clffn_moe_reference_aux_loss(&m->c, m->router, m->bias, T, m->x, &ref));
+    cr_assert(fabs(aux - ref) <= 1e-6 * ref, "%s: aux %.9g, the reference %.9g", what, aux, ref);
+    free(y);
+}
+
+Test(moe, counts_on_the_device, .timeout = 300) {
+    f32_kernel_max = CLFFN_MAX_KERNEL_TOKENS;
+    const size_t n = sizeof counted_cases / sizeof counted_cases[0];
+    each_case(counted_cases, n, 64, 96, 1000, forward_check);
+    each_case(counted_cases, n, 32, 40, 1100, backward_check);
+    each_case(counted_cases, n, 32, 40, 1200, counted_aux_check);
 }
 
 /* The reference's auxiliary gradient against central differences of Σ y·dy + α·aux in the
