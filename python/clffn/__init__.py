@@ -10,8 +10,8 @@ checks what it is given and converts arrays.
 
 Mixture of experts: clffn.MoE(d_model, d_ff, experts, top_k=2) (Mixtral's block by default).
 
-PyTorch: clffn.torch.FeedForward and clffn.torch.MoE (nn.Modules whose forward and backward run
-on clffn).
+PyTorch: clffn.torch.FeedForward, clffn.torch.MoE (Mixtral's block) and clffn.torch.Qwen2MoE
+(Qwen2-MoE's), nn.Modules whose forward and backward run on clffn.
 """
 from ._ffn import (ACTIVATIONS, PRESETS, ArgumentError, Error, FFN, devices, load, version)
 from ._moe import MoE

@@ -38,7 +38,8 @@ class MoE:
     token and is added; its width is shared_d_ff (default d_ff), and with shared_gate its
     output is scaled by sigmoid(x·shared_expert_gate.weightᵀ) (Qwen2-MoE's). Weights start as
     nn.Linear initialises them (seed 0); load_state_dict() takes a Mixtral block's
-    (gate.weight, experts.{e}.w1/w2/w3).
+    (gate.weight, experts.{e}.w1/w2/w3) or a Qwen2-MoE block's (gate.weight,
+    experts.{e}.gate_proj/up_proj/down_proj, shared_expert.*, shared_expert_gate.weight).
 
     layer(x) takes [..., d_model] and returns float32 of the same shape; last_experts and
     last_weights then hold each token's choice [..., top_k] and its weights.
@@ -168,8 +169,11 @@ class MoE:
 
     def load_state_dict(self, sd):
         """Sets the router and every expert from a state_dict with state_dict()'s names (a
-        Mixtral block's block_sparse_moe state_dict loads as it is)."""
-        sd = {k: np.asarray(v.detach().cpu().numpy() if hasattr(v, "detach") else v)
+        Mixtral block's block_sparse_moe state_dict loads as it is), or Qwen2-MoE's for the
+        experts' projections (gate_proj, up_proj, down_proj: a Qwen2MoeSparseMoeBlock's mlp
+        state_dict loads as it is)."""
+        sd = {mixtral_name(k): np.asarray(v.detach().cpu().numpy() if hasattr(v, "detach")
+                                          else v)
               for k, v in sd.items()}
         self.set_router(*(sd.get(k) for k in _ROUTER))
         c = self._mc.expert
@@ -268,6 +272,19 @@ class MoE:
 
 # the router's arrays, as set_router() takes them, by state_dict() name
 _ROUTER = ("gate.weight", "gate.bias", "shared_expert_gate.weight", "shared_expert_gate.bias")
+
+# Qwen2-MoE's names for an expert's projections (Qwen2MoeMLP), and Mixtral's
+_QWEN2 = {"gate_proj": "w1", "up_proj": "w3", "down_proj": "w2"}
+
+
+def mixtral_name(name):
+    """A state_dict name in Mixtral's words: experts.{e}.up_proj.weight becomes
+    experts.{e}.w3.weight, and so on; other names stay."""
+    parts = name.split(".")
+    if len(parts) >= 2 and parts[-2] in _QWEN2:
+        parts[-2] = _QWEN2[parts[-2]]
+    return ".".join(parts)
+
 
 # clffn's names for an expert's tensors, and Mixtral's
 _MIXTRAL = {"w1": "w1.weight", "b1": "w1.bias", "v": "w3.weight", "bv": "w3.bias",

@@ -16,7 +16,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ._ffn import FFN, ArgumentError, INVALID_ARGUMENT
-from ._moe import MoE as _NpMoE
+from ._moe import MoE as _NpMoE, mixtral_name as _mixtral_name
 
 _FUNCS = {F.relu: "relu", F.gelu: "gelu", F.silu: "silu", torch.sigmoid: "sigmoid",
           torch.relu: "relu", F.sigmoid: "sigmoid"}
@@ -173,6 +173,7 @@ class _MoeFn(torch.autograd.Function):
             module._upload()
             module._moe(_np(ctx.x))
         dx, g = module._moe.backward(_np(dy.contiguous()))
+        g = {n: g[_mixtral_name(n)] for n, _ in module.named_parameters() if _mixtral_name(n) in g}
         grads = [torch.from_numpy(np.ascontiguousarray(g[name])).to(p.device)
                  if name in g else torch.zeros_like(p) for name, p in module.named_parameters()]
         return (None, torch.from_numpy(dx).to(dy.device), *grads)
@@ -214,3 +215,40 @@ class MoE(nn.Module):
 
     def extra_repr(self):
         return repr(self._moe)
+
+
+class _QwenMlp(nn.Module):
+    """Qwen2-MoE's Qwen2MoeMLP: down_proj(act(gate_proj(x)) * up_proj(x)), no biases."""
+
+    def __init__(self, d_model, d_ff):
+        super().__init__()
+        self.gate_proj = nn.Linear(d_model, d_ff, bias=False)
+        self.up_proj = nn.Linear(d_model, d_ff, bias=False)
+        self.down_proj = nn.Linear(d_ff, d_model, bias=False)
+
+
+class Qwen2MoE(MoE):
+    """Qwen2MoE(d_model, d_ff, experts=60, top_k=4, shared_d_ff=None, norm_topk_prob=False,
+    device=None): Qwen2-MoE's sparse MoE block (Qwen2MoeSparseMoeBlock, a layer's mlp),
+    computed by clffn: softmax routing over the experts, the top_k kept as they are (or
+    renormalised with norm_topk_prob), SwiGLU experts, and a shared expert of width shared_d_ff
+    (the config's shared_expert_intermediate_size; default d_ff) scaled by the sigmoid of
+    shared_expert_gate. Parameters are named as Qwen's (gate.weight [experts, d_model];
+    experts.{e}.gate_proj, up_proj, down_proj; shared_expert.*; shared_expert_gate.weight
+    [1, d_model]), so a Qwen2-MoE layer's mlp state_dict loads as it is. The defaults are
+    Qwen1.5-MoE-A2.7B's but for the widths (d_model 2048, d_ff 1408, shared_d_ff 5632 there).
+    Returns y only (Qwen's module also returns the router logits)."""
+
+    def __init__(self, d_model, d_ff, experts=60, top_k=4, shared_d_ff=None,
+                 norm_topk_prob=False, device=None):
+        nn.Module.__init__(self)
+        shared_d_ff = d_ff if shared_d_ff is None else shared_d_ff
+        self._moe = _NpMoE(d_model, d_ff, experts, top_k=top_k, activation="swiglu",
+                           routing="normalized" if norm_topk_prob else "topk",
+                           shared_expert=True, shared_d_ff=shared_d_ff, shared_gate=True,
+                           device=device)
+        self.gate = nn.Linear(d_model, experts, bias=False)
+        self.experts = nn.ModuleList(_QwenMlp(d_model, d_ff) for _ in range(experts))
+        self.shared_expert = _QwenMlp(d_model, shared_d_ff)
+        self.shared_expert_gate = nn.Linear(d_model, 1, bias=False)
+        self._calls = 0

@@ -100,18 +100,13 @@ class MixtralBlock(torch.nn.Module):
         return y
 
 
-def test_torch_module_matches_mixtral_block_and_its_gradients():
-    torch.manual_seed(0)
-    ref = MixtralBlock(D, FF, E, 2).double()
-    mine = ct.MoE(D, FF, experts=E, top_k=2)
-    with torch.no_grad():
-        rng = np.random.default_rng(5)
-        ref.gate.weight.copy_(torch.from_numpy(dyadic(rng, (E, D), 16, 64)))
-    mine.load_state_dict({k: v.float() for k, v in ref.state_dict().items()})
-    x = torch.from_numpy(dyadic(np.random.default_rng(6), (9, D), 64, 64))
+def matches_module(mine, ref, tokens, seed):
+    """mine (a clffn.torch module) against ref (the float64 PyTorch block with the same
+    parameters) on dyadic x [tokens, D]: y, dx and every parameter's gradient."""
+    x = torch.from_numpy(dyadic(np.random.default_rng(seed), (tokens, D), 64, 64))
     xr = x.double().requires_grad_(True)
     xm = x.clone().requires_grad_(True)
-    dy = torch.from_numpy(np.random.default_rng(7).standard_normal((9, D)))
+    dy = torch.from_numpy(np.random.default_rng(seed + 1).standard_normal((tokens, D)))
     yr, ym = ref(xr), mine(xm)
     np.testing.assert_allclose(ym.detach().numpy(), yr.detach().numpy(), rtol=0,
                                atol=1e-5 * yr.abs().max().item())
@@ -123,8 +118,20 @@ def test_torch_module_matches_mixtral_block_and_its_gradients():
     for name, p in mine.named_parameters():
         g = theirs[name].grad
         want = np.zeros(p.shape) if g is None else g.numpy()
+        assert p.grad is not None, name
         np.testing.assert_allclose(p.grad.numpy(), want, rtol=0,
                                    atol=1e-5 * max(np.abs(want).max(), 1e-3), err_msg=name)
+
+
+def test_torch_module_matches_mixtral_block_and_its_gradients():
+    torch.manual_seed(0)
+    ref = MixtralBlock(D, FF, E, 2).double()
+    mine = ct.MoE(D, FF, experts=E, top_k=2)
+    with torch.no_grad():
+        rng = np.random.default_rng(5)
+        ref.gate.weight.copy_(torch.from_numpy(dyadic(rng, (E, D), 16, 64)))
+    mine.load_state_dict({k: v.float() for k, v in ref.state_dict().items()})
+    matches_module(mine, ref, 9, 6)
 
 
 class Qwen2MoeBlock(torch.nn.Module):
@@ -156,6 +163,21 @@ class Qwen2MoeBlock(torch.nn.Module):
                 y = y + mask * w[:, j:j + 1] * self.run(ex, x)
         s = torch.sigmoid(self.shared_expert_gate(x))
         return y + s * self.run(self.shared_expert, x)
+
+
+def test_torch_qwen2_moe_loads_the_blocks_state_dict_and_matches_its_gradients():
+    """clffn.torch.Qwen2MoE takes the block's state_dict under Qwen's own names and gives its
+    outputs and every parameter's gradient, the shared expert and its gate included."""
+    torch.manual_seed(2)
+    FS = 3 * FF
+    ref = Qwen2MoeBlock(D, FF, E, 2, FS).double()
+    mine = ct.Qwen2MoE(D, FF, experts=E, top_k=2, shared_d_ff=FS)
+    with torch.no_grad():
+        ref.gate.weight.copy_(torch.from_numpy(dyadic(np.random.default_rng(11), (E, D), 16, 64)))
+    assert sorted(mine.state_dict()) == sorted(ref.state_dict())
+    mine.load_state_dict({k: v.float() for k, v in ref.state_dict().items()})
+    matches_module(mine, ref, 6, 12)
+    assert np.abs(mine.shared_expert_gate.weight.grad.numpy()).max() > 0
 
 
 def test_qwen2_moe_shared_expert_gate_matches_torch_and_its_gradients():
