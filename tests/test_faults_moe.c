@@ -2,7 +2,9 @@
  * fault-injection build of the library, as test_faults.c): its creation and forward with host
  * allocation n failing, then device allocation n, and its backward after a clean forward with
  * device allocation n failing. Each failure is a status, the caller's outputs keep what they
- * held, nothing leaks, and a run with nothing failing gives a clean run's values. */
+ * held, nothing leaks, and a run with nothing failing gives a clean run's values. The device
+ * sweeps run twice: with the expert counts read back, and kept on the device (f32 experts on
+ * clffn's own kernels; the backward then runs the routing again). */
 #include "clffn.h"
 #include "fault.h"
 #include "internal.h"
@@ -67,9 +69,11 @@ static int run_once(clffn_context *ctx, int backward, int device, long n, float 
     return st;
 }
 
-static void sweep(int backward, int device) {
+static void sweep(int backward, int device, int counted) {
     clffn_context *ctx = NULL;
     cr_assert_eq(clffn_context_create_default(&ctx), CLFFN_SUCCESS);
+    cr_assert_eq(clffn_context_set_kernel_max_tokens(ctx, 0, counted ? CLFFN_MAX_KERNEL_TOKENS : 0),
+                 CLFFN_SUCCESS);
     float clean[T * D], out[T * D];
     long failed;
     cr_assert_eq(run_once(ctx, backward, device, 0, clean, &failed), CLFFN_SUCCESS);
@@ -96,6 +100,8 @@ static void sweep(int backward, int device) {
     clffn_context_destroy(ctx);
 }
 
-Test(faults_moe, forward_host_allocations) { sweep(0, 0); }
-Test(faults_moe, forward_device_allocations) { sweep(0, 1); }
-Test(faults_moe, backward_device_allocations) { sweep(1, 1); }
+Test(faults_moe, forward_host_allocations) { sweep(0, 0, 0); }
+Test(faults_moe, forward_device_allocations) { sweep(0, 1, 0); }
+Test(faults_moe, backward_device_allocations) { sweep(1, 1, 0); }
+Test(faults_moe, forward_device_allocations_counts_on_device) { sweep(0, 1, 1); }
+Test(faults_moe, backward_device_allocations_counts_on_device) { sweep(1, 1, 1); }
