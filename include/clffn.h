@@ -874,6 +874,30 @@ CLFFN_API clffn_moe_config clffn_moe_config_default(size_t d_model, size_t d_ff,
 CLFFN_API clffn_status clffn_moe_create(clffn_context *ctx, const clffn_moe_config *config,
                                         clffn_moe **out);
 
+/** Creates a mixture-of-experts layer whose routed experts are split over an in-process group
+ *  of count contexts (different devices, or one device several times; expert parallelism):
+ *  expert e on contexts[clffn_moe_expert_owner(e, E, count)], the router, the routing, the
+ *  shared expert and the combine on contexts[0]. Each expert's weights live on its own context
+ *  only (upload them through clffn_moe_expert(), as for any layer). An expert on another
+ *  context than the first gets its rows and returns its outputs through the host (the
+ *  contexts may share no buffer), blocking, one such expert after another; it runs the kernels
+ *  an unsplit layer runs on the same rows, so on devices that compute alike the outputs and
+ *  gradients are the unsplit layer's bits. The layer is then a clffn_moe like any other, with
+ *  two limits: its device-level forward and backward take x, y, dy and dx on contexts[0] and
+ *  block, and clffn_moe_backward() takes no expert gradient buffers (grads->experts must be
+ *  NULL: they are on several contexts; clffn_moe_backward_host() returns them). The expert
+ *  counts are always read back (see clffn_moe_forward()). Contexts are borrowed: they must
+ *  outlive the layer. Errors: NULL_ARGUMENT (contexts, a context, config, out);
+ *  INVALID_ARGUMENT (count < 1 or more than E); clffn_moe_create()'s. Nothing is left behind on
+ *  error. count = 1 gives clffn_moe_create()'s layer. */
+CLFFN_API clffn_status clffn_moe_create_split(clffn_context *const *contexts, int count,
+                                              const clffn_moe_config *config, clffn_moe **out);
+
+/** The context index that owns expert e of E in a layer split over count contexts: e·count/E,
+ *  so each context holds a contiguous run of ⌊E/count⌋ or ⌈E/count⌉ experts, the lower ones
+ *  first. -1 when count < 1, E = 0 or e ≥ E. */
+CLFFN_API int clffn_moe_expert_owner(size_t e, size_t experts, int count);
+
 /** Releases the layer, its experts and its device buffers (NULL is a no-op). */
 CLFFN_API void clffn_moe_destroy(clffn_moe *moe);
 
@@ -932,8 +956,9 @@ typedef struct clffn_moe_grads {
  *  blocking read), since the experts' backwards are sized on the host. The forward keeps what this
  *  needs (probabilities, choices, gathered rows and the experts' outputs) until the next forward.
  *  Errors: NULL_ARGUMENT, NO_WEIGHTS, NO_FORWARD (no forward of T tokens), INVALID_QUEUE,
- *  SIZE_OVERFLOW, BUFFER_TOO_SMALL, BUFFER_OVERLAP, INVALID_ARGUMENT (a buffer of another context),
- *  before anything is enqueued; then OpenCL's, CLBlast's and an expert backward's. */
+ *  SIZE_OVERFLOW, BUFFER_TOO_SMALL, BUFFER_OVERLAP, INVALID_ARGUMENT (a buffer of another context,
+ *  or expert gradient buffers for a split layer: clffn_moe_create_split()), before anything is
+ *  enqueued; then OpenCL's, CLBlast's and an expert backward's. */
 CLFFN_API clffn_status clffn_moe_backward(clffn_moe *moe, size_t tokens, cl_mem x, size_t x_offset,
                                           cl_mem dy, size_t dy_offset, cl_mem dx, size_t dx_offset,
                                           const clffn_moe_grads *grads, int accumulate,

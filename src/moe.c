@@ -124,6 +124,45 @@ clffn_status clffn_moe_create(clffn_context *ctx, const clffn_moe_config *config
     return CLFFN_SUCCESS;
 }
 
+int clffn_moe_expert_owner(size_t e, size_t experts, int count) {
+    if (count < 1 || experts == 0 || e >= experts) { return -1; }
+    return (int)(e * (size_t)count / experts);
+}
+
+clffn_status clffn_moe_create_split(clffn_context *const *contexts, int count,
+                                    const clffn_moe_config *config, clffn_moe **out) {
+    if (!contexts || !config || !out) { return CLFFN_ERROR_NULL_ARGUMENT; }
+    if (count < 1 || (size_t)count > config->experts) { return CLFFN_ERROR_INVALID_ARGUMENT; }
+    for (int i = 0; i < count; ++i) {
+        if (!contexts[i]) { return CLFFN_ERROR_NULL_ARGUMENT; }
+    }
+    clffn_moe *moe = NULL;
+    clffn_status st = clffn_moe_create(contexts[0], config, &moe);
+    for (size_t e = 0; e < config->experts && st == CLFFN_SUCCESS; ++e) {
+        const int owner = clffn_moe_expert_owner(e, config->experts, count);
+        if (owner == 0) { continue; }
+        clffn_ffn *f = NULL;
+        st = clffn_ffn_create(contexts[owner], &config->expert, &f);
+        if (st == CLFFN_SUCCESS) {
+            clffn_ffn_destroy(moe->ffn[e]);
+            moe->ffn[e] = f;
+        }
+    }
+    if (st != CLFFN_SUCCESS) {
+        clffn_moe_destroy(moe);
+        return st;
+    }
+    *out = moe;
+    return CLFFN_SUCCESS;
+}
+
+bool clffn__moe_split(const clffn_moe *moe) {
+    for (size_t e = 0; e < moe->cfg.experts; ++e) {
+        if (clffn__moe_remote(moe, e)) { return true; }
+    }
+    return false;
+}
+
 clffn_ffn *clffn_moe_expert(clffn_moe *moe, size_t e) {
     return moe && e < moe->n_ffn ? moe->ffn[e] : NULL;
 }
@@ -315,7 +354,7 @@ static bool counts_on_device(const clffn_moe *moe, size_t T) {
     for (size_t e = 0; e < E; ++e) {
         if (!clffn__forward_can_count(moe->ffn[e], T)) { return false; }
     }
-    return true;
+    return !clffn__moe_split(moe); /* another context's expert needs its count on the host */
 }
 
 /* The shared expert on every token, and each routed one on its rows. */
@@ -336,7 +375,9 @@ static clffn_status run_experts(clffn_moe *moe, size_t T, cl_mem x, size_t xo, b
             continue;
         }
         const size_t n = moe->host_counts[e];
-        if (n) {
+        if (n && clffn__moe_remote(moe, e)) {
+            st = clffn__remote_forward(moe->ffn[e], n, moe->xg, moe->yg, row0, q);
+        } else if (n) {
             st = clffn_forward(moe->ffn[e], n, moe->xg, row0 * D, moe->yg, row0 * D, q, NULL);
         }
         row0 += n;

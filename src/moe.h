@@ -4,6 +4,7 @@
 #define CLFFN_MOE_H
 
 #include "ffn.h"
+#include "moe_remote.h"
 
 struct clffn_moe {
     clffn_context *ctx;
@@ -39,6 +40,13 @@ struct clffn_moe {
  * as last_event. */
 cl_int clffn__moe_enqueue(clffn_moe *moe, cl_command_queue q, cl_kernel kernel, size_t g0,
                           size_t g1);
+
+/* Whether expert e runs on another context than the layer's (a layer made by
+ * clffn_moe_create_split: it then runs through moe_remote.h), and whether any does. */
+static inline bool clffn__moe_remote(const clffn_moe *moe, size_t e) {
+    return moe->ffn[e]->ctx != moe->ctx;
+}
+bool clffn__moe_split(const clffn_moe *moe);
 
 /* Routing and the experts of a forward of T tokens (the counts on the device where counted),
  * without the combine into y: the forward's start, and what the backward runs again after a

@@ -90,6 +90,9 @@ static clffn_status check_backward(clffn_moe *moe, size_t T, cl_mem x, size_t xo
     const size_t D = moe->cfg.expert.d_model, n = T * D; /* fitted the forward */
     if (!moe->router) { return CLFFN_ERROR_NO_WEIGHTS; }
     if (T == 0 || T != moe->last_tokens) { return CLFFN_ERROR_NO_FORWARD; }
+    if (g && g->experts && clffn__moe_split(moe)) { /* buffers of one context for all */
+        return CLFFN_ERROR_INVALID_ARGUMENT;
+    }
     clffn_status st;
     if ((st = clffn__check_queue(moe->ctx, queue)) != CLFFN_SUCCESS ||
         (st = clffn__check_buffer(moe->ctx, x, xo, n)) != CLFFN_SUCCESS ||
@@ -148,7 +151,10 @@ static clffn_status experts_backward(clffn_moe *moe, cl_uint T, cl_mem x, size_t
         const size_t n = moe->host_counts[e], off = row0 * D;
         const clffn_device_weights grads_e = expert_grads(moe, g, own, e);
         const clffn_device_weights *ge = &grads_e;
-        if (n) {
+        if (n && clffn__moe_remote(moe, e)) {
+            st = clffn__remote_backward(moe->ffn[e], n, moe->dyg, moe->dxg, row0, own, accumulate,
+                                        q);
+        } else if (n) {
             st = clffn_backward(moe->ffn[e], n, moe->xg, off, moe->dyg, off, moe->dxg, off, ge,
                                 accumulate, q, NULL);
         } else if (given && !accumulate) {
@@ -174,7 +180,7 @@ static clffn_status own_grads(clffn_moe *moe) {
     clffn_status st = CLFFN_SUCCESS;
     for (size_t e = 0; e < moe->n_ffn && st == CLFFN_SUCCESS; ++e) {
         clffn_ffn *f = moe->ffn[e];
-        st = clffn__workspace_host_backward(&f->ws, moe->ctx, &f->cfg, 0,
+        st = clffn__workspace_host_backward(&f->ws, f->ctx, &f->cfg, 0,
                                             f->w1.dtype == CLFFN_DTYPE_F32);
     }
     return st;
@@ -328,6 +334,16 @@ static cl_int move_router(clffn_moe *moe, int write, float *rg, float *rbg) {
     return err;
 }
 
+/* Waits for q and, in a split layer, every other context's queue its experts used. */
+static cl_int finish_all(clffn_moe *moe, cl_command_queue q) {
+    cl_int fin = clffn__finish(q);
+    for (size_t e = 0; e < moe->n_ffn; ++e) {
+        const cl_int f = clffn__moe_remote(moe, e) ? clffn__finish(moe->ffn[e]->ctx->queue) : 0;
+        if (fin == CL_SUCCESS) { fin = f; }
+    }
+    return fin;
+}
+
 /* The gradients out: dx, the router's, and each chosen expert's from its own buffers (an
  * unchosen one's arrays zeroed, or kept when accumulating). */
 static cl_int download_all(clffn_moe *moe, size_t T, float *dx, float *rg, float *rbg,
@@ -343,9 +359,9 @@ static cl_int download_all(clffn_moe *moe, size_t T, float *dx, float *rg, float
             if (!accumulate) { zero_host(&moe->cfg.expert, &eg[e]); }
             continue;
         }
-        err = clffn__host_grads_download(moe->ffn[e], q, &eg[e]);
+        err = clffn__host_grads_download(moe->ffn[e], moe->ffn[e]->ctx->queue, &eg[e]);
     }
-    const cl_int fin = clffn__finish(q);
+    const cl_int fin = finish_all(moe, q);
     return err != CL_SUCCESS ? err : fin;
 }
 
@@ -368,17 +384,17 @@ clffn_status clffn_moe_backward_host(clffn_moe *moe, size_t tokens, const float 
         err = move_router(moe, 1, router_grad, router_bias_grad);
     }
     for (size_t e = 0; eg && accumulate && e < moe->n_ffn && err == CL_SUCCESS; ++e) {
-        err = clffn__host_grads_upload(moe->ffn[e], q, &eg[e]);
+        err = clffn__host_grads_upload(moe->ffn[e], moe->ffn[e]->ctx->queue, &eg[e]);
     }
     if (err != CL_SUCCESS) {
-        clffn__finish(q);
+        finish_all(moe, q);
         return (clffn_status)err;
     }
     const clffn_moe_grads g = {{router_grad ? moe->g_router : NULL, 0}, {moe->g_rbias, 0}, NULL};
     st = moe_backward(moe, tokens, moe->io_x, 0, moe->io_y, 0, dx ? moe->io_dx : NULL, 0, &g,
                       eg != NULL, accumulate, q);
     if (st != CLFFN_SUCCESS) {
-        clffn__finish(q);
+        finish_all(moe, q);
         return st;
     }
     return (clffn_status)download_all(moe, tokens, dx, router_grad, router_bias_grad, eg,

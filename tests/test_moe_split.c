@@ -1,0 +1,189 @@
+/* A mixture-of-experts layer split over an in-process group (clffn_moe_create_split) against the
+ * same layer on one context. The group's contexts share the test device, so each expert runs
+ * the kernels the unsplit layer runs on the same rows, and everything must be the same bits:
+ * the choice, y, dx, the router's gradients and every expert's, accumulated twice; dx alone;
+ * a layer with a gated shared expert; the owners; bad arguments. */
+#include "common.h"
+#include "ffn.h" /* an expert's context */
+
+#include <stdlib.h>
+#include <string.h>
+
+enum { D = 32, F = 40, E = 6, K = 2, T = 13, MAXG = 3 };
+
+/* Router and experts of both layers, and the inputs. */
+typedef struct split_data {
+    clffn_moe_config c;
+    size_t rows, n_w; /* the router's rows; experts with weights (the shared one last) */
+    float x[T * D], dy[T * D], router[(E + 1) * D], bias[E + 1];
+    test_weights w[E + 1];
+} split_data;
+
+static void data_make(split_data *d, int shared_gate, uint64_t seed) {
+    memset(d, 0, sizeof *d);
+    d->c = clffn_moe_config_default(D, F, E, K);
+    d->c.routing = shared_gate ? CLFFN_ROUTING_TOPK : CLFFN_ROUTING_TOPK_NORMALIZED;
+    d->c.router_bias = 1;
+    d->c.shared_expert = shared_gate;
+    d->c.shared_gate = shared_gate;
+    d->rows = E + (shared_gate ? 1 : 0);
+    d->n_w = E + (shared_gate ? 1 : 0);
+    fill_uniform(d->x, T * D, -1.0f, 1.0f, seed);
+    fill_uniform(d->dy, T * D, -1.0f, 1.0f, seed + 1);
+    fill_uniform(d->router, d->rows * D, -0.5f, 0.5f, seed + 2);
+    fill_uniform(d->bias, d->rows, -0.25f, 0.25f, seed + 3);
+    for (size_t e = 0; e < d->n_w; ++e) {
+        test_weights_make(&d->w[e], &d->c.expert, CLFFN_LAYOUT_OUT_IN, seed + 10 + e);
+    }
+}
+
+static void data_free(split_data *d) {
+    for (size_t e = 0; e < d->n_w; ++e) { test_weights_free(&d->w[e]); }
+}
+
+static clffn_moe *layer(clffn_context *const *ctx, int count, const split_data *d) {
+    clffn_moe *moe = NULL;
+    ASSERT_OK(clffn_moe_create_split(ctx, count, &d->c, &moe));
+    ASSERT_OK(clffn_moe_upload_router(moe, d->router, d->bias));
+    for (size_t e = 0; e < d->n_w; ++e) {
+        ASSERT_OK(
+            clffn_ffn_upload_weights(clffn_moe_expert(moe, e), CLFFN_LAYOUT_OUT_IN, &d->w[e].host));
+    }
+    return moe;
+}
+
+/* What one layer gives: y, the choice, dx, the router's gradients, each expert's. */
+typedef struct outputs {
+    float y[T * D], wt[T * K], dx[T * D], rg[(E + 1) * D], rbg[E + 1];
+    int32_t ch[T * K];
+    float *g[E + 1][6];
+    size_t n[E + 1][6];
+} outputs;
+
+static void run(clffn_moe *moe, const split_data *d, int with_grads, outputs *o) {
+    const size_t Fd = F * D;
+    clffn_weight_arrays eg[E + 1];
+    for (size_t e = 0; e < d->n_w; ++e) {
+        const size_t n[6] = {Fd, 0, Fd, 0, Fd, 0}; /* SwiGLU experts without biases */
+        for (int i = 0; i < 6; ++i) {
+            o->n[e][i] = n[i];
+            o->g[e][i] = n[i] ? calloc(n[i], sizeof(float)) : NULL;
+            cr_assert(!n[i] || o->g[e][i]);
+        }
+        const clffn_weight_arrays a = {o->g[e][0], NULL, o->g[e][2], NULL, o->g[e][4], NULL};
+        eg[e] = a;
+    }
+    ASSERT_OK(clffn_moe_forward_host(moe, T, d->x, T * D, o->y, T * D, o->ch, o->wt));
+    for (int pass = 0; pass < 2; ++pass) { /* the second accumulates onto the first */
+        ASSERT_OK(clffn_moe_backward_host(moe, T, d->dy, T * D, o->dx, T * D, o->rg, o->rbg,
+                                          with_grads ? eg : NULL, pass));
+    }
+}
+
+static void outputs_free(outputs *o, size_t n_w) {
+    for (size_t e = 0; e < n_w; ++e) {
+        for (int i = 0; i < 6; ++i) { free(o->g[e][i]); }
+    }
+}
+
+static void same_bits(const void *a, const void *b, size_t bytes, const char *what, int count) {
+    cr_assert(!memcmp(a, b, bytes), "%s over %d contexts differs from one context's", what, count);
+}
+
+static void compare(int shared_gate, int with_grads) {
+    clffn_context *ctx[MAXG];
+    for (int i = 0; i < MAXG; ++i) { ctx[i] = test_context(); }
+    split_data *d = malloc(sizeof *d);
+    outputs *one = calloc(1, sizeof *one), *many = calloc(1, sizeof *many);
+    cr_assert(d && one && many);
+    data_make(d, shared_gate, 40 + (uint64_t)shared_gate);
+    clffn_moe *ref = layer(ctx, 1, d);
+    run(ref, d, with_grads, one);
+    for (int count = 2; count <= MAXG; ++count) {
+        clffn_moe *moe = layer(ctx, count, d);
+        for (size_t e = 0; e < E; ++e) { /* the experts live where the owner rule says */
+            const int owner = clffn_moe_expert_owner(e, E, count);
+            cr_assert(clffn_moe_expert(moe, e)->ctx == ctx[owner], "expert %zu", e);
+        }
+        run(moe, d, with_grads, many);
+        same_bits(one->ch, many->ch, sizeof one->ch, "the choice", count);
+        same_bits(one->y, many->y, sizeof one->y, "y", count);
+        same_bits(one->dx, many->dx, sizeof one->dx, "dx", count);
+        same_bits(one->rg, many->rg, d->rows * D * sizeof(float), "the router's gradient", count);
+        same_bits(one->rbg, many->rbg, d->rows * sizeof(float), "the router bias's", count);
+        for (size_t e = 0; with_grads && e < d->n_w; ++e) {
+            for (int i = 0; i < 6; ++i) {
+                if (!one->n[e][i]) { continue; }
+                same_bits(one->g[e][i], many->g[e][i], one->n[e][i] * sizeof(float),
+                          "an expert's gradient", count);
+            }
+        }
+        size_t zeros = 0; /* dx carries every expert's rows and the router's term */
+        for (size_t i = 0; i < T * D; ++i) { zeros += many->dx[i] == 0.0f; }
+        cr_assert(zeros < T * D / 10, "dx is %zu zeros of %d", zeros, T * D);
+        outputs_free(many, d->n_w);
+        memset(many, 0, sizeof *many);
+        clffn_moe_destroy(moe);
+    }
+    outputs_free(one, d->n_w);
+    clffn_moe_destroy(ref);
+    data_free(d);
+    free(d), free(one), free(many);
+    for (int i = 0; i < MAXG; ++i) { clffn_context_destroy(ctx[i]); }
+}
+
+Test(moe_split, equals_one_context, .timeout = 300) { compare(0, 1); }
+Test(moe_split, with_a_gated_shared_expert, .timeout = 300) { compare(1, 1); }
+Test(moe_split, dx_alone, .timeout = 300) { compare(0, 0); }
+
+/* Contiguous runs, the lower experts first, every context some; -1 out of range. */
+Test(moe_split, owners) {
+    for (int count = 1; count <= 8; ++count) {
+        int prev = 0, seen[8] = {0};
+        for (size_t e = 0; e < 8; ++e) {
+            const int o = clffn_moe_expert_owner(e, 8, count);
+            cr_assert(o >= prev && o < count, "expert %zu of 8 over %d: %d", e, count, o);
+            prev = o, seen[o] = 1;
+        }
+        for (int i = 0; i < count; ++i) {
+            cr_assert(seen[i], "context %d of %d owns none", i, count);
+        }
+    }
+    cr_assert(clffn_moe_expert_owner(8, 8, 2) == -1 && clffn_moe_expert_owner(0, 0, 2) == -1 &&
+              clffn_moe_expert_owner(0, 8, 0) == -1);
+}
+
+/* Bad groups get their status and no layer; the device-level backward of a split layer takes
+ * no expert gradient buffers. */
+Test(moe_split, bad_arguments) {
+    clffn_context *ctx[2] = {test_context(), test_context()}, *holes[2] = {ctx[0], NULL};
+    const clffn_moe_config c = clffn_moe_config_default(D, F, E, K);
+    clffn_moe *moe = (clffn_moe *)&c; /* must stay as it is on error */
+    cr_assert(clffn_moe_create_split(NULL, 2, &c, &moe) == CLFFN_ERROR_NULL_ARGUMENT);
+    cr_assert(clffn_moe_create_split(holes, 2, &c, &moe) == CLFFN_ERROR_NULL_ARGUMENT);
+    cr_assert(clffn_moe_create_split(ctx, 0, &c, &moe) == CLFFN_ERROR_INVALID_ARGUMENT);
+    cr_assert(clffn_moe_create_split(ctx, E + 1, &c, &moe) == CLFFN_ERROR_INVALID_ARGUMENT);
+    cr_assert(moe == (clffn_moe *)&c);
+    split_data *d = malloc(sizeof *d);
+    cr_assert(d);
+    data_make(d, 0, 7);
+    moe = layer(ctx, 2, d);
+    cl_int err;
+    const size_t bytes = T * D * sizeof(float);
+    cl_mem x =
+        clCreateBuffer(clffn_context_cl_context(ctx[0]), CL_MEM_READ_WRITE, bytes, NULL, &err);
+    cr_assert(err == CL_SUCCESS);
+    cl_command_queue q = clffn_context_queue(ctx[0]);
+    ASSERT_OK((clffn_status)clEnqueueWriteBuffer(q, x, CL_TRUE, 0, bytes, d->x, 0, NULL, NULL));
+    ASSERT_OK(clffn_moe_forward(moe, T, x, 0, x, 0, q));
+    clffn_device_weights ew[E];
+    memset(ew, 0, sizeof ew);
+    const clffn_moe_grads g = {{NULL, 0}, {NULL, 0}, ew};
+    cr_assert(clffn_moe_backward(moe, T, x, 0, x, 0, NULL, 0, &g, 0, q) ==
+              CLFFN_ERROR_INVALID_ARGUMENT);
+    clReleaseMemObject(x);
+    clffn_moe_destroy(moe);
+    data_free(d);
+    free(d);
+    clffn_context_destroy(ctx[0]), clffn_context_destroy(ctx[1]);
+}
