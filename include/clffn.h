@@ -880,8 +880,9 @@ CLFFN_API clffn_status clffn_moe_create(clffn_context *ctx, const clffn_moe_conf
  *  shared expert and the combine on contexts[0]. Each expert's weights live on its own context
  *  only (upload them through clffn_moe_expert(), as for any layer). An expert on another
  *  context than the first gets its rows and returns its outputs through the host (the
- *  contexts may share no buffer), blocking, one such expert after another; it runs the kernels
- *  an unsplit layer runs on the same rows, so on devices that compute alike the outputs and
+ *  contexts may share no buffer); each such context runs its experts in turn on a thread of its
+ *  own, beside the first context's. Each expert runs the kernels an unsplit layer runs on the
+ *  same rows, so on devices that compute alike the outputs and
  *  gradients are the unsplit layer's bits. The layer is then a clffn_moe like any other, with
  *  two limits: its device-level forward and backward take x, y, dy and dx on contexts[0] and
  *  block, and clffn_moe_backward() takes no expert gradient buffers (grads->experts must be

@@ -22,6 +22,7 @@
 #include "reference_moe.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 clffn_moe_config clffn_moe_config_default(size_t d_model, size_t d_ff, size_t experts,
                                           size_t top_k) {
@@ -124,43 +125,32 @@ clffn_status clffn_moe_create(clffn_context *ctx, const clffn_moe_config *config
     return CLFFN_SUCCESS;
 }
 
-int clffn_moe_expert_owner(size_t e, size_t experts, int count) {
-    if (count < 1 || experts == 0 || e >= experts) { return -1; }
-    return (int)(e * (size_t)count / experts);
-}
-
-clffn_status clffn_moe_create_split(clffn_context *const *contexts, int count,
-                                    const clffn_moe_config *config, clffn_moe **out) {
-    if (!contexts || !config || !out) { return CLFFN_ERROR_NULL_ARGUMENT; }
-    if (count < 1 || (size_t)count > config->experts) { return CLFFN_ERROR_INVALID_ARGUMENT; }
-    for (int i = 0; i < count; ++i) {
-        if (!contexts[i]) { return CLFFN_ERROR_NULL_ARGUMENT; }
-    }
-    clffn_moe *moe = NULL;
-    clffn_status st = clffn_moe_create(contexts[0], config, &moe);
-    for (size_t e = 0; e < config->experts && st == CLFFN_SUCCESS; ++e) {
-        const int owner = clffn_moe_expert_owner(e, config->experts, count);
-        if (owner == 0) { continue; }
-        clffn_ffn *f = NULL;
-        st = clffn_ffn_create(contexts[owner], &config->expert, &f);
-        if (st == CLFFN_SUCCESS) {
-            clffn_ffn_destroy(moe->ffn[e]);
-            moe->ffn[e] = f;
-        }
-    }
-    if (st != CLFFN_SUCCESS) {
-        clffn_moe_destroy(moe);
-        return st;
-    }
-    *out = moe;
-    return CLFFN_SUCCESS;
-}
-
 bool clffn__moe_split(const clffn_moe *moe) {
     for (size_t e = 0; e < moe->cfg.experts; ++e) {
         if (clffn__moe_remote(moe, e)) { return true; }
     }
     return false;
+}
+
+clffn_status clffn__moe_remote_pass(const clffn_moe *moe, size_t T, bool backward,
+                                    clffn_remote_pass *p) {
+    memset(p, 0, sizeof *p);
+    if (!clffn__moe_split(moe)) { return CLFFN_SUCCESS; }
+    p->jobs = malloc(moe->cfg.experts * sizeof *p->jobs);
+    if (!p->jobs) { return CLFFN_ERROR_OUT_OF_HOST_MEMORY; }
+    size_t row0 = 0;
+    for (size_t e = 0; e < moe->cfg.experts; ++e) {
+        const size_t n = moe->host_counts[e];
+        if (n && clffn__moe_remote(moe, e)) {
+            const clffn_remote_job j = {moe->ffn[e], n, row0, CLFFN_SUCCESS};
+            p->jobs[p->count++] = j;
+        }
+        row0 += n;
+    }
+    p->rows = T * moe->cfg.top_k, p->d_model = moe->cfg.expert.d_model;
+    p->backward = backward;
+    p->in = backward ? moe->dyg : moe->xg, p->out = backward ? moe->dxg : moe->yg;
+    return CLFFN_SUCCESS;
 }
 
 clffn_ffn *clffn_moe_expert(clffn_moe *moe, size_t e) {
@@ -362,8 +352,10 @@ static clffn_status run_experts(clffn_moe *moe, size_t T, cl_mem x, size_t xo, b
                                 cl_command_queue q) {
     const clffn_moe_config *c = &moe->cfg;
     const size_t D = c->expert.d_model;
-    clffn_status st = CLFFN_SUCCESS;
-    if (c->shared_expert) {
+    clffn_remote_pass rp; /* the experts on other contexts, beside this one's */
+    clffn_status st = clffn__moe_remote_pass(moe, T, false, &rp);
+    if (st == CLFFN_SUCCESS) { st = clffn__remote_start(&rp, q); }
+    if (st == CLFFN_SUCCESS && c->shared_expert) {
         st = clffn_forward(moe->ffn[c->experts], T, x, xo, moe->ys, 0, q, NULL);
     }
     size_t row0 = 0;
@@ -375,14 +367,14 @@ static clffn_status run_experts(clffn_moe *moe, size_t T, cl_mem x, size_t xo, b
             continue;
         }
         const size_t n = moe->host_counts[e];
-        if (n && clffn__moe_remote(moe, e)) {
-            st = clffn__remote_forward(moe->ffn[e], n, moe->xg, moe->yg, row0, q);
-        } else if (n) {
+        if (n && !clffn__moe_remote(moe, e)) {
             st = clffn_forward(moe->ffn[e], n, moe->xg, row0 * D, moe->yg, row0 * D, q, NULL);
         }
         row0 += n;
     }
-    return st;
+    const clffn_status fin = clffn__remote_finish(&rp, q);
+    free(rp.jobs);
+    return st != CLFFN_SUCCESS ? st : fin;
 }
 
 /* y from the experts' rows and the shared expert's. */

@@ -42,11 +42,16 @@ cl_int clffn__moe_enqueue(clffn_moe *moe, cl_command_queue q, cl_kernel kernel, 
                           size_t g1);
 
 /* Whether expert e runs on another context than the layer's (a layer made by
- * clffn_moe_create_split: it then runs through moe_remote.h), and whether any does. */
+ * clffn_moe_create_split: it then runs through moe_remote.h), and whether any does; and a
+ * pass's jobs for those with rows after a forward of T tokens whose counts were read back
+ * (p->jobs allocated, for the caller to free after clffn__remote_finish; none for a layer on
+ * one context), the forward's (xg into yg) or the backward's (dyg into dxg). */
 static inline bool clffn__moe_remote(const clffn_moe *moe, size_t e) {
     return moe->ffn[e]->ctx != moe->ctx;
 }
 bool clffn__moe_split(const clffn_moe *moe);
+clffn_status clffn__moe_remote_pass(const clffn_moe *moe, size_t T, bool backward,
+                                    clffn_remote_pass *p);
 
 /* Routing and the experts of a forward of T tokens (the counts on the device where counted),
  * without the combine into y: the forward's start, and what the backward runs again after a

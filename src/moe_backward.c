@@ -10,6 +10,7 @@
 
 #include "launch.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 static clffn_status grow_backward(clffn_moe *moe, size_t T, cl_command_queue queue) {
@@ -121,17 +122,38 @@ static clffn_device_weights expert_grads(const clffn_moe *moe, const clffn_moe_g
     return own ? clffn__host_grads_device(moe->ffn[e]) : none;
 }
 
+/* An unchosen expert's gradient buffers (the caller's), zeroed. */
+static clffn_status zero_grads(clffn_moe *moe, size_t e, const clffn_device_weights *ge,
+                               cl_command_queue q) {
+    size_t cnt[6];
+    const clffn_buffer *b[6];
+    grad_counts(&moe->ffn[e]->cfg, ge, cnt);
+    grad_list(ge, b);
+    clffn_status st = CLFFN_SUCCESS;
+    for (int i = 0; i < 6 && st == CLFFN_SUCCESS; ++i) {
+        if (cnt[i] && b[i]->mem) {
+            st = (clffn_status)clffn__zero_floats(&moe->ctx->programs, q, b[i]->mem, b[i]->offset,
+                                                  cnt[i]);
+        }
+    }
+    return st;
+}
+
 /* Each chosen expert's backward on its rows (and the shared one's on every token); an unchosen
- * expert's gradients are zeroed unless they accumulate. */
+ * expert's gradients are zeroed unless they accumulate. The experts on other contexts (a split
+ * layer) run on their own threads meanwhile. */
 static clffn_status experts_backward(clffn_moe *moe, cl_uint T, cl_mem x, size_t xo, cl_mem dy,
                                      size_t dyo, const clffn_moe_grads *g, int own, int accumulate,
                                      cl_command_queue q) {
     const clffn_moe_config *c = &moe->cfg;
     const size_t D = c->expert.d_model;
     const bool given = g && g->experts;
-    clffn_status st = CLFFN_SUCCESS;
-    if (c->shared_expert && moe->router_rows > c->experts) { /* gated: its dy is gate·dy */
-        const cl_uint Du = (cl_uint)D;
+    clffn_remote_pass rp;
+    clffn_status st = clffn__moe_remote_pass(moe, T, true, &rp);
+    rp.own = own, rp.accumulate = accumulate;
+    if (st == CLFFN_SUCCESS) { st = clffn__remote_start(&rp, q); }
+    if (st == CLFFN_SUCCESS && c->shared_expert && moe->router_rows > c->experts) {
+        const cl_uint Du = (cl_uint)D; /* a gated shared expert: its dy is gate·dy */
         const cl_ulong dyo_l = dyo;
         clffn_args a = clffn__args(moe->scale_dy);
         CLFFN_ARG(a, dy), CLFFN_ARG(a, dyo_l), CLFFN_ARG(a, moe->gate), CLFFN_ARG(a, Du);
@@ -149,29 +171,18 @@ static clffn_status experts_backward(clffn_moe *moe, cl_uint T, cl_mem x, size_t
     size_t row0 = 0;
     for (size_t e = 0; e < c->experts && st == CLFFN_SUCCESS; ++e) {
         const size_t n = moe->host_counts[e], off = row0 * D;
-        const clffn_device_weights grads_e = expert_grads(moe, g, own, e);
-        const clffn_device_weights *ge = &grads_e;
-        if (n && clffn__moe_remote(moe, e)) {
-            st = clffn__remote_backward(moe->ffn[e], n, moe->dyg, moe->dxg, row0, own, accumulate,
-                                        q);
-        } else if (n) {
-            st = clffn_backward(moe->ffn[e], n, moe->xg, off, moe->dyg, off, moe->dxg, off, ge,
+        const clffn_device_weights ge = expert_grads(moe, g, own, e);
+        if (n && !clffn__moe_remote(moe, e)) {
+            st = clffn_backward(moe->ffn[e], n, moe->xg, off, moe->dyg, off, moe->dxg, off, &ge,
                                 accumulate, q, NULL);
-        } else if (given && !accumulate) {
-            size_t cnt[6];
-            const clffn_buffer *b[6];
-            grad_counts(&moe->ffn[e]->cfg, ge, cnt);
-            grad_list(ge, b);
-            for (int i = 0; i < 6 && st == CLFFN_SUCCESS; ++i) {
-                if (cnt[i] && b[i]->mem) {
-                    st = (clffn_status)clffn__zero_floats(&moe->ctx->programs, q, b[i]->mem,
-                                                          b[i]->offset, cnt[i]);
-                }
-            }
+        } else if (!n && given && !accumulate) {
+            st = zero_grads(moe, e, &ge, q);
         }
         row0 += n;
     }
-    return st;
+    const clffn_status fin = clffn__remote_finish(&rp, q);
+    free(rp.jobs);
+    return st != CLFFN_SUCCESS ? st : fin;
 }
 
 /* For the host-level backward's expert gradients, each expert's own buffers take them (its

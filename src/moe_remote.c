@@ -13,48 +13,99 @@
 
 #include "launch.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
-clffn_status clffn__remote_forward(clffn_ffn *f, size_t n, cl_mem x, cl_mem y, size_t row0,
-                                   cl_command_queue q) {
-    const size_t nd = n * f->cfg.d_model, bytes = nd * sizeof(float);
-    float *h = malloc(2 * bytes);
-    if (!h) { return CLFFN_ERROR_OUT_OF_HOST_MEMORY; }
-    const size_t off = row0 * f->cfg.d_model * sizeof(float);
-    clffn_status st = (clffn_status)clffn__read(q, x, off, bytes, h, 0, NULL);
-    if (st == CLFFN_SUCCESS) { st = clffn_forward_host(f, n, h, nd, h + nd, nd); }
-    if (st == CLFFN_SUCCESS) { st = (clffn_status)clffn__write(q, y, off, bytes, h + nd); }
-    free(h);
+/* Job j's rows: its expert's host-level forward from host_in into host_out, or its backward
+ * (dy rows from host_in, through its own buffers, dx rows into host_out). */
+static clffn_status run_job(const clffn_remote_pass *p, const clffn_remote_job *j) {
+    clffn_ffn *f = j->f;
+    const size_t nd = j->n * f->cfg.d_model, off = j->row0 * f->cfg.d_model;
+    const float *in = p->host_in + off;
+    float *out = p->host_out + off;
+    if (!p->backward) { return clffn_forward_host(f, j->n, in, nd, out, nd); }
+    if (f->last_tokens != j->n || !f->ws.io_x || f->ws.io_tokens < j->n) {
+        return CLFFN_ERROR_NO_FORWARD; /* its host-level forward holds x */
+    }
+    cl_command_queue fq = f->ctx->queue;
+    const size_t bytes = nd * sizeof(float);
+    clffn_status st = clffn__workspace_host_backward(&f->ws, f->ctx, &f->cfg, j->n,
+                                                     p->own && f->w1.dtype == CLFFN_DTYPE_F32);
+    if (st == CLFFN_SUCCESS) { st = (clffn_status)clffn__write(fq, f->ws.io_dy, 0, bytes, in); }
+    clffn_device_weights none;
+    memset(&none, 0, sizeof none);
+    const clffn_device_weights g = p->own ? clffn__host_grads_device(f) : none;
+    if (st == CLFFN_SUCCESS) {
+        st = clffn_backward(f, j->n, f->ws.io_x, 0, f->ws.io_dy, 0, f->ws.io_dx, 0, &g,
+                            p->accumulate, fq, NULL);
+    }
+    if (st == CLFFN_SUCCESS) {
+        st = (clffn_status)clffn__read(fq, f->ws.io_dx, 0, bytes, out, 0, NULL);
+    }
+    if (st != CLFFN_SUCCESS) { clffn__finish(fq); }
     return st;
 }
 
-clffn_status clffn__remote_backward(clffn_ffn *f, size_t n, cl_mem dy, cl_mem dx, size_t row0,
-                                    int own, int accumulate, cl_command_queue q) {
-    cl_command_queue fq = f->ctx->queue;
-    const size_t nd = n * f->cfg.d_model, bytes = nd * sizeof(float);
-    if (f->last_tokens != n || !f->ws.io_x || f->ws.io_tokens < n) {
-        return CLFFN_ERROR_NO_FORWARD; /* its host-level forward holds x */
+/* A thread's share: the jobs [first, first + count), one context's, in turn. */
+typedef struct clffn_remote_group {
+    const clffn_remote_pass *pass;
+    clffn_remote_job *first;
+    size_t count;
+} group;
+
+static void *run_group(void *arg) {
+    group *g = arg;
+    for (size_t i = 0; i < g->count; ++i) { g->first[i].st = run_job(g->pass, &g->first[i]); }
+    return NULL;
+}
+
+clffn_status clffn__remote_start(clffn_remote_pass *p, cl_command_queue q) {
+    p->threads = NULL, p->groups = NULL, p->host_in = NULL, p->n_groups = 0;
+    if (p->count == 0) { return CLFFN_SUCCESS; }
+    const size_t bytes = p->rows * p->d_model * sizeof(float);
+    p->host_in = malloc(2 * bytes);
+    p->groups = calloc(p->count, sizeof *p->groups);
+    p->threads = calloc(p->count, sizeof *p->threads);
+    if (!p->host_in || !p->groups || !p->threads) {
+        free(p->host_in), free(p->groups), free(p->threads);
+        p->host_in = NULL, p->groups = NULL, p->threads = NULL;
+        for (size_t i = 0; i < p->count; ++i) { p->jobs[i].st = CLFFN_ERROR_OUT_OF_HOST_MEMORY; }
+        return CLFFN_ERROR_OUT_OF_HOST_MEMORY;
     }
-    float *h = malloc(bytes);
-    if (!h) { return CLFFN_ERROR_OUT_OF_HOST_MEMORY; }
-    const size_t off = row0 * f->cfg.d_model * sizeof(float);
-    clffn_status st = clffn__workspace_host_backward(&f->ws, f->ctx, &f->cfg, n,
-                                                     own && f->w1.dtype == CLFFN_DTYPE_F32);
-    if (st == CLFFN_SUCCESS) { st = (clffn_status)clffn__read(q, dy, off, bytes, h, 0, NULL); }
-    if (st == CLFFN_SUCCESS) { st = (clffn_status)clffn__write(fq, f->ws.io_dy, 0, bytes, h); }
-    clffn_device_weights none;
-    memset(&none, 0, sizeof none);
-    const clffn_device_weights g = own ? clffn__host_grads_device(f) : none;
-    if (st == CLFFN_SUCCESS) {
-        st = clffn_backward(f, n, f->ws.io_x, 0, f->ws.io_dy, 0, f->ws.io_dx, 0, &g, accumulate, fq,
-                            NULL);
+    p->host_out = p->host_in + p->rows * p->d_model;
+    const clffn_status st = (clffn_status)clffn__read(q, p->in, 0, bytes, p->host_in, 0, NULL);
+    for (size_t i = 0; i < p->count; ++i) { p->jobs[i].st = st; } /* none runs on failure */
+    if (st != CLFFN_SUCCESS) { return st; }
+    for (size_t i = 0; i < p->count;) { /* one group per run of the same context */
+        size_t n = 1;
+        while (i + n < p->count && p->jobs[i + n].f->ctx == p->jobs[i].f->ctx) { ++n; }
+        group *g = &p->groups[p->n_groups];
+        g->pass = p, g->first = &p->jobs[i], g->count = n;
+        if (pthread_create(&p->threads[p->n_groups], NULL, run_group, g) != 0) {
+            run_group(g); /* no thread to be had: here, now */
+            g->count = 0;
+        }
+        ++p->n_groups, i += n;
     }
-    if (st == CLFFN_SUCCESS) {
-        st = (clffn_status)clffn__read(fq, f->ws.io_dx, 0, bytes, h, 0, NULL);
+    return CLFFN_SUCCESS;
+}
+
+clffn_status clffn__remote_finish(clffn_remote_pass *p, cl_command_queue q) {
+    for (size_t i = 0; i < p->n_groups; ++i) {
+        if (p->groups[i].count) { pthread_join(p->threads[i], NULL); }
     }
-    if (st == CLFFN_SUCCESS) { st = (clffn_status)clffn__write(q, dx, off, bytes, h); }
-    if (st != CLFFN_SUCCESS) { clffn__finish(fq); }
-    free(h);
+    clffn_status st = CLFFN_SUCCESS;
+    for (size_t i = 0; i < p->count && st == CLFFN_SUCCESS; ++i) {
+        const clffn_remote_job *j = &p->jobs[i];
+        const size_t off = j->row0 * p->d_model;
+        st = j->st;
+        if (st == CLFFN_SUCCESS) {
+            st = (clffn_status)clffn__write(q, p->out, off * sizeof(float),
+                                            j->n * p->d_model * sizeof(float), p->host_out + off);
+        }
+    }
+    free(p->host_in), free(p->groups), free(p->threads);
+    p->host_in = p->host_out = NULL, p->groups = NULL, p->threads = NULL, p->n_groups = 0;
     return st;
 }
