@@ -742,7 +742,7 @@ Test(clffn_tune, damaged_profile_falls_back_and_opt_out) {
 }
 
 /* --experts: the layer's JSON, its experts read no more than the tokens could choose, and the
- * same-work comparison with the dense FFN. */
+ * same-work comparison with the dense FFN; the same layer split over three contexts. */
 Test(clffn_bench, experts_report, .timeout = 120) {
     char out[4096], err[4096], cmd[512];
     snprintf(cmd, sizeof cmd,
@@ -761,7 +761,18 @@ Test(clffn_bench, experts_report, .timeout = 120) {
     cr_assert_eq(num(o, "dense_rows"), 1);
     cr_assert(num(o, "best_s") > 0 && num(o, "speed_vs_dense") > 0);
     cJSON_Delete(o);
+    snprintf(cmd, sizeof cmd, /* the experts over three contexts: the same experts read */
+             "'%s' --json --experts 6 --expert-split 3 --tokens 1 --d-model 16 --d-ff 32 "
+             "--activation swiglu --reps 2",
+             CLFFN_BENCH_PATH);
+    cr_assert_eq(run_split(cmd, out, sizeof out, err, sizeof err), 0, "%s%s", out, err);
+    cr_assert_not_null(o = cJSON_Parse(out), "not JSON: %s%s", out, err);
+    cr_assert(num(o, "contexts") == 3 && num(o, "experts_read") == 2, "%s", out);
+    cJSON_Delete(o);
     snprintf(cmd, sizeof cmd, "'%s' --experts 2 --top-k 3 2>&1", CLFFN_BENCH_PATH);
     cr_assert_eq(run(cmd, out, sizeof out), 2, "%s", out);
     cr_assert(strstr(out, "--top-k from 1 to E") != NULL, "%s", out);
+    snprintf(cmd, sizeof cmd, "'%s' --experts 2 --expert-split 3 2>&1", CLFFN_BENCH_PATH);
+    cr_assert_eq(run(cmd, out, sizeof out), 2, "%s", out);
+    cr_assert(strstr(out, "1 to E contexts") != NULL, "%s", out);
 }

@@ -29,6 +29,7 @@ typedef struct args {
     int cpu_only;      /* --cpu-only: the CPU FFN alone, in a child (cpu.c) */
     size_t experts;    /* --experts: a mixture-of-experts layer of this many (moe.c); 0: none */
     size_t top_k;      /* --top-k: experts per token (default 2) */
+    size_t split;      /* --expert-split: contexts the layer's experts are split over (0, 1: one) */
 } args;
 
 typedef struct timing {
@@ -122,6 +123,10 @@ typedef struct bench_result {
     cpu_timing cpu;
 } bench_result;
 void bench_report_json(const args *a, device_run *r, const bench_result *res);
+
+/* device.c: a context on --device with the options' settings (K-block, crossovers, layout); 0
+ * or 1 (printed). */
+int bench_open_context(const args *a, clffn_context **ctx);
 
 /* moe.c: --experts: the layer timed beside the dense FFN, reported. 0 or 1 (printed). */
 int bench_moe(const args *a);

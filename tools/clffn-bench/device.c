@@ -100,6 +100,30 @@ clffn_status bench_upload_weights(clffn_ffn *ffn, const args *a, const clffn_con
     return st;
 }
 
+int bench_open_context(const args *a, clffn_context **ctx) {
+    clffn_status st = clffn_context_create_for_device(a->device, ctx);
+    if (st != CLFFN_SUCCESS) { return bench_fail("opening the device", st); }
+    /* --k-block applies to every product, whatever the profile's row threshold */
+    if (a->set_k_block &&
+        ((st = clffn_context_set_gemm_k_block(*ctx, a->k_block)) != CLFFN_SUCCESS ||
+         (st = clffn_context_set_gemm_k_block_min_rows(*ctx, 0)) != CLFFN_SUCCESS)) {
+        return bench_fail("--k-block", st);
+    }
+    if (a->set_gemv_max &&
+        (st = clffn_context_set_gemv_max_tokens(*ctx, a->gemv_max)) != CLFFN_SUCCESS) {
+        return bench_fail("--gemv-max", st);
+    }
+    if (a->set_kernel_max &&
+        (st = clffn_context_set_kernel_max_tokens(*ctx, a->dtype != CLFFN_DTYPE_F32,
+                                                  a->kernel_max)) != CLFFN_SUCCESS) {
+        return bench_fail("--kernel-max", st);
+    }
+    if (a->set_layout && (st = clffn_context_set_weight_layout(*ctx, a->layout)) != CLFFN_SUCCESS) {
+        return bench_fail("--weight-layout", st);
+    }
+    return 0;
+}
+
 /* Opens the device and makes the FFN and the buffers for up to max_tokens; st, when not NULL,
  * gets the time each step took. */
 int device_setup(device_run *r, const args *a, size_t max_tokens, startup_times *st_out) {
@@ -113,28 +137,10 @@ int device_setup(device_run *r, const args *a, size_t max_tokens, startup_times 
     clGetPlatformIDs(0, NULL, &n_platforms); /* timed alone; its result is the context's concern */
     tm.platforms = tool_now_s() - t0;
     t0 = tool_now_s();
-    clffn_status st = clffn_context_create_for_device(a->device, &r->ctx);
+    const int rc = bench_open_context(a, &r->ctx);
     tm.context = tool_now_s() - t0;
-    if (st != CLFFN_SUCCESS) { return bench_fail("opening the device", st); }
-    /* --k-block applies to every product, whatever the profile's row threshold */
-    if (a->set_k_block &&
-        ((st = clffn_context_set_gemm_k_block(r->ctx, a->k_block)) != CLFFN_SUCCESS ||
-         (st = clffn_context_set_gemm_k_block_min_rows(r->ctx, 0)) != CLFFN_SUCCESS)) {
-        return bench_fail("--k-block", st);
-    }
-    if (a->set_gemv_max &&
-        (st = clffn_context_set_gemv_max_tokens(r->ctx, a->gemv_max)) != CLFFN_SUCCESS) {
-        return bench_fail("--gemv-max", st);
-    }
-    if (a->set_kernel_max &&
-        (st = clffn_context_set_kernel_max_tokens(r->ctx, a->dtype != CLFFN_DTYPE_F32,
-                                                  a->kernel_max)) != CLFFN_SUCCESS) {
-        return bench_fail("--kernel-max", st);
-    }
-    if (a->set_layout &&
-        (st = clffn_context_set_weight_layout(r->ctx, a->layout)) != CLFFN_SUCCESS) {
-        return bench_fail("--weight-layout", st);
-    }
+    if (rc != 0) { return rc; }
+    clffn_status st;
     t0 = tool_now_s();
     if ((st = clffn_ffn_create(r->ctx, &c, &r->ffn)) != CLFFN_SUCCESS) {
         return bench_fail("creating the FFN", st);

@@ -2,7 +2,7 @@
  *
  *   clffn-bench --tokens T --d-model D --d-ff F --activation A [--gated] [--reps N] [--json]
  *               [--compare-cpu] [--sweep] [--device SPEC] [--k-block N] [--gemv-max N]
- *               [--weight-layout out_in|in_out] [--experts E [--top-k K]]
+ *               [--weight-layout out_in|in_out] [--experts E [--top-k K] [--expert-split N]]
  *
  * Times N device-level forwards (after two warm-ups) with the wall clock around each forward and
  * its clFinish, reports best and median, GFLOP/s, the per-stage split from OpenCL profiling
@@ -80,6 +80,7 @@ enum {
     OPT_CPU_ONLY,
     OPT_EXPERTS,
     OPT_TOP_K,
+    OPT_EXPERT_SPLIT,
 };
 
 static const tool_option OPTIONS[] = {
@@ -120,6 +121,9 @@ static const tool_option OPTIONS[] = {
      "a mixture-of-experts layer of E such FFNs with a router,\nbeside the dense FFN doing the "
      "same rows per expert"},
     {"top-k", OPT_TOP_K, TOOL_VALUE, "K", "experts per token with --experts (default 2)"},
+    {"expert-split", OPT_EXPERT_SPLIT, TOOL_VALUE, "N",
+     "split the --experts layer's experts over N contexts of\nthe device (on one device: what "
+     "the split costs)"},
     /* the CPU FFN alone, in a child with another OpenBLAS core (cpu.c) */
     {"cpu-only", OPT_CPU_ONLY, TOOL_FLAG, NULL, NULL},
     {0},
@@ -172,6 +176,7 @@ static int take_option(int key, const char *name, const char *v, args *a) {
         return take_size(name, v, 0, CLFFN_MAX_GEMV_TOKENS, &a->gemv_max);
     case OPT_EXPERTS: return take_size(name, v, 1, 1u << 24, &a->experts);
     case OPT_TOP_K: return take_size(name, v, 1, 1u << 24, &a->top_k);
+    case OPT_EXPERT_SPLIT: return take_size(name, v, 1, 64, &a->split);
     case OPT_KERNEL_MAX:
         a->set_kernel_max = 1;
         return take_size(name, v, 0, CLFFN_MAX_KERNEL_TOKENS, &a->kernel_max);
@@ -206,8 +211,12 @@ static int parse_args(int argc, char **argv, args *a) {
         if (take_option(key, p.name, p.value, a) != 0) { return tool_usage_error(&CLI); }
     }
     if (p.status >= 0) { return p.status; }
-    if (a->top_k && !a->experts) {
-        fprintf(stderr, "clffn-bench: --top-k goes with --experts\n");
+    if ((a->top_k || a->split) && !a->experts) {
+        fprintf(stderr, "clffn-bench: --top-k and --expert-split go with --experts\n");
+        return tool_usage_error(&CLI);
+    }
+    if (a->split > a->experts) {
+        fprintf(stderr, "clffn-bench: --expert-split takes 1 to E contexts\n");
         return tool_usage_error(&CLI);
     }
     if (a->experts && !a->top_k) { a->top_k = a->experts < 2 ? a->experts : 2; }

@@ -15,7 +15,8 @@
 
 typedef struct moe_run {
     clffn_moe *moe;
-    size_t chosen; /* distinct experts the timed tokens choose */
+    size_t chosen;           /* distinct experts the timed tokens choose */
+    clffn_context *more[64]; /* --expert-split: the group's contexts past the first */
 } moe_run;
 
 /* The layer: router weights uniform in ±1/√D (nn.Linear's), each expert's weights from its own
@@ -25,7 +26,13 @@ static int moe_setup(moe_run *m, device_run *r, const args *a) {
     mc.expert = clffn_config_default(a->d_model, a->d_ff); /* the dense FFN's, as device.c's */
     mc.expert.activation = a->act;
     mc.expert.gated = a->gated;
-    clffn_status st = clffn_moe_create(r->ctx, &mc, &m->moe);
+    clffn_context *group[65] = {r->ctx};
+    const int count = a->split > 1 ? (int)a->split : 1;
+    for (int i = 1; i < count; ++i) {
+        if (bench_open_context(a, &m->more[i - 1]) != 0) { return 1; }
+        group[i] = m->more[i - 1];
+    }
+    clffn_status st = clffn_moe_create_split(group, count, &mc, &m->moe);
     if (st != CLFFN_SUCCESS) { return bench_fail("creating the layer", st); }
     const size_t n = a->experts * a->d_model;
     float *router = malloc(n * sizeof *router);
@@ -95,13 +102,17 @@ static void report(const args *a, const moe_run *m, size_t rows, const timing *t
         printf("{\"experts\": %zu, \"top_k\": %zu, \"tokens\": %zu, \"d_model\": %zu, "
                "\"d_ff\": %zu, \"weights_dtype\": \"%s\", \"best_s\": %.6g, \"median_s\": %.6g, "
                "\"gflops\": %.6g, \"experts_read\": %zu, \"weights_read_bytes\": %.0f, "
-               "\"dense_rows\": %zu, \"dense_best_s\": %.6g, \"speed_vs_dense\": %.4g}\n",
+               "\"dense_rows\": %zu, \"dense_best_s\": %.6g, \"speed_vs_dense\": %.4g, "
+               "\"contexts\": %zu}\n",
                a->experts, a->top_k, T, a->d_model, a->d_ff, clffn_dtype_name(a->dtype), tm->best_s,
-               tm->median_s, gflops, m->chosen, read, rows, td->best_s, ratio);
+               tm->median_s, gflops, m->chosen, read, rows, td->best_s, ratio,
+               a->split > 1 ? a->split : (size_t)1);
         return;
     }
-    printf("layer:         %zu experts, top-%zu, %zu tokens, %zu -> %zu, %s weights\n", a->experts,
+    printf("layer:         %zu experts, top-%zu, %zu tokens, %zu -> %zu, %s weights", a->experts,
            a->top_k, T, a->d_model, a->d_ff, clffn_dtype_name(a->dtype));
+    if (a->split > 1) { printf(", split over %zu contexts", a->split); }
+    printf("\n");
     printf("forward:       best %.3f ms, median %.3f ms over %d reps: %.1f GFLOP/s\n",
            tm->best_s * 1e3, tm->median_s * 1e3, a->reps, gflops);
     printf("weights read:  %zu of %zu experts, %.0f bytes (router included): %.1f GB/s\n",
@@ -124,6 +135,9 @@ int bench_moe(const args *a) {
         report(a, &m, rows, &tm, &td, (double)clffn_ffn_weight_bytes(clffn_moe_expert(m.moe, 0)));
     }
     clffn_moe_destroy(m.moe);
+    for (size_t i = 0; i < sizeof m.more / sizeof m.more[0]; ++i) {
+        clffn_context_destroy(m.more[i]);
+    }
     device_teardown(&r);
     return rc;
 }
