@@ -372,14 +372,15 @@ inline void clffn_row_lanes(__global const uchar *row, ulong cols, __global cons
 
 // The pass's tokens: max_tokens, or count[count_at] where the count lives on the device (an
 // expert of a mixture-of-experts layer, whose rows the host does not read back: it launches for
-// the most it could have, and a count of 0 returns before any weight is read). count is NULL
-// otherwise. Every work-item sees the same value, so the early return is uniform.
+// the most it could have, and with a count of 0, live is 0 and no weight is read). count is NULL
+// otherwise. Not an early return: Mesa's compiler warns of every kernel argument read after
+// one at the top of a kernel ("load_kernel_arg in control flow").
 inline uint clffn_pass_tokens(uint max_tokens, __global const uint *count, uint count_at) {
   return count ? min(max_tokens, count[count_at]) : max_tokens;
 }
 #define CLFFN_PASS_TOKENS()                                                                  \
   const uint tokens = clffn_pass_tokens(max_tokens, count, count_at);                        \
-  if (tokens == 0) { return; }
+  const int live = tokens > 0
 
 // ---- y = x·Wᵀ: along the rows -------------------------------------------------------------------
 
@@ -402,14 +403,14 @@ void clffn_wgemv_rows(__global const uchar *restrict w, const ulong w_off, const
   float sum[CLFFN_WTOKENS];
 #if CLFFN_ROW_SPLIT > 1
   for (uint t = 0; t < CLFFN_WTOKENS; ++t) { sum[t] = 0.0f; }
-  if (r < rows) {
+  if (r < rows && live) {
     clffn_row_lanes(w + w_off + r * row_bytes, cols, x + x_off, ldx, tokens, s, sum);
   }
 #else
   floatRV acc[CLFFN_WTOKENS];
   float tail[CLFFN_WTOKENS];
   for (uint t = 0; t < CLFFN_WTOKENS; ++t) { acc[t] = (floatRV)0.0f; tail[t] = 0.0f; }
-  if (r < rows) {
+  if (r < rows && live) {
     __global const uchar *row = w + w_off + r * row_bytes;
     __global const float *xr = x + x_off;
     const ulong blocks = cols / CLFFN_QK;
@@ -463,7 +464,7 @@ void clffn_wgemv_rows(__global const uchar *restrict w, const ulong w_off, const
   barrier(CLK_LOCAL_MEM_FENCE);
   for (uint t = 0; t < CLFFN_WTOKENS; ++t) { sum[t] = part[lr][t][0]; }
 #endif
-  if (s == 0 && r < rows) {
+  if (s == 0 && r < rows && live) {
     for (uint t = 0; t < CLFFN_WTOKENS; ++t) {
       if (t < tokens) {
         __global float *yt = y + y_off + t * ldy + r;
@@ -494,7 +495,7 @@ void clffn_wgemv_rows2(__global const uchar *restrict w, const ulong w_off, cons
     acc[t] = acc2[t] = (floatRV)0.0f;
     tail[t] = tail2[t] = 0.0f;
   }
-  if (r < rows) {
+  if (r < rows && live) {
     __global const uchar *row = w + w_off + r * row_bytes;
     __global const uchar *row2 = r + 1 < rows ? row + row_bytes : row; // an odd last row: unused
     __global const float *xr = x + x_off;
@@ -620,7 +621,7 @@ void clffn_wgemv_cols(__global const uchar *restrict w, const ulong w_off, const
     #pragma unroll
     for (uint v = 0; v < CLFFN_COL_VECS; ++v) { acc[t][v] = (float8)0.0f; }
   }
-  if (c0 < cols) {
+  if (c0 < cols && live) {
     const int whole = c0 + CLFFN_COL_W <= cols;
     if (whole) {
       clffn_col_sums(w + w_off, row_bytes, r0 + s, r1, c0, cols, x + x_off, ldx, tokens, 1, acc);
@@ -645,7 +646,7 @@ void clffn_wgemv_cols(__global const uchar *restrict w, const ulong w_off, const
     }
   }
 #endif
-  if (s != 0 || c0 >= cols) { return; }
+  if (s != 0 || c0 >= cols || !live) { return; }
   const int direct = chunk_rows >= rows;
   for (uint t = 0; t < CLFFN_WTOKENS; ++t) {
     if (t >= tokens) { continue; }
