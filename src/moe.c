@@ -10,7 +10,7 @@
  *    E counts and runs each chosen expert on its n_e rows; CLBlast's products need them.
  *  - counts on the device (xg, yg [E·T, D], o_e = e·T), where every expert's products at T
  *    tokens run clffn's own kernels (decoding): each expert is launched for T rows, its kernels
- *    read n_e from counts, and one with no token returns before reading a weight. No host wait,
+ *    read n_e from counts, and one with no token reads no weight. No host wait,
  *    so a GPU never idles between the routing and the experts. A backward after such a forward
  *    runs the routing and the experts again the other way first (moe_backward.c).
  * y is written by the last kernel alone: a failure anywhere earlier leaves it untouched, and y

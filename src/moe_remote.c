@@ -7,8 +7,9 @@
  *   ─write─► yg rows [o_e, o_e + n_e)
  *
  * and the backward likewise with dyg and dxg, the expert's x being what its host-level forward
- * kept. It runs the same kernels on the same rows as an unsplit layer, so on devices that
- * compute alike the results are the same bits. */
+ * kept; each other context's experts run in turn on a thread of its own, and only their rows
+ * cross to the host. It runs the same kernels on the same rows as an unsplit layer, so on
+ * devices that compute alike the results are the same bits. */
 #include "moe_remote.h"
 
 #include "launch.h"
@@ -54,6 +55,15 @@ typedef struct clffn_remote_group {
     size_t count;
 } group;
 
+/* How many rows the group's experts have, and in *first where the first one starts (floats
+ * into the pass's buffers): one run, since a context owns consecutive experts and the rows
+ * follow the experts' order. */
+static size_t rows_of(const group *g, size_t *first) {
+    const clffn_remote_job *a = g->first, *z = g->first + g->count - 1;
+    *first = a->row0 * g->pass->d_model;
+    return z->row0 + z->n - a->row0;
+}
+
 static void *run_group(void *arg) {
     group *g = arg;
     for (size_t i = 0; i < g->count; ++i) { g->first[i].st = run_job(g->pass, &g->first[i]); }
@@ -74,21 +84,31 @@ clffn_status clffn__remote_start(clffn_remote_pass *p, cl_command_queue q) {
         return CLFFN_ERROR_OUT_OF_HOST_MEMORY;
     }
     p->host_out = p->host_in + p->rows * p->d_model;
-    const clffn_status st = (clffn_status)clffn__read(q, p->in, 0, bytes, p->host_in, 0, NULL);
-    for (size_t i = 0; i < p->count; ++i) { p->jobs[i].st = st; } /* none runs on failure */
-    if (st != CLFFN_SUCCESS) { return st; }
     for (size_t i = 0; i < p->count;) { /* one group per run of the same context */
         size_t n = 1;
         while (i + n < p->count && p->jobs[i + n].f->ctx == p->jobs[i].f->ctx) { ++n; }
-        group *g = &p->groups[p->n_groups];
+        group *g = &p->groups[p->n_groups++];
         g->pass = p, g->first = &p->jobs[i], g->count = n;
-        if (pthread_create(&p->threads[p->n_groups], NULL, run_group, g) != 0) {
+        i += n;
+    }
+    clffn_status st = CLFFN_SUCCESS;
+    for (size_t i = 0; i < p->n_groups && st == CLFFN_SUCCESS; ++i) { /* the groups' rows alone */
+        size_t off;
+        const size_t len = rows_of(&p->groups[i], &off) * p->d_model;
+        st = (clffn_status)clffn__read(q, p->in, off * sizeof(float), len * sizeof(float),
+                                       p->host_in + off, 0, NULL);
+    }
+    for (size_t i = 0; i < p->count; ++i) { p->jobs[i].st = st; } /* none runs on failure */
+    for (size_t i = 0; i < p->n_groups; ++i) {
+        group *g = &p->groups[i];
+        if (st != CLFFN_SUCCESS) {
+            g->count = 0; /* not started, not joined */
+        } else if (pthread_create(&p->threads[i], NULL, run_group, g) != 0) {
             run_group(g); /* no thread to be had: here, now */
             g->count = 0;
         }
-        ++p->n_groups, i += n;
     }
-    return CLFFN_SUCCESS;
+    return st;
 }
 
 clffn_status clffn__remote_finish(clffn_remote_pass *p, cl_command_queue q) {
@@ -96,14 +116,12 @@ clffn_status clffn__remote_finish(clffn_remote_pass *p, cl_command_queue q) {
         if (p->groups[i].count) { pthread_join(p->threads[i], NULL); }
     }
     clffn_status st = CLFFN_SUCCESS;
-    for (size_t i = 0; i < p->count && st == CLFFN_SUCCESS; ++i) {
-        const clffn_remote_job *j = &p->jobs[i];
-        const size_t off = j->row0 * p->d_model;
-        st = j->st;
-        if (st == CLFFN_SUCCESS) {
-            st = (clffn_status)clffn__write(q, p->out, off * sizeof(float),
-                                            j->n * p->d_model * sizeof(float), p->host_out + off);
-        }
+    for (size_t i = 0; i < p->count && st == CLFFN_SUCCESS; ++i) { st = p->jobs[i].st; }
+    for (size_t i = 0; i < p->n_groups && st == CLFFN_SUCCESS; ++i) {
+        size_t off;
+        const size_t len = rows_of(&p->groups[i], &off) * p->d_model;
+        st = (clffn_status)clffn__write(q, p->out, off * sizeof(float), len * sizeof(float),
+                                        p->host_out + off);
     }
     free(p->host_in), free(p->groups), free(p->threads);
     p->host_in = p->host_out = NULL, p->groups = NULL, p->threads = NULL, p->n_groups = 0;
