@@ -766,7 +766,8 @@ CLFFN_API clffn_status clffn_backward(clffn_ffn *ffn, size_t tokens, cl_mem x, s
 
 /** Host-level backward of the last host-level forward, blocking: x and dy [T, D] in, dx [T, D]
  *  (may be NULL) and the gradients (host arrays as clffn_init_weights_host() fills, in the
- *  weights' layout) out, overwritten or, with accumulate = 1, added to. Lengths in floats.
+ *  weights' layout) out, overwritten or, with accumulate = 1, added to; grads NULL computes dx
+ *  alone (frozen weights). Lengths in floats.
  *  Errors as clffn_backward(), BUFFER_TOO_SMALL for short arrays. */
 CLFFN_API clffn_status clffn_backward_host(clffn_ffn *ffn, size_t tokens, const float *x,
                                            size_t x_len, const float *dy, size_t dy_len, float *dx,
@@ -899,12 +900,83 @@ CLFFN_API clffn_status clffn_moe_create_split(clffn_context *const *contexts, in
  *  first. -1 when count < 1, E = 0 or e ≥ E. */
 CLFFN_API int clffn_moe_expert_owner(size_t e, size_t experts, int count);
 
+/** What a partial layer asks of its exchange (clffn_moe_exchange_fn's pass, flags or'd). */
+enum {
+    CLFFN_MOE_PASS_BACKWARD = 1,  /* a backward: dy's rows in, dx's out; else a forward */
+    CLFFN_MOE_PASS_GRADS = 2,     /* with the backward: the experts' weight gradients are wanted */
+    CLFFN_MOE_PASS_ACCUMULATE = 4 /* with GRADS: added to what the holder has, not overwritten */
+};
+
+/** Runs, for a partial layer (clffn_moe_create_partial()), the experts it does not hold.
+ *  rows[e] for each of the E experts: how many rows expert e has in this pass (0 for the
+ *  experts the layer holds itself and for those no token chose). in and out are [Σ rows, D],
+ *  the experts' rows one after another in expert order. A forward (pass 0) hands x's rows and
+ *  wants each expert's FFN output of them; a backward (CLFFN_MOE_PASS_BACKWARD) hands dy's rows
+ *  (already scaled by the tokens' routing weights) and wants dx's, differentiated at the rows of
+ *  the last forward pass. With CLFFN_MOE_PASS_GRADS each expert's weight and bias gradients
+ *  are computed where it is held and kept there (overwritten, or added with
+ *  CLFFN_MOE_PASS_ACCUMULATE; an expert with no rows gets zeros unless accumulating), for the
+ *  program to collect. Called on the layer's calling thread while the layer's own experts run
+ *  on its device. Returns CLFFN_SUCCESS, or the status the layer's pass then fails with (out is
+ *  then not used). libclffn_mpi's clffn_mpi_moe_exchange() is one, over MPI ranks. */
+typedef clffn_status (*clffn_moe_exchange_fn)(void *user, int pass, const size_t *rows,
+                                              const float *in, float *out);
+
+/** Creates a mixture-of-experts layer on ctx that holds only the routed experts [first, first +
+ *  count) (and the router, the shared expert and the combine, as clffn_moe_create()'s); every
+ *  other expert's rows go through exchange(user, …) and its outputs come back the same way
+ *  (expert parallelism over processes: each holds its own experts, one of them the layer).
+ *  clffn_moe_expert() returns NULL for an expert held elsewhere, its weights are not needed
+ *  here, and the backward leaves such an expert's host gradient arrays as they are (its holder
+ *  has them; clffn_moe_backward() takes no expert gradient buffers, as for a split layer). The
+ *  expert counts are always read back (see clffn_moe_forward()). Where the holders run the
+ *  kernels this layer would on the same rows, the outputs and gradients are a whole layer's
+ *  bits. user is borrowed. Errors: NULL_ARGUMENT (ctx, config, exchange, out);
+ *  INVALID_ARGUMENT (count = 0 or first + count beyond E); clffn_moe_create()'s. Nothing is left
+ *  behind on error. */
+CLFFN_API clffn_status clffn_moe_create_partial(clffn_context *ctx, const clffn_moe_config *config,
+                                                size_t first, size_t count,
+                                                clffn_moe_exchange_fn exchange, void *user,
+                                                clffn_moe **out);
+
+/** The other side of an exchange: the routed experts [first, first + count) of a layer held
+ *  in a process that does not hold the layer, run on the rows a partial layer sends them. */
+typedef struct clffn_moe_holder clffn_moe_holder;
+
+/** Creates a holder of the experts [first, first + count) of a layer of config, on ctx, their
+ *  FFNs without weights (upload them through clffn_moe_holder_expert()). Errors: NULL_ARGUMENT;
+ *  INVALID_ARGUMENT (count = 0 or first + count beyond E); clffn_moe_create()'s config checks;
+ *  clffn_ffn_create()'s. Nothing is left behind on error. */
+CLFFN_API clffn_status clffn_moe_holder_create(clffn_context *ctx, const clffn_moe_config *config,
+                                               size_t first, size_t count, clffn_moe_holder **out);
+
+/** Releases the holder and its experts (NULL is a no-op). */
+CLFFN_API void clffn_moe_holder_destroy(clffn_moe_holder *holder);
+
+/** Expert e of the layer (first ≤ e < first + count), owned by the holder; NULL for any other. */
+CLFFN_API clffn_ffn *clffn_moe_holder_expert(clffn_moe_holder *holder, size_t e);
+
+/** One pass of the layer's exchange (clffn_moe_exchange_fn's pass and rows [E]) on the held
+ *  experts, blocking: in and out are [Σ rows[e], D] over the held e alone, in expert order.
+ *  A forward runs each expert with rows on them (clffn_forward_host()) and keeps the rows for
+ *  the backward; a backward differentiates at them, each expert's dx into out and, with
+ *  CLFFN_MOE_PASS_GRADS, its weight and bias gradients into grads[e − first] (count host sets,
+ *  as clffn_backward_host() takes; overwritten, or added with CLFFN_MOE_PASS_ACCUMULATE; an
+ *  expert without rows: zeroed unless accumulating). Errors: NULL_ARGUMENT (in or out with
+ *  rows, grads with GRADS); NO_FORWARD (a backward whose rows are not the last forward's);
+ *  OUT_OF_HOST_MEMORY; the experts' (the first failure; an expert's failure leaves its rows of
+ *  out unspecified). */
+CLFFN_API clffn_status clffn_moe_holder_run(clffn_moe_holder *holder, int pass, const size_t *rows,
+                                            const float *in, float *out,
+                                            const clffn_weight_arrays *grads);
+
 /** Releases the layer, its experts and its device buffers (NULL is a no-op). */
 CLFFN_API void clffn_moe_destroy(clffn_moe *moe);
 
 /** Expert e (0 ≤ e < E), or the shared expert (e = E, when the config has one): an FFN whose
  *  weights are uploaded or bound with the FFN API (clffn_ffn_upload_weights(),
- *  clffn_ffn_upload_weights_typed(), …). Owned by the layer. NULL for any other e. */
+ *  clffn_ffn_upload_weights_typed(), …). Owned by the layer. NULL for any other e, and for an
+ *  expert a partial layer (clffn_moe_create_partial()) does not hold. */
 CLFFN_API clffn_ffn *clffn_moe_expert(clffn_moe *moe, size_t e);
 
 /** Uploads the router (blocking): weight [R, D] row-major (nn.Linear's layout: Mixtral's

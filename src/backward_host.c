@@ -3,6 +3,8 @@
 
 #include "launch.h"
 
+#include <string.h>
+
 static cl_int upload_to(cl_command_queue q, cl_mem m, const float *src, size_t n) {
     return clEnqueueWriteBuffer(q, m, CL_FALSE, 0, n * sizeof(float), src, 0, NULL, NULL);
 }
@@ -100,10 +102,10 @@ clffn_device_weights clffn__host_grads_device(const clffn_ffn *ffn) {
 clffn_status clffn_backward_host(clffn_ffn *ffn, size_t tokens, const float *x, size_t x_len,
                                  const float *dy, size_t dy_len, float *dx, size_t dx_len,
                                  const clffn_weight_arrays *g, int accumulate) {
-    if (!ffn || !x || !dy || !g) { return CLFFN_ERROR_NULL_ARGUMENT; }
+    if (!ffn || !x || !dy) { return CLFFN_ERROR_NULL_ARGUMENT; }
     const clffn_config *c = &ffn->cfg;
-    const bool weights = ffn->w1.dtype == CLFFN_DTYPE_F32;
-    clffn_status st = clffn__host_grads_check(ffn, g);
+    const bool weights = ffn->w1.dtype == CLFFN_DTYPE_F32 && g; /* g NULL: dx alone */
+    clffn_status st = g ? clffn__host_grads_check(ffn, g) : CLFFN_SUCCESS;
     if (st != CLFFN_SUCCESS) { return st; }
     if (!ffn->has_weights) { return CLFFN_ERROR_NO_WEIGHTS; }
     if (tokens == 0 || tokens != ffn->last_tokens) { return CLFFN_ERROR_NO_FORWARD; }
@@ -115,19 +117,21 @@ clffn_status clffn_backward_host(clffn_ffn *ffn, size_t tokens, const float *x, 
     const clffn_workspace *ws = &ffn->ws;
     if (!ws->io_x || ws->io_tokens < tokens) { return CLFFN_ERROR_NO_FORWARD; }
     cl_command_queue q = ffn->ctx->queue;
-    cl_int err = upload_inputs(ffn, n, x, dy, g, accumulate);
+    cl_int err = upload_inputs(ffn, n, x, dy, g, g && accumulate);
     if (err != CL_SUCCESS) {
         clffn__finish(q);
         return (clffn_status)err;
     }
-    const clffn_device_weights dg = clffn__host_grads_device(ffn);
+    clffn_device_weights dg;
+    memset(&dg, 0, sizeof dg);
+    if (g) { dg = clffn__host_grads_device(ffn); }
     st = clffn_backward(ffn, tokens, ws->io_x, 0, ws->io_dy, 0, dx ? ws->io_dx : NULL, 0, &dg,
                         accumulate, q, NULL);
     if (st != CLFFN_SUCCESS) {
         clffn__finish(q);
         return st;
     }
-    err = clffn__host_grads_download(ffn, q, g);
+    err = g ? clffn__host_grads_download(ffn, q, g) : CL_SUCCESS;
     if (err == CL_SUCCESS && dx) { err = download(q, ws->io_dx, dx, n); }
     const cl_int fin = clffn__finish(q);
     return (clffn_status)(err != CL_SUCCESS ? err : fin);

@@ -142,19 +142,20 @@ clffn_status clffn__moe_remote_pass(const clffn_moe *moe, size_t T, bool backwar
     for (size_t e = 0; e < moe->cfg.experts; ++e) {
         const size_t n = moe->host_counts[e];
         if (n && clffn__moe_remote(moe, e)) {
-            const clffn_remote_job j = {moe->ffn[e], n, row0, CLFFN_SUCCESS};
+            const clffn_remote_job j = {moe->ffn[e], n, row0, CLFFN_SUCCESS, e};
             p->jobs[p->count++] = j;
         }
         row0 += n;
     }
     p->rows = T * moe->cfg.top_k, p->d_model = moe->cfg.expert.d_model;
     p->backward = backward;
+    p->exchange = moe->exchange, p->user = moe->exchange_user, p->experts = moe->cfg.experts;
     p->in = backward ? moe->dyg : moe->xg, p->out = backward ? moe->dxg : moe->yg;
     return CLFFN_SUCCESS;
 }
 
 clffn_ffn *clffn_moe_expert(clffn_moe *moe, size_t e) {
-    return moe && e < moe->n_ffn ? moe->ffn[e] : NULL;
+    return moe && e < moe->n_ffn && !clffn__moe_away(moe, e) ? moe->ffn[e] : NULL;
 }
 
 /* A read-only device copy of n host floats (blocking). */
@@ -250,7 +251,9 @@ static clffn_status check_forward(clffn_moe *moe, size_t T, cl_mem x, size_t xo,
     if (x == y && xo != yo && xo < yo + nx && yo < xo + nx) { return CLFFN_ERROR_BUFFER_OVERLAP; }
     if (!moe->router) { return CLFFN_ERROR_NO_WEIGHTS; }
     for (size_t i = 0; i < moe->n_ffn; ++i) {
-        if (!moe->ffn[i]->has_weights) { return CLFFN_ERROR_NO_WEIGHTS; }
+        if (!moe->ffn[i]->has_weights && !clffn__moe_away(moe, i)) {
+            return CLFFN_ERROR_NO_WEIGHTS;
+        }
     }
     return CLFFN_SUCCESS;
 }

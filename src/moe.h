@@ -33,7 +33,12 @@ struct clffn_moe {
     cl_mem dyg, dxg, dxs, dlogit, dys;
     cl_mem g_router, g_rbias;
     cl_uint *host_counts; /* [E] */
-    cl_event last_event;  /* the layer's last kernel: clffn_moe_destroy waits for it */
+    /* a partial layer (clffn_moe_create_partial): experts [held0, held1) here, the others'
+     * rows through exchange (NULL for any other layer) */
+    clffn_moe_exchange_fn exchange;
+    void *exchange_user;
+    size_t held0, held1;
+    cl_event last_event; /* the layer's last kernel: clffn_moe_destroy waits for it */
 };
 
 /* Enqueues one of the layer's kernels over g0 (× g1 when g1 > 0) work-items, keeping its event
@@ -41,13 +46,17 @@ struct clffn_moe {
 cl_int clffn__moe_enqueue(clffn_moe *moe, cl_command_queue q, cl_kernel kernel, size_t g0,
                           size_t g1);
 
-/* Whether expert e runs on another context than the layer's (a layer made by
- * clffn_moe_create_split: it then runs through moe_remote.h), and whether any does; and a
+/* Whether expert e is held by another process (a partial layer's, away) or runs on another
+ * context than the layer's (a layer made by clffn_moe_create_split); either way it runs
+ * through moe_remote.h. Whether any does; and a
  * pass's jobs for those with rows after a forward of T tokens whose counts were read back
  * (p->jobs allocated, for the caller to free after clffn__remote_finish; none for a layer on
  * one context), the forward's (xg into yg) or the backward's (dyg into dxg). */
+static inline bool clffn__moe_away(const clffn_moe *moe, size_t e) {
+    return moe->exchange && e < moe->cfg.experts && (e < moe->held0 || e >= moe->held1);
+}
 static inline bool clffn__moe_remote(const clffn_moe *moe, size_t e) {
-    return moe->ffn[e]->ctx != moe->ctx;
+    return moe->ffn[e]->ctx != moe->ctx || clffn__moe_away(moe, e);
 }
 bool clffn__moe_split(const clffn_moe *moe);
 clffn_status clffn__moe_remote_pass(const clffn_moe *moe, size_t T, bool backward,

@@ -191,6 +191,7 @@ static clffn_status own_grads(clffn_moe *moe) {
     clffn_status st = CLFFN_SUCCESS;
     for (size_t e = 0; e < moe->n_ffn && st == CLFFN_SUCCESS; ++e) {
         clffn_ffn *f = moe->ffn[e];
+        if (clffn__moe_away(moe, e)) { continue; } /* its holder has them */
         st = clffn__workspace_host_backward(&f->ws, f->ctx, &f->cfg, 0,
                                             f->w1.dtype == CLFFN_DTYPE_F32);
     }
@@ -315,7 +316,7 @@ static clffn_status check_host(clffn_moe *moe, size_t T, size_t dy_len, const fl
     if (dy_len < n || (dx && dx_len < n)) { return CLFFN_ERROR_BUFFER_TOO_SMALL; }
     clffn_status st = CLFFN_SUCCESS;
     for (size_t e = 0; eg && e < moe->n_ffn && st == CLFFN_SUCCESS; ++e) {
-        st = clffn__host_grads_check(moe->ffn[e], &eg[e]);
+        if (!clffn__moe_away(moe, e)) { st = clffn__host_grads_check(moe->ffn[e], &eg[e]); }
     }
     return st;
 }
@@ -366,6 +367,7 @@ static cl_int download_all(clffn_moe *moe, size_t T, float *dx, float *rg, float
            : CL_SUCCESS;
     if (err == CL_SUCCESS && rg) { err = move_router(moe, 0, rg, rbg); }
     for (size_t e = 0; eg && e < moe->n_ffn && err == CL_SUCCESS; ++e) {
+        if (clffn__moe_away(moe, e)) { continue; } /* the caller's arrays as they are */
         if (e < moe->cfg.experts && moe->host_counts[e] == 0) {
             if (!accumulate) { zero_host(&moe->cfg.expert, &eg[e]); }
             continue;
@@ -395,6 +397,7 @@ clffn_status clffn_moe_backward_host(clffn_moe *moe, size_t tokens, const float 
         err = move_router(moe, 1, router_grad, router_bias_grad);
     }
     for (size_t e = 0; eg && accumulate && e < moe->n_ffn && err == CL_SUCCESS; ++e) {
+        if (clffn__moe_away(moe, e)) { continue; }
         err = clffn__host_grads_upload(moe->ffn[e], moe->ffn[e]->ctx->queue, &eg[e]);
     }
     if (err != CL_SUCCESS) {

@@ -70,8 +70,63 @@ static void *run_group(void *arg) {
     return NULL;
 }
 
+/* A partial layer's jobs: each one's rows read into the host, packed in job order (the
+ * exchange's layout), and rows_of filled. No thread: finish calls the exchange. */
+static clffn_status exchange_start(clffn_remote_pass *p, cl_command_queue q) {
+    clffn_status st = CLFFN_SUCCESS;
+    size_t at = 0; /* floats into host_in */
+    for (size_t i = 0; i < p->count && st == CLFFN_SUCCESS; ++i) {
+        const clffn_remote_job *j = &p->jobs[i];
+        const size_t len = j->n * p->d_model;
+        p->rows_of[j->expert] = j->n;
+        st = (clffn_status)clffn__read(q, p->in, j->row0 * p->d_model * sizeof(float),
+                                       len * sizeof(float), p->host_in + at, 0, NULL);
+        at += len;
+    }
+    for (size_t i = 0; i < p->count; ++i) { p->jobs[i].st = st; }
+    return st;
+}
+
+/* The exchange (with the layer's own experts flushed to its device first, to run meanwhile),
+ * then every job's output rows written back where its rows came from. */
+static clffn_status exchange_finish(clffn_remote_pass *p, cl_command_queue q) {
+    const int pass = !p->backward ? 0
+                                  : CLFFN_MOE_PASS_BACKWARD | (p->own ? CLFFN_MOE_PASS_GRADS : 0) |
+                                        (p->own && p->accumulate ? CLFFN_MOE_PASS_ACCUMULATE : 0);
+    clffn_status st = CLFFN_SUCCESS;
+    for (size_t i = 0; i < p->count && st == CLFFN_SUCCESS; ++i) { st = p->jobs[i].st; }
+    if (st == CLFFN_SUCCESS) { st = (clffn_status)clFlush(q); }
+    if (st == CLFFN_SUCCESS) {
+        st = p->exchange(p->user, pass, p->rows_of, p->host_in, p->host_out);
+    }
+    size_t at = 0;
+    for (size_t i = 0; i < p->count && st == CLFFN_SUCCESS; ++i) {
+        const clffn_remote_job *j = &p->jobs[i];
+        const size_t len = j->n * p->d_model;
+        st = (clffn_status)clffn__write(q, p->out, j->row0 * p->d_model * sizeof(float),
+                                        len * sizeof(float), p->host_out + at);
+        at += len;
+    }
+    return st;
+}
+
 clffn_status clffn__remote_start(clffn_remote_pass *p, cl_command_queue q) {
-    p->threads = NULL, p->groups = NULL, p->host_in = NULL, p->n_groups = 0;
+    p->threads = NULL, p->groups = NULL, p->host_in = NULL, p->n_groups = 0, p->rows_of = NULL;
+    if (p->exchange) { /* called on every pass, rows or none: its holders keep step */
+        const size_t bytes = p->rows * p->d_model * sizeof(float);
+        p->host_in = malloc(2 * bytes + sizeof(float));
+        p->rows_of = calloc(p->experts, sizeof *p->rows_of);
+        if (!p->host_in || !p->rows_of) {
+            free(p->host_in), free(p->rows_of);
+            p->host_in = NULL, p->rows_of = NULL;
+            for (size_t i = 0; i < p->count; ++i) {
+                p->jobs[i].st = CLFFN_ERROR_OUT_OF_HOST_MEMORY;
+            }
+            return CLFFN_ERROR_OUT_OF_HOST_MEMORY;
+        }
+        p->host_out = p->host_in + p->rows * p->d_model;
+        return exchange_start(p, q);
+    }
     if (p->count == 0) { return CLFFN_SUCCESS; }
     const size_t bytes = p->rows * p->d_model * sizeof(float);
     p->host_in = malloc(2 * bytes);
@@ -112,6 +167,16 @@ clffn_status clffn__remote_start(clffn_remote_pass *p, cl_command_queue q) {
 }
 
 clffn_status clffn__remote_finish(clffn_remote_pass *p, cl_command_queue q) {
+    if (p->exchange) {
+        clffn_status st = CLFFN_SUCCESS;
+        if (p->host_in) { st = exchange_finish(p, q); }
+        for (size_t i = 0; !p->host_in && i < p->count && st == CLFFN_SUCCESS; ++i) {
+            st = p->jobs[i].st;
+        }
+        free(p->host_in), free(p->rows_of);
+        p->host_in = p->host_out = NULL, p->rows_of = NULL;
+        return st;
+    }
     for (size_t i = 0; i < p->n_groups; ++i) {
         if (p->groups[i].count) { pthread_join(p->threads[i], NULL); }
     }

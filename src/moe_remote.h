@@ -9,11 +9,13 @@
 
 #include <pthread.h>
 
-/* An expert on another context and its rows [row0, row0 + n) of the pass's buffers. */
+/* An expert on another context (or, with an exchange, held elsewhere: f is then the layer's
+ * idle stand-in) and its rows [row0, row0 + n) of the pass's buffers. */
 typedef struct clffn_remote_job {
     clffn_ffn *f;
     size_t n, row0;
     clffn_status st;
+    size_t expert;
 } clffn_remote_job;
 
 struct clffn_remote_group;
@@ -29,6 +31,11 @@ typedef struct clffn_remote_pass {
     size_t count, rows, d_model;
     int backward, own, accumulate;
     cl_mem in, out;
+    /* a partial layer's: every job's rows go through exchange(user, …) in finish, packed in job
+     * order (rows_of: [experts], each job's count), and no thread starts */
+    clffn_moe_exchange_fn exchange;
+    void *user;
+    size_t experts, *rows_of;
     float *host_in, *host_out;
     struct clffn_remote_group *groups;
     pthread_t *threads;
@@ -37,8 +44,9 @@ typedef struct clffn_remote_pass {
 
 /* Reads in to the host (blocking on the layer's queue q) and starts a thread per context that
  * runs its jobs in turn; the caller's thread may enqueue its own work on q meanwhile. finish
- * must follow whatever start returned: it waits for the threads, writes each job's rows of out
- * (blocking on q) and returns the first failure's status (start's own included). */
+ * must follow whatever start returned: it waits for the threads (or, with an exchange, flushes
+ * q and calls it), writes each job's rows of out (blocking on q) and returns the first
+ * failure's status (start's own included). */
 clffn_status clffn__remote_start(clffn_remote_pass *p, cl_command_queue q);
 clffn_status clffn__remote_finish(clffn_remote_pass *p, cl_command_queue q);
 

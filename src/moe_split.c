@@ -1,6 +1,8 @@
 /* clffn_moe_create_split: a mixture-of-experts layer whose routed experts live on the contexts
- * of an in-process group (moe.c runs them, moe_remote.c moves their rows). Above the layer's own
- * files: it makes a layer, then moves experts to their owners. */
+ * of an in-process group (moe.c runs them, moe_remote.c moves their rows); and
+ * clffn_moe_create_partial: one that holds some experts and hands the others' rows to an
+ * exchange of the program's (another process holds them). Above the layer's own files: each
+ * makes a layer, then says where its experts are. */
 #include "moe.h"
 
 int clffn_moe_expert_owner(size_t e, size_t experts, int count) {
@@ -31,6 +33,24 @@ clffn_status clffn_moe_create_split(clffn_context *const *contexts, int count,
         clffn_moe_destroy(moe);
         return st;
     }
+    *out = moe;
+    return CLFFN_SUCCESS;
+}
+
+clffn_status clffn_moe_create_partial(clffn_context *ctx, const clffn_moe_config *config,
+                                      size_t first, size_t count, clffn_moe_exchange_fn exchange,
+                                      void *user, clffn_moe **out) {
+    if (!ctx || !config || !exchange || !out) { return CLFFN_ERROR_NULL_ARGUMENT; }
+    if (count == 0 || first > config->experts || count > config->experts - first) {
+        return CLFFN_ERROR_INVALID_ARGUMENT;
+    }
+    clffn_moe *moe = NULL;
+    const clffn_status st = clffn_moe_create(ctx, config, &moe);
+    if (st != CLFFN_SUCCESS) { return st; }
+    /* the experts held elsewhere keep their idle stand-ins: FFNs without weights, whose kernels
+     * are the held ones' (one program), so every loop over the experts stays as it is */
+    moe->exchange = exchange, moe->exchange_user = user;
+    moe->held0 = first, moe->held1 = first + count;
     *out = moe;
     return CLFFN_SUCCESS;
 }

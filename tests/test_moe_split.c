@@ -1,8 +1,10 @@
-/* A mixture-of-experts layer split over an in-process group (clffn_moe_create_split) against the
- * same layer on one context. The group's contexts share the test device, so each expert runs
- * the kernels the unsplit layer runs on the same rows, and everything must be the same bits:
- * the choice, y, dx, the router's gradients and every expert's, accumulated twice; dx alone;
- * a layer with a gated shared expert; the owners; bad arguments. */
+/* A mixture-of-experts layer split over an in-process group (clffn_moe_create_split), and one
+ * partly held elsewhere (clffn_moe_create_partial, its other experts in clffn_moe_holders that
+ * stand for other processes), against the same layer on one context. All contexts share the
+ * test device, so each expert runs the kernels the whole layer runs on the same rows, and
+ * everything must be the same bits: the choice, y, dx, the router's gradients and every
+ * expert's, accumulated twice; dx alone; a layer with a gated shared expert; the owners; an
+ * exchange that fails; bad arguments. */
 #include "common.h"
 #include "ffn.h" /* an expert's context */
 
@@ -41,15 +43,82 @@ static void data_free(split_data *d) {
     for (size_t e = 0; e < d->n_w; ++e) { test_weights_free(&d->w[e]); }
 }
 
-static clffn_moe *layer(clffn_context *const *ctx, int count, const split_data *d) {
+/* The experts [*first, *first + return) that owner r of count holds. */
+static size_t held_by(int r, int count, size_t *first) {
+    size_t n = 0;
+    *first = E;
+    for (size_t e = 0; e < E; ++e) {
+        if (clffn_moe_expert_owner(e, E, count) == r) {
+            *first = n ? *first : e;
+            ++n;
+        }
+    }
+    return n;
+}
+
+/* The other processes of a partial layer, in this one: holder r (1 ≤ r < count) on ctx[r]. */
+typedef struct holders {
+    int count, calls;
+    clffn_status fail; /* what the exchange returns instead of running, when set */
+    clffn_moe_holder *h[MAXG];
+    const clffn_weight_arrays *grads[MAXG]; /* holder r's experts' gradient arrays */
+} holders;
+
+/* The exchange: each holder's rows, a contiguous run since the owners go up with e. */
+static clffn_status exchange(void *user, int pass, const size_t *rows, const float *in,
+                             float *out) {
+    holders *hs = user;
+    ++hs->calls;
+    if (hs->fail != CLFFN_SUCCESS) { return hs->fail; }
+    size_t at = 0;
+    for (int r = 1; r < hs->count; ++r) {
+        size_t first, n = 0;
+        const size_t held = held_by(r, hs->count, &first);
+        for (size_t e = first; e < first + held; ++e) { n += rows[e]; }
+        const clffn_status st =
+            clffn_moe_holder_run(hs->h[r], pass, rows, in + at * D, out + at * D, hs->grads[r]);
+        if (st != CLFFN_SUCCESS) { return st; }
+        at += n;
+    }
+    return CLFFN_SUCCESS;
+}
+
+static void upload(clffn_ffn *f, const split_data *d, size_t e) {
+    cr_assert(f, "expert %zu", e);
+    ASSERT_OK(clffn_ffn_upload_weights(f, CLFFN_LAYOUT_OUT_IN, &d->w[e].host));
+}
+
+/* A split layer over count contexts; with hs, a partial one holding owner 0's experts on
+ * ctx[0], the others' in hs's holders. */
+static clffn_moe *layer(clffn_context *const *ctx, int count, const split_data *d, holders *hs) {
     clffn_moe *moe = NULL;
-    ASSERT_OK(clffn_moe_create_split(ctx, count, &d->c, &moe));
+    size_t first;
+    const size_t held = held_by(0, count, &first);
+    if (hs) {
+        ASSERT_OK(clffn_moe_create_partial(ctx[0], &d->c, first, held, exchange, hs, &moe));
+        hs->count = count, hs->calls = 0, hs->fail = CLFFN_SUCCESS;
+        for (int r = 1; r < count; ++r) {
+            const size_t n = held_by(r, count, &first);
+            ASSERT_OK(clffn_moe_holder_create(ctx[r], &d->c, first, n, &hs->h[r]));
+            for (size_t e = first; e < first + n; ++e) {
+                upload(clffn_moe_holder_expert(hs->h[r], e), d, e);
+                cr_assert(!clffn_moe_expert(moe, e), "expert %zu is held elsewhere", e);
+            }
+        }
+    } else {
+        ASSERT_OK(clffn_moe_create_split(ctx, count, &d->c, &moe));
+    }
     ASSERT_OK(clffn_moe_upload_router(moe, d->router, d->bias));
     for (size_t e = 0; e < d->n_w; ++e) {
-        ASSERT_OK(
-            clffn_ffn_upload_weights(clffn_moe_expert(moe, e), CLFFN_LAYOUT_OUT_IN, &d->w[e].host));
+        if (!hs || e >= E || clffn_moe_expert_owner(e, E, count) == 0) {
+            upload(clffn_moe_expert(moe, e), d, e);
+        }
     }
     return moe;
+}
+
+static void holders_free(holders *hs) {
+    for (int r = 1; hs && r < hs->count; ++r) { clffn_moe_holder_destroy(hs->h[r]); }
 }
 
 /* What one layer gives: y, the choice, dx, the router's gradients, each expert's. */
@@ -60,7 +129,7 @@ typedef struct outputs {
     size_t n[E + 1][6];
 } outputs;
 
-static void run(clffn_moe *moe, const split_data *d, int with_grads, outputs *o) {
+static void run(clffn_moe *moe, const split_data *d, int with_grads, outputs *o, holders *hs) {
     const size_t Fd = F * D;
     clffn_weight_arrays eg[E + 1];
     for (size_t e = 0; e < d->n_w; ++e) {
@@ -72,6 +141,11 @@ static void run(clffn_moe *moe, const split_data *d, int with_grads, outputs *o)
         }
         const clffn_weight_arrays a = {o->g[e][0], NULL, o->g[e][2], NULL, o->g[e][4], NULL};
         eg[e] = a;
+    }
+    for (int r = 1; hs && r < hs->count; ++r) { /* the holders' experts' arrays */
+        size_t first;
+        held_by(r, hs->count, &first);
+        hs->grads[r] = with_grads ? &eg[first] : NULL;
     }
     ASSERT_OK(clffn_moe_forward_host(moe, T, d->x, T * D, o->y, T * D, o->ch, o->wt));
     for (int pass = 0; pass < 2; ++pass) { /* the second accumulates onto the first */
@@ -90,22 +164,26 @@ static void same_bits(const void *a, const void *b, size_t bytes, const char *wh
     cr_assert(!memcmp(a, b, bytes), "%s over %d contexts differs from one context's", what, count);
 }
 
-static void compare(int shared_gate, int with_grads) {
+static void compare(int shared_gate, int with_grads, int partial) {
     clffn_context *ctx[MAXG];
     for (int i = 0; i < MAXG; ++i) { ctx[i] = test_context(); }
     split_data *d = malloc(sizeof *d);
     outputs *one = calloc(1, sizeof *one), *many = calloc(1, sizeof *many);
     cr_assert(d && one && many);
     data_make(d, shared_gate, 40 + (uint64_t)shared_gate);
-    clffn_moe *ref = layer(ctx, 1, d);
-    run(ref, d, with_grads, one);
+    clffn_moe *ref = layer(ctx, 1, d, NULL);
+    run(ref, d, with_grads, one, NULL);
+    holders hs;
+    memset(&hs, 0, sizeof hs);
     for (int count = 2; count <= MAXG; ++count) {
-        clffn_moe *moe = layer(ctx, count, d);
-        for (size_t e = 0; e < E; ++e) { /* the experts live where the owner rule says */
+        clffn_moe *moe = layer(ctx, count, d, partial ? &hs : NULL);
+        for (size_t e = 0; !partial && e < E; ++e) { /* the experts live where the owners are */
             const int owner = clffn_moe_expert_owner(e, E, count);
             cr_assert(clffn_moe_expert(moe, e)->ctx == ctx[owner], "expert %zu", e);
         }
-        run(moe, d, with_grads, many);
+        run(moe, d, with_grads, many, partial ? &hs : NULL);
+        cr_assert(!partial || hs.calls == 3, "%d exchanges for a forward and two backwards",
+                  hs.calls);
         same_bits(one->ch, many->ch, sizeof one->ch, "the choice", count);
         same_bits(one->y, many->y, sizeof one->y, "y", count);
         same_bits(one->dx, many->dx, sizeof one->dx, "dx", count);
@@ -124,6 +202,7 @@ static void compare(int shared_gate, int with_grads) {
         outputs_free(many, d->n_w);
         memset(many, 0, sizeof *many);
         clffn_moe_destroy(moe);
+        holders_free(partial ? &hs : NULL);
     }
     outputs_free(one, d->n_w);
     clffn_moe_destroy(ref);
@@ -132,9 +211,12 @@ static void compare(int shared_gate, int with_grads) {
     for (int i = 0; i < MAXG; ++i) { clffn_context_destroy(ctx[i]); }
 }
 
-Test(moe_split, equals_one_context, .timeout = 300) { compare(0, 1); }
-Test(moe_split, with_a_gated_shared_expert, .timeout = 300) { compare(1, 1); }
-Test(moe_split, dx_alone, .timeout = 300) { compare(0, 0); }
+Test(moe_split, equals_one_context, .timeout = 300) { compare(0, 1, 0); }
+Test(moe_split, with_a_gated_shared_expert, .timeout = 300) { compare(1, 1, 0); }
+Test(moe_split, dx_alone, .timeout = 300) { compare(0, 0, 0); }
+Test(moe_partial, equals_one_context, .timeout = 300) { compare(0, 1, 1); }
+Test(moe_partial, with_a_gated_shared_expert, .timeout = 300) { compare(1, 1, 1); }
+Test(moe_partial, dx_alone, .timeout = 300) { compare(0, 0, 1); }
 
 /* Contiguous runs, the lower experts first, every context some; -1 out of range. */
 Test(moe_split, owners) {
@@ -167,7 +249,7 @@ Test(moe_split, bad_arguments) {
     split_data *d = malloc(sizeof *d);
     cr_assert(d);
     data_make(d, 0, 7);
-    moe = layer(ctx, 2, d);
+    moe = layer(ctx, 2, d, NULL);
     cl_int err;
     const size_t bytes = T * D * sizeof(float);
     cl_mem x =
@@ -186,4 +268,69 @@ Test(moe_split, bad_arguments) {
     data_free(d);
     free(d);
     clffn_context_destroy(ctx[0]), clffn_context_destroy(ctx[1]);
+}
+
+/* An exchange that fails fails the pass with its status, and leaves the caller's arrays as
+ * they were; the next pass, the exchange working again, is right. */
+Test(moe_partial, a_failing_exchange, .timeout = 300) {
+    clffn_context *ctx[2] = {test_context(), test_context()};
+    split_data *d = malloc(sizeof *d);
+    outputs *o = calloc(1, sizeof *o);
+    float *y = malloc(T * D * sizeof *y);
+    cr_assert(d && o && y);
+    data_make(d, 0, 11);
+    holders hs;
+    memset(&hs, 0, sizeof hs);
+    clffn_moe *moe = layer(ctx, 2, d, &hs);
+    hs.fail = (clffn_status)CL_MEM_OBJECT_ALLOCATION_FAILURE;
+    for (size_t i = 0; i < T * D; ++i) { y[i] = 7.0f; }
+    cr_assert(clffn_moe_forward_host(moe, T, d->x, T * D, y, T * D, NULL, NULL) ==
+              (clffn_status)CL_MEM_OBJECT_ALLOCATION_FAILURE);
+    for (size_t i = 0; i < T * D; ++i) { cr_assert(y[i] == 7.0f, "y[%zu] written", i); }
+    cr_assert(hs.calls == 1);
+    hs.fail = CLFFN_SUCCESS;
+    run(moe, d, 0, o, &hs);
+    clffn_moe *whole = layer(ctx, 1, d, NULL);
+    ASSERT_OK(clffn_moe_forward_host(whole, T, d->x, T * D, y, T * D, NULL, NULL));
+    same_bits(y, o->y, T * D * sizeof *y, "y after a failed pass", 2);
+    clffn_moe_destroy(whole);
+    clffn_moe_destroy(moe);
+    holders_free(&hs);
+    outputs_free(o, d->n_w);
+    data_free(d);
+    free(d), free(o), free(y);
+    clffn_context_destroy(ctx[0]), clffn_context_destroy(ctx[1]);
+}
+
+/* Bad partial layers and holders get their status and nothing; a holder differentiates only
+ * its last forward's rows. */
+Test(moe_partial, bad_arguments) {
+    clffn_context *ctx = test_context();
+    const clffn_moe_config c = clffn_moe_config_default(D, F, E, K);
+    clffn_moe *moe = (clffn_moe *)&c;
+    clffn_moe_holder *h = (clffn_moe_holder *)&c;
+    holders hs;
+    memset(&hs, 0, sizeof hs);
+    cr_assert(clffn_moe_create_partial(ctx, &c, 0, 2, NULL, &hs, &moe) ==
+              CLFFN_ERROR_NULL_ARGUMENT);
+    cr_assert(clffn_moe_create_partial(ctx, &c, 0, 0, exchange, &hs, &moe) ==
+              CLFFN_ERROR_INVALID_ARGUMENT);
+    cr_assert(clffn_moe_create_partial(ctx, &c, 4, E - 3, exchange, &hs, &moe) ==
+              CLFFN_ERROR_INVALID_ARGUMENT);
+    cr_assert(clffn_moe_create_partial(ctx, &c, SIZE_MAX, 2, exchange, &hs, &moe) ==
+              CLFFN_ERROR_INVALID_ARGUMENT);
+    cr_assert(clffn_moe_holder_create(NULL, &c, 0, 2, &h) == CLFFN_ERROR_NULL_ARGUMENT);
+    cr_assert(clffn_moe_holder_create(ctx, &c, 2, E - 1, &h) == CLFFN_ERROR_INVALID_ARGUMENT);
+    cr_assert(moe == (clffn_moe *)&c && h == (clffn_moe_holder *)&c);
+    ASSERT_OK(clffn_moe_holder_create(ctx, &c, 2, 3, &h));
+    cr_assert(clffn_moe_holder_expert(h, 1) == NULL && clffn_moe_holder_expert(h, 5) == NULL);
+    cr_assert(clffn_moe_holder_expert(h, 2) != NULL && clffn_moe_holder_expert(h, 4) != NULL);
+    size_t rows[E] = {0, 0, 1, 0, 0, 0};
+    float in[D] = {0}, out[D];
+    cr_assert(clffn_moe_holder_run(h, CLFFN_MOE_PASS_BACKWARD, rows, in, out, NULL) ==
+              CLFFN_ERROR_NO_FORWARD);
+    cr_assert(clffn_moe_holder_run(h, 0, rows, NULL, out, NULL) == CLFFN_ERROR_NULL_ARGUMENT);
+    cr_assert(clffn_moe_holder_run(h, 0, rows, in, out, NULL) == CLFFN_ERROR_NO_WEIGHTS);
+    clffn_moe_holder_destroy(h);
+    clffn_context_destroy(ctx);
 }
