@@ -52,7 +52,7 @@ static void fill(float *a, size_t n, float scale, uint64_t seed) {
 }
 
 typedef struct named {
-    const char *name;
+    char name[96];
     size_t rank;
     uint64_t shape[2];
 } named;
@@ -73,8 +73,9 @@ static void write_inputs(uint64_t D) {
 }
 
 static void write_case(const named *ts, size_t n, uint64_t D) {
-    clffn_st_out o[8];
-    float *data[8];
+    clffn_st_out o[64];
+    float *data[64];
+    cr_assert(n <= 64);
     for (size_t i = 0; i < n; ++i) {
         const size_t numel = (size_t)(ts[i].shape[0] * (ts[i].rank == 2 ? ts[i].shape[1] : 1));
         data[i] = malloc(numel * sizeof(float));
@@ -142,14 +143,20 @@ static void compare_grads(const char *one, const char *split, size_t expect_tens
     clffn_st_close(&b);
 }
 
-/* The single process (checked against the double reference), then np_from to np_to ranks. */
-static void split_equals_single_on(const char *weights, const char *args, size_t expect_tensors,
-                                   int np_from, int np_to) {
+/* The single process against the double reference. */
+static void single_verified(const char *weights, const char *args) {
     char cmd[2048];
     snprintf(cmd, sizeof cmd, "%s --weights %s --input x.npy --output y1.npy %s --verify",
              CLFFN_RUN_PATH, weights, args);
     cr_assert_eq(run(cmd), 0, "%s", out);
     cr_assert(strstr(out, "PASS") != NULL, "%s", out);
+}
+
+/* The single process (checked against the double reference), then np_from to np_to ranks. */
+static void split_equals_single_on(const char *weights, const char *args, size_t expect_tensors,
+                                   int np_from, int np_to) {
+    char cmd[2048];
+    single_verified(weights, args);
     snprintf(cmd, sizeof cmd,
              "%s --weights %s --input x.npy --output y1.npy %s --grad-output dy.npy "
              "--grads-out g1.safetensors",
@@ -277,4 +284,164 @@ Test(mpi, gguf_q8_0_slices, .init = setup, .fini = teardown, .timeout = 300) {
              CLFFN_MPIEXEC, CLFFN_RUN_PATH);
     cr_assert_eq(run(cmd), 2, "%s", out);
     cr_assert(strstr(out, "must start and end on a multiple of 32") != NULL, "%s", out);
+}
+
+/* --expert-parallel on np_from to np_to ranks against the single process (itself checked
+ * against the double reference): the routing is the same bytes, and so are the output and the
+ * gradient file where the single process also reads the expert counts back (bits; below the
+ * few-token kernels' crossover it keeps them on the device, and its kernels' tiling follows the
+ * pass's T rather than each expert's rows: the same within the tolerance), and each rank read
+ * its own experts' share of the weights. */
+static void experts_split_equal_single(const char *weights, const char *args, int grads, int bits,
+                                       int np_from, int np_to) {
+    char cmd[2048];
+    single_verified(weights, args);
+    const char *backward = grads ? "--grad-output dy.npy --grads-out g%d.safetensors" : "";
+    char b1[96], bn[96];
+    snprintf(b1, sizeof b1, backward, 1);
+    snprintf(cmd, sizeof cmd,
+             "%s --weights %s --input x.npy --output y1.npy --router-out r1.npy %s %s",
+             CLFFN_RUN_PATH, weights, args, b1);
+    cr_assert_eq(run(cmd), 0, "%s", out);
+    for (int np = np_from; np <= np_to; ++np) {
+        snprintf(bn, sizeof bn, backward, np);
+        snprintf(cmd, sizeof cmd,
+                 "%s -np %d %s --expert-parallel --verbose --weights %s --input x.npy "
+                 "--output y%d.npy --router-out r%d.npy %s %s",
+                 CLFFN_MPIEXEC, np, CLFFN_RUN_PATH, weights, np, np, args, bn);
+        cr_assert_eq(run(cmd), 0, "%s", out);
+        char want[64];
+        snprintf(want, sizeof want, "experts over %d ranks", np);
+        cr_assert(strstr(out, want) != NULL, "%s", out);
+        for (int r = 0; r < np; ++r) { /* each rank read its experts, rank 0 also the router */
+            snprintf(want, sizeof want, "rank %d/%d", r, np);
+            const char *line = strstr(out, want);
+            cr_assert_not_null(line, "%s", out);
+            unsigned a = 0, b = 0;
+            int pct = 0;
+            const char *at = strstr(line, "experts [");
+            cr_assert(at && sscanf(at, "experts [%u, %u)", &a, &b) == 2, "%s", line);
+            cr_assert(a < b, "rank %d holds no expert: %s", r, line);
+            at = strstr(line, "MiB (");
+            cr_assert(at && sscanf(at, "MiB (%d%%)", &pct) == 1, "%s", line);
+            cr_assert(pct < 100 && pct > 100 / (np + 2), "rank %d read %d%%: %s", r, pct, line);
+        }
+        snprintf(cmd, sizeof cmd, "cmp r1.npy r%d.npy", np);
+        cr_assert_eq(run(cmd), 0, "%d ranks' routing: %s", np, out);
+        char y[16], g[32];
+        snprintf(y, sizeof y, "y%d.npy", np);
+        snprintf(g, sizeof g, "g%d.safetensors", np);
+        compare_outputs("y1.npy", y);
+        if (grads) { compare_grads("g1.safetensors", g, (size_t)grads); }
+        snprintf(cmd, sizeof cmd, "cmp y1.npy %s && (%d = 0 || cmp g1.safetensors %s)", y, grads,
+                 g);
+        cr_assert(!bits || run(cmd) == 0, "%d ranks: not the same bits: %s", np, out);
+    }
+}
+
+enum { MD = 32, MF = 48, ME = 6 };
+
+/* Mixtral's names for ME experts of [MF, MD], or Qwen2-MoE's with a gated shared expert of its
+ * own width 40. */
+static void write_moe_case(int qwen) {
+    named ts[3 * ME + 5];
+    size_t n = 0;
+    const char *pre = qwen ? "model.layers.0.mlp" : "model.layers.0.block_sparse_moe";
+    snprintf(ts[n].name, sizeof ts[n].name, "%s.gate.weight", pre);
+    ts[n].rank = 2, ts[n].shape[0] = ME, ts[n++].shape[1] = MD;
+    static const char *const mixtral[3] = {"w1", "w3", "w2"};
+    static const char *const qw[3] = {"gate_proj", "up_proj", "down_proj"};
+    for (int e = 0; e <= ME; ++e) {
+        if (e == ME && !qwen) { break; }
+        const uint64_t f = e == ME ? 40 : MF;
+        for (int i = 0; i < 3; ++i) {
+            if (e == ME) {
+                snprintf(ts[n].name, sizeof ts[n].name, "%s.shared_expert.%s.weight", pre, qw[i]);
+            } else {
+                snprintf(ts[n].name, sizeof ts[n].name, "%s.experts.%d.%s.weight", pre, e,
+                         qwen ? qw[i] : mixtral[i]);
+            }
+            ts[n].rank = 2, ts[n].shape[0] = i < 2 ? f : MD, ts[n++].shape[1] = i < 2 ? MD : f;
+        }
+    }
+    if (qwen) {
+        snprintf(ts[n].name, sizeof ts[n].name, "%s.shared_expert_gate.weight", pre);
+        ts[n].rank = 2, ts[n].shape[0] = 1, ts[n++].shape[1] = MD;
+    }
+    write_case(ts, n, MD);
+}
+
+Test(mpi, experts_split_mixtral_two_and_three_ranks, .init = setup, .fini = teardown,
+     .timeout = 300) {
+    write_moe_case(0);
+    experts_split_equal_single("w.safetensors", "--preset mixtral", 3 * ME + 2, 1, 2, 3);
+}
+
+Test(mpi, experts_split_qwen_shared_expert, .init = setup, .fini = teardown, .timeout = 300) {
+    write_moe_case(1);
+    experts_split_equal_single("w.safetensors", "--preset qwen_moe --top-k 3", 3 * ME + 6, 1, 3, 3);
+}
+
+/* A GGUF layer's stacked experts kept in q8_0: each rank reads its experts' blocks of the
+ * stacked tensors; dx alone (compressed experts have no weight gradients). */
+Test(mpi, experts_split_gguf_q8_0, .init = setup, .fini = teardown, .timeout = 300) {
+    enum { D = 64, F = 64, E = 4 };
+    float *router = malloc(E * D * sizeof *router);
+    cr_assert(router);
+    fill(router, E * D, 0.3f, 300);
+    uint8_t *q[3];
+    const size_t bytes = (size_t)E * D * F / 32 * 34;
+    for (int i = 0; i < 3; ++i) {
+        float *w = malloc((size_t)E * D * F * sizeof *w);
+        cr_assert(w);
+        fill(w, (size_t)E * D * F, 0.3f, 301 + (uint64_t)i);
+        q[i] = malloc(bytes);
+        ASSERT_OK(clffn_convert_weights(CLFFN_DTYPE_Q8_0, w, (size_t)E * D * F, q[i], bytes));
+        free(w);
+    }
+    const gw_kv kvs[2] = {{"general.architecture", 8, 0, "mixtral"},
+                          {"mixtral.expert_used_count", 4, 2, NULL}};
+    const gw_tensor ts[4] = {
+        {"blk.0.ffn_gate_inp.weight", CLFFN_GGML_F32, 2, {D, E}, router, E * D * 4, 0},
+        {"blk.0.ffn_gate_exps.weight", CLFFN_GGML_Q8_0, 3, {D, F, E}, q[0], bytes, 0},
+        {"blk.0.ffn_up_exps.weight", CLFFN_GGML_Q8_0, 3, {D, F, E}, q[1], bytes, 0},
+        {"blk.0.ffn_down_exps.weight", CLFFN_GGML_Q8_0, 3, {F, D, E}, q[2], bytes, 0}};
+    size_t len;
+    uint8_t *img = gw_image(3, 32, kvs, 2, ts, 4, &len);
+    char path[128];
+    snprintf(path, sizeof path, "%s/w.gguf", dir);
+    cr_assert_eq(gw_write(path, img, len), 0);
+    free(img), free(router);
+    for (int i = 0; i < 3; ++i) { free(q[i]); }
+    write_inputs(D);
+    experts_split_equal_single("w.gguf", "", 2, 0, 2, 2); /* 15 tokens: counted in one process */
+}
+
+/* A dense layer, more ranks than experts, --verify: refused, by every rank at once. */
+Test(mpi, experts_split_refusals, .init = setup, .fini = teardown, .timeout = 300) {
+    write_moe_case(0);
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "%s -np 7 %s --expert-parallel --preset mixtral --weights w.safetensors "
+             "--input x.npy --output y.npy",
+             CLFFN_MPIEXEC, CLFFN_RUN_PATH);
+    cr_assert_eq(run(cmd), 2, "%s", out);
+    cr_assert(strstr(out, "7 ranks are more than the layer's 6 experts") != NULL, "%s", out);
+    snprintf(cmd, sizeof cmd,
+             "%s --expert-parallel --verify --preset mixtral --weights w.safetensors --input "
+             "x.npy --output y.npy",
+             CLFFN_RUN_PATH);
+    cr_assert_eq(run(cmd), 2, "%s", out);
+    cr_assert(strstr(out, "--verify needs the whole layer") != NULL, "%s", out);
+    write_llama_case();
+    snprintf(cmd, sizeof cmd,
+             "%s -np 2 %s --expert-parallel --preset llama --weights w.safetensors --input "
+             "x.npy --output y.npy",
+             CLFFN_MPIEXEC, CLFFN_RUN_PATH);
+    cr_assert_eq(run(cmd), 2, "%s", out);
+    cr_assert(strstr(out, "is a dense FFN: --expert-parallel") != NULL, "%s", out);
+    struct stat sb;
+    char path[128];
+    snprintf(path, sizeof path, "%s/y.npy", dir);
+    cr_assert(stat(path, &sb) != 0, "an output file was left");
 }

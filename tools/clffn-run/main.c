@@ -6,6 +6,8 @@
  *                                   any rank [..., d_model]; the output keeps the leading shape
  *   mpirun -np N clffn-run --tensor-parallel --weights … --input … --output …
  *                                   the same, the layer split over N ranks (tp.c)
+ *   mpirun -np N clffn-run --expert-parallel --weights … --input … --output …
+ *                                   a mixture-of-experts layer, its experts over N ranks (ep.c)
  *
  * Exit status: 0 success, 1 device or runtime failure (or --verify beyond tolerance), 2 usage
  * error or bad input file. Every failure prints one line naming the file and what is wrong. */
@@ -65,6 +67,7 @@ enum {
     OPT_GRAD_OUTPUT,
     OPT_GRADS_OUT,
     OPT_TENSOR_PARALLEL,
+    OPT_EXPERT_PARALLEL,
     OPT_VERBOSE,
     OPT_WEIGHTS_DTYPE,
     OPT_TOP_K,
@@ -113,9 +116,12 @@ static const tool_option OPTIONS[] = {
     {"tensor-parallel", OPT_TENSOR_PARALLEL, TOOL_FLAG, NULL,
      "under mpirun: split the layer's hidden units over the ranks,\neach reading only its "
      "slice; rank 0 writes the output (and\ngradients)"},
+    {"expert-parallel", OPT_EXPERT_PARALLEL, TOOL_FLAG, NULL,
+     "under mpirun: split a mixture-of-experts layer's experts over\nthe ranks, each reading "
+     "only its own; rank 0 routes, combines\nand writes the output (and gradients)"},
     {"verbose", OPT_VERBOSE, TOOL_FLAG, NULL,
-     "the weights' bytes on the device and their type; with\n--tensor-parallel each rank's "
-     "device, slice and memory"},
+     "the weights' bytes on the device and their type; with\n--tensor-parallel or "
+     "--expert-parallel each rank's device, part\nand memory"},
     {0},
 };
 
@@ -155,6 +161,7 @@ static int take_option(int key, const char *val, options *o) {
     case OPT_RESIDUAL: o->residual = 1; break;
     case OPT_VERIFY: o->verify = 1; break;
     case OPT_TENSOR_PARALLEL: o->tensor_parallel = 1; break;
+    case OPT_EXPERT_PARALLEL: o->expert_parallel = 1; break;
     case OPT_VERBOSE: o->verbose = 1; break;
     case OPT_PRESET:
         if ((o->moe_preset = run_moe_preset_named(val))) { break; }
@@ -218,8 +225,8 @@ static int check_options(const options *o) {
     const int ckpt_only = o->have_act || o->gated_flag || o->dropout > 0.0f || o->train ||
                           o->seed || o->residual || o->verify || o->layer || o->grad_output ||
                           o->grads_out || o->preset != run_preset_default() || o->tensor_parallel ||
-                          o->verbose || o->moe_preset || o->top_k || o->routing_given ||
-                          o->router_out;
+                          o->expert_parallel || o->verbose || o->moe_preset || o->top_k ||
+                          o->routing_given || o->router_out;
     const char *why = NULL;
     if (!o->weights && ckpt_only) {
         why = "these options apply to --weights runs (the demo takes only --device)";
@@ -229,8 +236,11 @@ static int check_options(const options *o) {
         why = "--weights, --input and --output go together";
     } else if (o->tensor_parallel && (o->moe_preset || o->top_k || o->router_out)) {
         why = "--tensor-parallel splits a dense FFN; a mixture-of-experts layer runs on one device";
-    } else if (o->tensor_parallel && o->verify) {
-        why = "--verify needs the whole layer; run it without --tensor-parallel";
+    } else if ((o->tensor_parallel || o->expert_parallel) && o->verify) {
+        why = "--verify needs the whole layer; run it without --tensor-parallel or "
+              "--expert-parallel";
+    } else if (o->tensor_parallel && o->expert_parallel) {
+        why = "--tensor-parallel and --expert-parallel split a layer two ways: take one";
     }
     if (why) { fprintf(stderr, "clffn-run: %s\n", why); }
     return why ? -1 : 0;
@@ -254,18 +264,20 @@ static int tool_main(int argc, char **argv) {
     const int rc = parse_args(argc, argv, &o);
     if (rc >= 0) { return rc; }
     if (!o.weights) { return run_demo(o.device); }
-    if (!o.tensor_parallel) { return run_checkpoint(&o); }
+    if (!o.tensor_parallel && !o.expert_parallel) { return run_checkpoint(&o); }
 #ifdef CLFFN_HAVE_MPI
     if (MPI_Init(&argc, &argv) != MPI_SUCCESS) {
         fprintf(stderr, "clffn-run: MPI_Init failed\n");
         return EXIT_RUNTIME;
     }
-    const int tp = run_tensor_parallel(&o);
+    const int tp = o.expert_parallel ? run_expert_parallel(&o) : run_tensor_parallel(&o);
     MPI_Finalize();
     return tp;
 #else
-    fprintf(stderr, "clffn-run: --tensor-parallel needs MPI, and this clffn-run was built "
-                    "without it (install libopenmpi-dev and rebuild)\n");
+    fprintf(stderr,
+            "clffn-run: --%s-parallel needs MPI, and this clffn-run was built "
+            "without it (install libopenmpi-dev and rebuild)\n",
+            o.expert_parallel ? "expert" : "tensor");
     return EXIT_USAGE;
 #endif
 }

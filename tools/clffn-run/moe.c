@@ -180,7 +180,7 @@ static int choose_routing(const options *o, const ckpt *c, moe_layer *L) {
     return 0;
 }
 
-static int resolve(const options *o, const ckpt *c, moe_layer *L) {
+int run_moe_resolve(const options *o, const ckpt *c, moe_layer *L) {
     memset(L, 0, sizeof *L);
     L->p = run_moe_of(o, c);
     L->router = find(c, L->p->router, o->layer, 0);
@@ -265,9 +265,7 @@ static int load_matrix(const options *o, const ckpt *c, const moe_layer *L, size
     return 0;
 }
 
-/* The type the experts go to the device in: the options' choice, or the file's own where every
- * expert matrix is of one type clffn keeps, else f32. */
-static clffn_dtype experts_dtype(const options *o, const moe_layer *L) {
+clffn_dtype run_moe_dtype(const options *o, const moe_layer *L) {
     if (!o->dtype_stored) { return o->dtype; }
     const size_t n = L->stacked ? 3 : 3 * L->E;
     const ckpt_tensor *first = L->m[0];
@@ -277,17 +275,17 @@ static clffn_dtype experts_dtype(const options *o, const moe_layer *L) {
     return first->keep ? first->dtype : CLFFN_DTYPE_F32;
 }
 
-/* Every expert's weights onto the device (refs: their f32 values, kept for --verify). */
-static int upload_experts(const options *o, const ckpt *c, const moe_layer *L, clffn_moe *moe,
-                          clffn_dtype dtype, float **refs) {
+int run_moe_upload(const options *o, const ckpt *c, const moe_layer *L, clffn_ffn *const *ffns,
+                   clffn_dtype dtype, float **refs) {
     const size_t n_ffn = L->E + (L->shared[0] ? 1 : 0);
     for (size_t e = 0; e < n_ffn; ++e) {
+        clffn_ffn *ffn = ffns[e];
+        if (!ffn) { continue; } /* held elsewhere: not read here */
         void *b[3] = {NULL, NULL, NULL};
         int rc = 0;
         for (int i = 0; i < 3 && rc == 0; ++i) {
             rc = load_matrix(o, c, L, e, i, dtype, &b[i], refs ? &refs[3 * e + i] : NULL);
         }
-        clffn_ffn *ffn = clffn_moe_expert(moe, e);
         const clffn_typed_weights tw = {dtype, b[0], b[1], b[2], NULL, NULL, NULL};
         clffn_status s = CLFFN_SUCCESS;
         if (rc == 0 &&
@@ -353,10 +351,9 @@ static int write_routing(const options *o, const clffn_npy *x, size_t k, const i
     return rc;
 }
 
-/* The layer on the device: forward (printed, verified), routing and output written. */
-static int run_layer(const options *o, const moe_layer *L, clffn_moe *moe,
-                     const clffn_moe_config *mc, const float *router, float *const *refs,
-                     const clffn_npy *x, const clffn_npy *dy) {
+int run_moe_layer(const options *o, const moe_layer *L, clffn_moe *moe, const clffn_moe_config *mc,
+                  const float *router, float *const *refs, const clffn_npy *x, const clffn_npy *dy,
+                  const moe_away *away) {
     const size_t T = (size_t)(x->numel / L->D);
     float *y = malloc((x->numel + 1) * sizeof *y), *wt = malloc((T * L->k + 1) * sizeof *wt);
     int32_t *ch = malloc((T * L->k + 1) * sizeof *ch);
@@ -371,14 +368,17 @@ static int run_layer(const options *o, const moe_layer *L, clffn_moe *moe,
         run_fail("forward pass", s);
     } else {
         const double dt = tool_now_s() - t0;
-        printf("MoE: %zu experts%s%s, top-%zu (%s), d_model %zu, d_ff %zu, %s, %zu tokens\n", L->E,
-               L->shared[0] ? " and a shared one" : "", L->shared_gate ? " behind a gate" : "",
-               L->k, mc->routing == CLFFN_ROUTING_TOPK ? "as they are" : "renormalised", L->D, L->F,
-               clffn_activation_name(mc->expert.activation), T);
+        char over[48] = "";
+        if (away) { snprintf(over, sizeof over, ", experts over %d ranks", away->ranks); }
+        printf("MoE: %zu experts%s%s, top-%zu (%s), d_model %zu, d_ff %zu, %s, %zu tokens%s\n",
+               L->E, L->shared[0] ? " and a shared one" : "",
+               L->shared_gate ? " behind a gate" : "", L->k,
+               mc->routing == CLFFN_ROUTING_TOPK ? "as they are" : "renormalised", L->D, L->F,
+               clffn_activation_name(mc->expert.activation), T, over);
         printf("time: %.3f ms (first call includes kernel builds)\n", dt * 1e3);
         if ((!o->verify || verify(mc, L, router, refs, T, x->data, y) == 0) &&
             (!o->router_out || write_routing(o, x, L->k, ch, wt) == 0) &&
-            (!o->grad_output || run_moe_backward(o, L, moe, x, dy) == 0)) {
+            (!o->grad_output || run_moe_backward(o, L, moe, x, dy, away) == 0)) {
             rc = clffn_npy_save(o->output, y, x->rank, x->shape, err);
             if (rc != 0) {
                 run_report("%s: %s", o->output, err);
@@ -390,8 +390,7 @@ static int run_layer(const options *o, const moe_layer *L, clffn_moe *moe,
     return rc;
 }
 
-/* The input, [..., d_model], and dy (the output's shape) for --grad-output. 0 or -1. */
-static int load_input(const options *o, const moe_layer *L, clffn_npy *x, clffn_npy *dy) {
+int run_moe_load_input(const options *o, const moe_layer *L, clffn_npy *x, clffn_npy *dy) {
     char err[CLFFN_IO_ERR];
     if (clffn_npy_load(o->input, x, err) != 0) {
         run_report("%s: %s", o->input, err);
@@ -405,7 +404,7 @@ static int load_input(const options *o, const moe_layer *L, clffn_npy *x, clffn_
     return o->grad_output ? run_load_dy(o, x, dy) : 0;
 }
 
-static clffn_moe_config moe_config(const options *o, const moe_layer *L) {
+clffn_moe_config run_moe_config(const options *o, const moe_layer *L) {
     clffn_moe_config mc = clffn_moe_config_default(L->D, L->F, L->E, L->k);
     if (o->have_act) { mc.expert.activation = o->act; }
     mc.routing = L->routing;
@@ -415,10 +414,25 @@ static clffn_moe_config moe_config(const options *o, const moe_layer *L) {
     return mc;
 }
 
+/* Every expert of the layer (and its shared one) onto the device. 0 or -1 (reported). */
+static int upload_all(const options *o, const ckpt *c, const moe_layer *L, clffn_moe *moe,
+                      float **refs) {
+    const size_t n_ffn = L->E + (L->shared[0] ? 1 : 0);
+    clffn_ffn **ffns = calloc(n_ffn, sizeof *ffns);
+    if (!ffns) {
+        run_report("out of memory");
+        return -1;
+    }
+    for (size_t e = 0; e < n_ffn; ++e) { ffns[e] = clffn_moe_expert(moe, e); }
+    const int rc = run_moe_upload(o, c, L, ffns, run_moe_dtype(o, L), refs);
+    free(ffns);
+    return rc;
+}
+
 /* Device, layer, router and experts, then the run. The exit status. */
 static int on_device(const options *o, const ckpt *c, const moe_layer *L, const clffn_npy *x,
                      const clffn_npy *dy) {
-    const clffn_moe_config mc = moe_config(o, L);
+    const clffn_moe_config mc = run_moe_config(o, L);
     const size_t n_refs = 3 * (L->E + 1);
     float *router = malloc(moe_router_rows(L) * L->D * sizeof *router);
     float **refs = o->verify ? calloc(n_refs, sizeof *refs) : NULL;
@@ -439,8 +453,8 @@ static int on_device(const options *o, const ckpt *c, const moe_layer *L, const 
     } else if ((s = clffn_moe_create(ctx, &mc, &moe)) != CLFFN_SUCCESS ||
                (s = clffn_moe_upload_router(moe, router, NULL)) != CLFFN_SUCCESS) {
         run_fail("setting up the layer", s);
-    } else if (upload_experts(o, c, L, moe, experts_dtype(o, L), refs) == 0 &&
-               run_layer(o, L, moe, &mc, router, refs, x, dy) == 0) {
+    } else if (upload_all(o, c, L, moe, refs) == 0 &&
+               run_moe_layer(o, L, moe, &mc, router, refs, x, dy, NULL) == 0) {
         rc = 0;
     }
     for (size_t i = 0; refs && i < n_refs; ++i) { free(refs[i]); }
@@ -455,7 +469,7 @@ int run_moe(const options *o, const ckpt *c) {
     moe_layer L;
     clffn_npy x = {0}, dy = {0};
     int rc = EXIT_USAGE;
-    if (resolve(o, c, &L) == 0 && load_input(o, &L, &x, &dy) == 0) {
+    if (run_moe_resolve(o, c, &L) == 0 && run_moe_load_input(o, &L, &x, &dy) == 0) {
         rc = on_device(o, c, &L, &x, &dy);
     }
     clffn_npy_free(&x);

@@ -36,7 +36,7 @@ static size_t outputs(const moe_layer *L, int matrices, float *rg, float *const 
 }
 
 int run_moe_backward(const options *o, const moe_layer *L, clffn_moe *moe, const clffn_npy *x,
-                     const clffn_npy *dy) {
+                     const clffn_npy *dy, const moe_away *away) {
     const size_t T = (size_t)(x->numel / L->D), n_ffn = L->E + (L->shared[0] ? 1 : 0);
     const size_t fd = L->F * L->D;
     const int matrices = clffn_ffn_weight_dtype(clffn_moe_expert(moe, 0)) == CLFFN_DTYPE_F32;
@@ -58,7 +58,9 @@ int run_moe_backward(const options *o, const moe_layer *L, clffn_moe *moe, const
         s = clffn_moe_backward_host(moe, T, dy->data, (size_t)dy->numel, dx, (size_t)x->numel, rg,
                                     NULL, wa, 0);
     }
-    for (int i = 0; s == CLFFN_SUCCESS && matrices && L->stacked && i < 3; ++i) {
+    int collected = 1; /* the experts held elsewhere: their gradients from their ranks */
+    if (s == CLFFN_SUCCESS && away) { collected = away->collect(away->user, matrices, wa) == 0; }
+    for (int i = 0; s == CLFFN_SUCCESS && collected && matrices && L->stacked && i < 3; ++i) {
         if (!(stacked[i] = malloc(L->E * fd * sizeof(float)))) {
             s = CLFFN_ERROR_OUT_OF_HOST_MEMORY;
             break;
@@ -70,7 +72,7 @@ int run_moe_backward(const options *o, const moe_layer *L, clffn_moe *moe, const
     char err[CLFFN_IO_ERR];
     if (s != CLFFN_SUCCESS) {
         run_fail("backward pass", s);
-    } else {
+    } else if (collected) {
         const size_t n = outputs(L, matrices, rg, eg, stacked, x, dx, outs);
         if (clffn_st_write(o->grads_out, outs, n, err) != 0) {
             run_report("%s: %s", o->grads_out, err);

@@ -1,8 +1,9 @@
 /* clffn-run's rooms: main.c (the command line, the one-line reports), ckpt.c (a checkpoint of
  * either format), presets.c (where a checkpoint keeps an FFN layer's tensors), load.c (a layer's
  * weights in the type they go to the device in), checkpoint.c (one layer on one device), demo.c
- * (the demo FFN), moe.c and moe_grads.c (a mixture-of-experts layer) and tp.c (the layer split
- * over MPI ranks, built with MPI). */
+ * (the demo FFN), moe.c and moe_grads.c (a mixture-of-experts layer), and, built with MPI, tp.c
+ * (the layer split over MPI ranks) and ep.c (a mixture-of-experts layer's experts split over
+ * them; ranks.h is what the two share). */
 #ifndef CLFFN_RUN_H
 #define CLFFN_RUN_H
 
@@ -85,7 +86,7 @@ typedef struct options {
     clffn_activation act;
     float dropout;
     int train, residual, verify;
-    int tensor_parallel, verbose;
+    int tensor_parallel, expert_parallel, verbose;
     uint64_t seed;
     int dtype_stored;  /* --weights-dtype stored (the default) */
     clffn_dtype dtype; /* else the type asked for */
@@ -188,11 +189,21 @@ typedef struct moe_layer {
 /* The router's rows on the device: E, + 1 for the shared expert's gate. */
 static inline size_t moe_router_rows(const moe_layer *L) { return L->E + (L->shared_gate ? 1 : 0); }
 
+/* A layer whose other experts are in other processes (ep.c): how many ranks, and how their
+ * experts' gradients reach this one (into all[e] for each expert held elsewhere; 0, or -1
+ * reported). */
+typedef struct moe_away {
+    int ranks;
+    int (*collect)(void *user, int matrices, const clffn_weight_arrays *all);
+    void *user;
+} moe_away;
+
 /* moe_grads.c: --grad-output for a layer that has run forward on x: dy in, the gradients of the
  * router and of every expert matrix kept in f32 (the experts' tensors' own names; a GGUF file's
- * stacked tensors restacked) and 'input' written to --grads-out. 0 or -1 (reported). */
+ * stacked tensors restacked; away's from their ranks) and 'input' written to --grads-out. 0 or
+ * -1 (reported). */
 int run_moe_backward(const options *o, const moe_layer *L, clffn_moe *moe, const clffn_npy *x,
-                     const clffn_npy *dy);
+                     const clffn_npy *dy, const moe_away *away);
 
 /* moe.c: the MoE preset of that name, or NULL; the checkpoint's MoE layout for the options
  * (their preset, or a GGUF layer with a router), or NULL for a dense FFN; the layer's run (the
@@ -201,11 +212,29 @@ const moe_preset *run_moe_preset_named(const char *name);
 const moe_preset *run_moe_of(const options *o, const ckpt *c);
 int run_moe(const options *o, const ckpt *c);
 
+/* moe.c's steps, for ep.c: the layer's tensors found and checked; the input [..., d_model]
+ * (and dy, the output's shape, for --grad-output); the layer's config; the type the experts go
+ * to the device in (the options' choice, or the file's own where every expert matrix is of one
+ * type clffn keeps, else f32); the experts onto their FFNs (ffns [E + shared]: NULL where not
+ * here; refs: their f32 values, kept for --verify); and the layer's run on the device (forward
+ * printed, verified, routing, gradients and output written; away: NULL, or where the other
+ * experts are). Each 0 or -1 (reported). */
+int run_moe_resolve(const options *o, const ckpt *c, moe_layer *L);
+int run_moe_load_input(const options *o, const moe_layer *L, clffn_npy *x, clffn_npy *dy);
+clffn_moe_config run_moe_config(const options *o, const moe_layer *L);
+clffn_dtype run_moe_dtype(const options *o, const moe_layer *L);
+int run_moe_upload(const options *o, const ckpt *c, const moe_layer *L, clffn_ffn *const *ffns,
+                   clffn_dtype dtype, float **refs);
+int run_moe_layer(const options *o, const moe_layer *L, clffn_moe *moe, const clffn_moe_config *mc,
+                  const float *router, float *const *refs, const clffn_npy *x, const clffn_npy *dy,
+                  const moe_away *away);
+
 /* demo.c: the demo FFN on device (NULL: the default one); the exit status. */
 int run_demo(const char *device);
 
 /* tp.c, built with MPI: the layer split over the ranks of MPI_COMM_WORLD (MPI initialised);
- * the exit status. */
+ * the exit status. ep.c, likewise: a mixture-of-experts layer's experts split over them. */
 int run_tensor_parallel(const options *o);
+int run_expert_parallel(const options *o);
 
 #endif

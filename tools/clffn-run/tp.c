@@ -10,8 +10,8 @@
  * gradients are gathered on rank 0 into the file a single process writes. Every step ends with
  * an agreement: if any rank failed, all stop, rank 0 prints the first failing rank's one-line
  * message, every rank exits non-zero, and no output file is written. */
-#include "run.h"
-#include "clffn_mpi.h"
+#include "ranks.h"
+
 #include "common.h"
 
 #include <stdio.h>
@@ -19,15 +19,7 @@
 #include <string.h>
 #include <sys/resource.h>
 
-/* Where this rank stands: what it failed with, for the next agreement. */
-typedef struct tp_rank {
-    int rank, size, local_rank, local_size;
-    int code; /* exit status if this rank fails: EXIT_USAGE for files, EXIT_RUNTIME otherwise */
-} tp_rank;
-
-/* Every rank's ok for one step; 0 when all were fine, else the exit status all share (rank 0
- * has printed the message). */
-static int tp_step(const tp_rank *R, int ok) {
+int tp_step(const tp_rank *R, int ok) {
     char msg[512];
     int code = EXIT_RUNTIME, who = 0;
     if (clffn_mpi_agree(ok, R->code, run_captured_report(), msg, sizeof msg, &code, &who,
@@ -44,9 +36,7 @@ static int tp_step(const tp_rank *R, int ok) {
     return code ? code : EXIT_RUNTIME;
 }
 
-/* The device of this rank: --device for all, else the node-local rank's turn among the GPUs
- * (or, with none, among all devices), so the ranks of one machine share its GPUs out. */
-static int tp_open_device(const options *o, const tp_rank *R, clffn_context **ctx) {
+int tp_open_device(const options *o, const tp_rank *R, clffn_context **ctx) {
     if (o->device) { return run_open_device(o->device, ctx); }
     size_t n = 0;
     clffn_status s = clffn_devices_list(NULL, 0, &n);
@@ -169,13 +159,19 @@ static void tp_verbose(const options *o, const tp_rank *R, clffn_context *ctx, s
     if (!o->verbose) { return; }
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
-    char name[128] = "?", line[512];
+    char name[128] = "?", line[TP_LINE];
     clffn_context_device_name(ctx, name, sizeof name);
     snprintf(line, sizeof line,
              "rank %d/%d (node-local %d): %s, hidden [%zu, %zu), weights read %.1f of %.1f MiB "
              "(%.0f%%), peak RSS %.1f MiB",
              R->rank, R->size, R->local_rank, name, f0, f1, slice_mb, layer_mb,
              layer_mb > 0 ? 100.0 * slice_mb / layer_mb : 0.0, (double)ru.ru_maxrss / 1024.0);
+    tp_print_ranks(R, line);
+}
+
+void tp_print_ranks(const tp_rank *R, const char *mine) {
+    char line[TP_LINE];
+    snprintf(line, sizeof line, "%s", mine);
     if (R->rank != 0) {
         MPI_Send(line, (int)sizeof line, MPI_CHAR, 0, 1, MPI_COMM_WORLD);
         return;
@@ -321,19 +317,23 @@ static int tp_save(const options *o, tp_run *t) {
     return tp_step(&t->R, saved);
 }
 
+int tp_begin(const options *o, tp_rank *R, ckpt *ck, int *opened) {
+    *R = (tp_rank){0, 1, 0, 1, EXIT_USAGE};
+    MPI_Comm_rank(MPI_COMM_WORLD, &R->rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &R->size);
+    clffn_mpi_local_rank(MPI_COMM_WORLD, &R->local_rank, &R->local_size);
+    run_capture_reports();
+    char err[CLFFN_IO_ERR];
+    *opened = ckpt_open(o->weights, ck, err) == 0;
+    if (!*opened) { run_report("%s: %s", o->weights, err); }
+    return tp_step(R, *opened);
+}
+
 int run_tensor_parallel(const options *o) {
     tp_run t;
     memset(&t, 0, sizeof t);
-    t.R = (tp_rank){0, 1, 0, 1, EXIT_USAGE};
-    MPI_Comm_rank(MPI_COMM_WORLD, &t.R.rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &t.R.size);
-    clffn_mpi_local_rank(MPI_COMM_WORLD, &t.R.local_rank, &t.R.local_size);
-    run_capture_reports();
-
-    char err[CLFFN_IO_ERR];
-    const int opened = ckpt_open(o->weights, &t.ck, err) == 0;
-    if (!opened) { run_report("%s: %s", o->weights, err); }
-    int rc = tp_step(&t.R, opened);
+    int opened;
+    int rc = tp_begin(o, &t.R, &t.ck, &opened);
     if (rc) {
         if (opened) { ckpt_close(&t.ck); } /* another rank failed to open its file */
         return rc;
