@@ -445,3 +445,27 @@ Test(mpi, experts_split_refusals, .init = setup, .fini = teardown, .timeout = 30
     snprintf(path, sizeof path, "%s/y.npy", dir);
     cr_assert(stat(path, &sb) != 0, "an output file was left");
 }
+
+/* The glue under clffn-run --expert-parallel, driven with passes of the test's own making: every
+ * answer a holder gives equals the experts run in one process, and every failure (counts beyond
+ * MPI's, a holder's failing pass, gradients asked of a holder without arrays) reaches rank 0
+ * with the failing rank, the next pass still working. */
+Test(mpi, expert_glue_passes_and_failures, .init = setup, .fini = teardown, .timeout = 300) {
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s -np 2 %s", CLFFN_MPIEXEC, CLFFN_MPI_MOE_GLUE_PATH);
+    cr_assert_eq(run(cmd), 0, "%s", out);
+    static const char *const want[] = {
+        "ok: a forward's rows come back as the experts' outputs, bit for bit",
+        "ok: counts beyond MPI's int: SIZE_OVERFLOW, nothing sent",
+        "ok: a backward of other rows than the forward's: rank 1's NO_FORWARD",
+        "ok: a backward's dy rows come back as dx, bit for bit",
+        "ok: the gradients collected from rank 1 are the experts' own, bit for bit",
+        "ok: after failures, a forward still comes back right",
+        "ok: gradients asked of a holder without arrays: rank 1's NULL_ARGUMENT",
+        "ok: collecting from a holder without arrays: rank 1's NULL_ARGUMENT",
+        "ok: dx alone still comes back right"};
+    for (size_t i = 0; i < sizeof want / sizeof *want; ++i) {
+        cr_assert(strstr(out, want[i]) != NULL, "missing \"%s\" in:\n%s", want[i], out);
+    }
+    cr_assert(strstr(out, "FAILED") == NULL, "%s", out);
+}
