@@ -78,6 +78,17 @@ cl_int clffn__host_grads_download(clffn_ffn *ffn, cl_command_queue q,
     return err;
 }
 
+void clffn__host_grads_zero(const clffn_config *c, const clffn_weight_arrays *g) {
+    const size_t D = c->d_model, F = c->d_ff;
+    float *const f[6] = {g->w1, g->b1, g->v, g->bv, g->w2, g->b2};
+    const size_t n[6] = {
+        F * D, c->bias1 ? F : 0, c->gated ? F * D : 0, c->gated && c->bias_gate ? F : 0,
+        D * F, c->bias2 ? D : 0};
+    for (int i = 0; i < 6; ++i) {
+        if (f[i] && n[i]) { memset(f[i], 0, n[i] * sizeof(float)); }
+    }
+}
+
 clffn_status clffn__host_grads_check(clffn_ffn *ffn, const clffn_weight_arrays *g) {
     const clffn_config *c = &ffn->cfg;
     /* weights kept compressed have no weight gradients: their arrays must be NULL */

@@ -102,6 +102,9 @@ clffn_status clffn__host_grads_check(clffn_ffn *ffn, const clffn_weight_arrays *
 clffn_device_weights clffn__host_grads_device(const clffn_ffn *ffn);
 cl_int clffn__host_grads_upload(clffn_ffn *ffn, cl_command_queue q, const clffn_weight_arrays *g);
 cl_int clffn__host_grads_download(clffn_ffn *ffn, cl_command_queue q, const clffn_weight_arrays *g);
+/* backward_host.c: zeroes host gradient arrays of config c (w1, b1, v, bv, w2, b2 as c has
+ * them; NULL ones skipped): an expert that no token chose. */
+void clffn__host_grads_zero(const clffn_config *c, const clffn_weight_arrays *g);
 
 /* ffn.c: refuses a call with st, keeping what it refused in words for
  * clffn_ffn_error_message(). Returns st. */

@@ -321,18 +321,6 @@ static clffn_status check_host(clffn_moe *moe, size_t T, size_t dy_len, const fl
     return st;
 }
 
-/* Zeroes an unchosen expert's host arrays (w1, b1, v, bv, w2, b2 as its config has them). */
-static void zero_host(const clffn_config *c, const clffn_weight_arrays *g) {
-    const size_t D = c->d_model, F = c->d_ff;
-    float *const f[6] = {g->w1, g->b1, g->v, g->bv, g->w2, g->b2};
-    const size_t n[6] = {
-        F * D, c->bias1 ? F : 0, c->gated ? F * D : 0, c->gated && c->bias_gate ? F : 0,
-        D * F, c->bias2 ? D : 0};
-    for (int i = 0; i < 6; ++i) {
-        if (f[i] && n[i]) { memset(f[i], 0, n[i] * sizeof(float)); }
-    }
-}
-
 static cl_int move_router(clffn_moe *moe, int write, float *rg, float *rbg) {
     const size_t R = moe->router_rows, D = moe->cfg.expert.d_model;
     cl_command_queue q = moe->ctx->queue;
@@ -369,7 +357,7 @@ static cl_int download_all(clffn_moe *moe, size_t T, float *dx, float *rg, float
     for (size_t e = 0; eg && e < moe->n_ffn && err == CL_SUCCESS; ++e) {
         if (clffn__moe_away(moe, e)) { continue; } /* the caller's arrays as they are */
         if (e < moe->cfg.experts && moe->host_counts[e] == 0) {
-            if (!accumulate) { zero_host(&moe->cfg.expert, &eg[e]); }
+            if (!accumulate) { clffn__host_grads_zero(&moe->cfg.expert, &eg[e]); }
             continue;
         }
         err = clffn__host_grads_download(moe->ffn[e], moe->ffn[e]->ctx->queue, &eg[e]);

@@ -60,19 +60,6 @@ clffn_ffn *clffn_moe_holder_expert(clffn_moe_holder *h, size_t e) {
     return h && e >= h->first && e - h->first < h->count ? h->ffn[e - h->first] : NULL;
 }
 
-/* An expert without rows: its gradient arrays zeroed (those given: compressed weights have no
- * matrix gradients). */
-static void zero_grads(const clffn_config *c, const clffn_weight_arrays *g) {
-    const size_t D = c->d_model, F = c->d_ff;
-    float *const a[6] = {g->w1, g->b1, g->v, g->bv, g->w2, g->b2};
-    const size_t n[6] = {
-        F * D, c->bias1 ? F : 0, c->gated ? F * D : 0, c->gated && c->bias_gate ? F : 0,
-        D * F, c->bias2 ? D : 0};
-    for (int i = 0; i < 6; ++i) {
-        if (a[i] && n[i]) { memset(a[i], 0, n[i] * sizeof(float)); }
-    }
-}
-
 /* The forward's rows kept for the backward (x grown to fit, all or nothing). */
 static clffn_status keep_rows(clffn_moe_holder *h, const size_t *rows, const float *in,
                               size_t total) {
@@ -117,7 +104,7 @@ clffn_status clffn_moe_holder_run(clffn_moe_holder *h, int pass, const size_t *r
             st = clffn_backward_host(f, n, h->x + at, nd, in + at, nd, out + at, nd,
                                      want ? &grads[i] : NULL, accumulate);
         } else if (want && !accumulate) {
-            zero_grads(&f->cfg, &grads[i]);
+            clffn__host_grads_zero(&f->cfg, &grads[i]);
         }
         at += nd;
     }

@@ -70,19 +70,30 @@ static void *run_group(void *arg) {
     return NULL;
 }
 
-/* A partial layer's jobs: each one's rows read into the host, packed in job order (the
- * exchange's layout), and rows_of filled. No thread: finish calls the exchange. */
-static clffn_status exchange_start(clffn_remote_pass *p, cl_command_queue q) {
-    clffn_status st = CLFFN_SUCCESS;
-    size_t at = 0; /* floats into host_in */
-    for (size_t i = 0; i < p->count && st == CLFFN_SUCCESS; ++i) {
-        const clffn_remote_job *j = &p->jobs[i];
-        const size_t len = j->n * p->d_model;
-        p->rows_of[j->expert] = j->n;
-        st = (clffn_status)clffn__read(q, p->in, j->row0 * p->d_model * sizeof(float),
-                                       len * sizeof(float), p->host_in + at, 0, NULL);
-        at += len;
+/* A partial layer's jobs' rows between the pass's buffer m and the host, packed in job order
+ * (the exchange's layout): one transfer per run of jobs whose rows are adjacent in m, so at most
+ * two (the experts held elsewhere are those below and above the layer's own). */
+static clffn_status move_packed(const clffn_remote_pass *p, cl_command_queue q, cl_mem m,
+                                float *host, bool to_host) {
+    cl_int err = CL_SUCCESS;
+    for (size_t i = 0, k; i < p->count && err == CL_SUCCESS; i = k) {
+        const clffn_remote_job *a = &p->jobs[i];
+        size_t n = a->n;
+        for (k = i + 1; k < p->count && p->jobs[k].row0 == a->row0 + n; ++k) { n += p->jobs[k].n; }
+        const size_t off = a->row0 * p->d_model * sizeof(float),
+                     bytes = n * p->d_model * sizeof(float);
+        err = to_host ? clffn__read(q, m, off, bytes, host, 0, NULL)
+                      : clffn__write(q, m, off, bytes, host);
+        host += n * p->d_model;
     }
+    return (clffn_status)err;
+}
+
+/* A partial layer's pass begins: the jobs' rows read to the host and rows_of filled. No
+ * thread: finish calls the exchange. */
+static clffn_status exchange_start(clffn_remote_pass *p, cl_command_queue q) {
+    for (size_t i = 0; i < p->count; ++i) { p->rows_of[p->jobs[i].expert] = p->jobs[i].n; }
+    const clffn_status st = move_packed(p, q, p->in, p->host_in, true);
     for (size_t i = 0; i < p->count; ++i) { p->jobs[i].st = st; }
     return st;
 }
@@ -99,15 +110,7 @@ static clffn_status exchange_finish(clffn_remote_pass *p, cl_command_queue q) {
     if (st == CLFFN_SUCCESS) {
         st = p->exchange(p->user, pass, p->rows_of, p->host_in, p->host_out);
     }
-    size_t at = 0;
-    for (size_t i = 0; i < p->count && st == CLFFN_SUCCESS; ++i) {
-        const clffn_remote_job *j = &p->jobs[i];
-        const size_t len = j->n * p->d_model;
-        st = (clffn_status)clffn__write(q, p->out, j->row0 * p->d_model * sizeof(float),
-                                        len * sizeof(float), p->host_out + at);
-        at += len;
-    }
-    return st;
+    return st == CLFFN_SUCCESS ? move_packed(p, q, p->out, p->host_out, false) : st;
 }
 
 clffn_status clffn__remote_start(clffn_remote_pass *p, cl_command_queue q) {
