@@ -91,16 +91,7 @@ static int setup_layer(const options *o, ep_run *t) {
         run_fail("setting up the layer", s);
         return -1;
     }
-    const size_t n_ffn = L->E + (L->shared[0] ? 1 : 0);
-    clffn_ffn **ffns = calloc(n_ffn, sizeof *ffns);
-    if (!ffns) {
-        run_report("out of memory");
-        return -1;
-    }
-    for (size_t e = 0; e < n_ffn; ++e) { ffns[e] = clffn_moe_expert(t->moe, e); }
-    const int rc = run_moe_upload(o, &t->ck, L, ffns, run_moe_dtype(o, L), NULL);
-    free(ffns);
-    return rc;
+    return run_moe_upload(o, &t->ck, L, t->moe, NULL, run_moe_dtype(o, L), NULL);
 }
 
 /* Another rank's experts, and their gradient arrays for a backward. 0 or -1 (reported). */
@@ -112,11 +103,9 @@ static int setup_holder(const options *o, ep_run *t) {
         run_fail("setting up this rank's experts", s);
         return -1;
     }
-    const size_t n_ffn = L->E + (L->shared[0] ? 1 : 0);
-    clffn_ffn **ffns = calloc(n_ffn, sizeof *ffns);
     t->grads = calloc(t->count, sizeof *t->grads);
     t->gmem = calloc(3 * t->count, sizeof *t->gmem);
-    int ok = ffns && t->grads && t->gmem;
+    int ok = t->grads && t->gmem;
     const int matrices = dtype == CLFFN_DTYPE_F32 && o->grad_output;
     for (size_t i = 0; ok && matrices && i < 3 * t->count; ++i) {
         ok = (t->gmem[i] = malloc(L->F * L->D * sizeof(float))) != NULL;
@@ -126,10 +115,7 @@ static int setup_holder(const options *o, ep_run *t) {
         t->grads[i] = (clffn_weight_arrays){g[0], NULL, g[1], NULL, g[2], NULL};
     }
     if (!ok) { run_report("out of memory"); }
-    for (size_t e = 0; ok && e < n_ffn; ++e) { ffns[e] = clffn_moe_holder_expert(t->h, e); }
-    ok = ok && run_moe_upload(o, &t->ck, L, ffns, dtype, NULL) == 0;
-    free(ffns);
-    return ok ? 0 : -1;
+    return ok && run_moe_upload(o, &t->ck, L, NULL, t->h, dtype, NULL) == 0 ? 0 : -1;
 }
 
 /* The weights' MiB a rank holds on its device: its experts' (rank 0: and the router's and the

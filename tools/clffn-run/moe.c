@@ -275,11 +275,11 @@ clffn_dtype run_moe_dtype(const options *o, const moe_layer *L) {
     return first->keep ? first->dtype : CLFFN_DTYPE_F32;
 }
 
-int run_moe_upload(const options *o, const ckpt *c, const moe_layer *L, clffn_ffn *const *ffns,
-                   clffn_dtype dtype, float **refs) {
+int run_moe_upload(const options *o, const ckpt *c, const moe_layer *L, clffn_moe *moe,
+                   clffn_moe_holder *h, clffn_dtype dtype, float **refs) {
     const size_t n_ffn = L->E + (L->shared[0] ? 1 : 0);
     for (size_t e = 0; e < n_ffn; ++e) {
-        clffn_ffn *ffn = ffns[e];
+        clffn_ffn *ffn = moe ? clffn_moe_expert(moe, e) : clffn_moe_holder_expert(h, e);
         if (!ffn) { continue; } /* held elsewhere: not read here */
         void *b[3] = {NULL, NULL, NULL};
         int rc = 0;
@@ -414,21 +414,6 @@ clffn_moe_config run_moe_config(const options *o, const moe_layer *L) {
     return mc;
 }
 
-/* Every expert of the layer (and its shared one) onto the device. 0 or -1 (reported). */
-static int upload_all(const options *o, const ckpt *c, const moe_layer *L, clffn_moe *moe,
-                      float **refs) {
-    const size_t n_ffn = L->E + (L->shared[0] ? 1 : 0);
-    clffn_ffn **ffns = calloc(n_ffn, sizeof *ffns);
-    if (!ffns) {
-        run_report("out of memory");
-        return -1;
-    }
-    for (size_t e = 0; e < n_ffn; ++e) { ffns[e] = clffn_moe_expert(moe, e); }
-    const int rc = run_moe_upload(o, c, L, ffns, run_moe_dtype(o, L), refs);
-    free(ffns);
-    return rc;
-}
-
 /* Device, layer, router and experts, then the run. The exit status. */
 static int on_device(const options *o, const ckpt *c, const moe_layer *L, const clffn_npy *x,
                      const clffn_npy *dy) {
@@ -453,7 +438,7 @@ static int on_device(const options *o, const ckpt *c, const moe_layer *L, const 
     } else if ((s = clffn_moe_create(ctx, &mc, &moe)) != CLFFN_SUCCESS ||
                (s = clffn_moe_upload_router(moe, router, NULL)) != CLFFN_SUCCESS) {
         run_fail("setting up the layer", s);
-    } else if (upload_all(o, c, L, moe, refs) == 0 &&
+    } else if (run_moe_upload(o, c, L, moe, NULL, run_moe_dtype(o, L), refs) == 0 &&
                run_moe_layer(o, L, moe, &mc, router, refs, x, dy, NULL) == 0) {
         rc = 0;
     }

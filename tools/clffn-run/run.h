@@ -215,16 +215,16 @@ int run_moe(const options *o, const ckpt *c);
 /* moe.c's steps, for ep.c: the layer's tensors found and checked; the input [..., d_model]
  * (and dy, the output's shape, for --grad-output); the layer's config; the type the experts go
  * to the device in (the options' choice, or the file's own where every expert matrix is of one
- * type clffn keeps, else f32); the experts onto their FFNs (ffns [E + shared]: NULL where not
- * here; refs: their f32 values, kept for --verify); and the layer's run on the device (forward
- * printed, verified, routing, gradients and output written; away: NULL, or where the other
- * experts are). Each 0 or -1 (reported). */
+ * type clffn keeps, else f32); the experts onto their FFNs (the layer's, or with moe NULL the
+ * holder's; those held elsewhere are not read; refs: their f32 values, kept for --verify);
+ * and the layer's run on the device (forward printed, verified, routing, gradients and output
+ * written; away: NULL, or where the other experts are). Each 0 or -1 (reported). */
 int run_moe_resolve(const options *o, const ckpt *c, moe_layer *L);
 int run_moe_load_input(const options *o, const moe_layer *L, clffn_npy *x, clffn_npy *dy);
 clffn_moe_config run_moe_config(const options *o, const moe_layer *L);
 clffn_dtype run_moe_dtype(const options *o, const moe_layer *L);
-int run_moe_upload(const options *o, const ckpt *c, const moe_layer *L, clffn_ffn *const *ffns,
-                   clffn_dtype dtype, float **refs);
+int run_moe_upload(const options *o, const ckpt *c, const moe_layer *L, clffn_moe *moe,
+                   clffn_moe_holder *h, clffn_dtype dtype, float **refs);
 int run_moe_layer(const options *o, const moe_layer *L, clffn_moe *moe, const clffn_moe_config *mc,
                   const float *router, float *const *refs, const clffn_npy *x, const clffn_npy *dy,
                   const moe_away *away);
