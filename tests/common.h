@@ -60,6 +60,12 @@ void test_skip_known_defect(clffn_context *ctx, const char *test);
  * an SGEMM, then every one that can be a GEMV per token. Tests of the passes run on both. */
 static const size_t test_gemv_sides[2] = {0, CLFFN_MAX_GEMV_TOKENS};
 static inline const char *test_gemv_side_name(int side) { return side ? "gemv" : "gemm"; }
+/* The tokens a case of T runs with on a side. The GEMV side makes one CLBlast GEMV call per token,
+ * the same call at each token's offsets: three tokens (the first, a middle, the last) cover it,
+ * more only repeat it, and each call builds a kernel object of its own (some 2 ms on Mesa's
+ * rusticl, where the repeats were most of the forward and backward suites' time). The GEMM side
+ * runs every T. */
+static inline size_t test_side_tokens(int side, size_t T) { return side && T > 3 ? 3 : T; }
 
 /* Asserts |y − ref| ≤ rtol·max|ref| + TOL_ATOL everywhere (callers pass TOL_RTOL or
  * act_rtol()); a NaN fails. Reports the first bad index and the worst error. */

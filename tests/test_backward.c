@@ -214,6 +214,7 @@ ParameterizedTest(bvariant *v, backward_device, variants, .timeout = 120) {
     for (size_t k = 0; k < 2 * sizeof bshapes / sizeof bshapes[0]; ++k) {
         const size_t s = k / 2;
         const int side = (int)(k % 2);
+        const size_t T = test_side_tokens(side, bshapes[s][0]);
         ASSERT_OK(clffn_context_set_gemv_max_tokens(ctx, test_gemv_sides[side]));
         /* handed over in one layout, kept in either: the gradients come back in the first */
         for (int lk = 0; lk < 4; ++lk) {
@@ -225,9 +226,9 @@ ParameterizedTest(bvariant *v, backward_device, variants, .timeout = 120) {
             char what[160];
             snprintf(what, sizeof what, "%s%s b1=%d b2=%d bg=%d T=%zu D=%zu F=%zu %s kept %s %s",
                      clffn_activation_name(v->act), v->gated ? " gated" : "", v->bias1, v->bias2,
-                     v->bias_gate, bshapes[s][0], c.d_model, c.d_ff, layout ? "in_out" : "out_in",
+                     v->bias_gate, T, c.d_model, c.d_ff, layout ? "in_out" : "out_in",
                      lk % 2 ? "in_out" : "out_in", test_gemv_side_name(side));
-            device_case(ctx, &c, (clffn_layout)layout, bshapes[s][0], 0, what);
+            device_case(ctx, &c, (clffn_layout)layout, T, 0, what);
         }
     }
     clffn_context_destroy(ctx);

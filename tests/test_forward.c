@@ -94,8 +94,10 @@ static void run_variant(const variant *v) {
         ASSERT_OK(clffn_context_set_gemv_max_tokens(ctx, test_gemv_sides[side]));
         ASSERT_OK(clffn_context_set_weight_layout(ctx, (clffn_layout)(k % 2)));
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; ++s) {
-            run_case(ctx, v, shapes[s], CLFFN_LAYOUT_OUT_IN, side);
-            run_case(ctx, v, shapes[s], CLFFN_LAYOUT_IN_OUT, side);
+            const size_t shape[3] = {test_side_tokens(side, shapes[s][0]), shapes[s][1],
+                                     shapes[s][2]};
+            run_case(ctx, v, shape, CLFFN_LAYOUT_OUT_IN, side);
+            run_case(ctx, v, shape, CLFFN_LAYOUT_IN_OUT, side);
         }
     }
     clffn_context_destroy(ctx);
