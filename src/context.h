@@ -15,10 +15,7 @@ struct clffn_context {
     int cpu;                 /* a CPU device: own buffers take CL_MEM_ALLOC_HOST_PTR */
     int denormals;           /* CL_FP_DENORM: the device keeps subnormal floats */
     clffn_programs programs; /* the compiled kernels, built on first use (program.c) */
-    /* Test hook: local work size of the epilogue kernels along dimension 0; 0 lets the runtime
-     * choose. Exists to prove the dropout mask does not depend on it. */
-    size_t epilogue_local_size;
-    clffn_tuning tuning; /* what was applied when the device was opened */
+    clffn_tuning tuning;     /* what was applied when the device was opened */
     /* the GEMMs split their inner dimension into blocks of about this many (0: never); from
      * the tuning profile, or clffn_context_set_gemm_k_block() */
     size_t gemm_k_block;

@@ -125,7 +125,7 @@ cl_int clffn__column_sums(clffn_ffn *ffn, clffn_matrix m, size_t rows, size_t n,
     const size_t global[2] = {(n + CLFFN_COLUMNS_PER_ITEM - 1) / CLFFN_COLUMNS_PER_ITEM,
                               (size_t)chunks};
     if (err == CL_SUCCESS) {
-        err = clEnqueueNDRangeKernel(queue, a.kernel, 2, NULL, global, NULL, 0, NULL, NULL);
+        err = clffn__enqueue_items(&ffn->ctx->programs, queue, a.kernel, 2, global, NULL);
     }
     clffn_args s = clffn__args(ffn->column_sums);
     CLFFN_ARG(s, ffn->ws.colsum);
@@ -136,7 +136,7 @@ cl_int clffn__column_sums(clffn_ffn *ffn, clffn_matrix m, size_t rows, size_t n,
     CLFFN_ARG(s, acc);
     if (err == CL_SUCCESS) { err = clffn__args_end(&s); }
     if (err == CL_SUCCESS) {
-        err = clEnqueueNDRangeKernel(queue, s.kernel, 1, NULL, &n, NULL, 0, NULL, NULL);
+        err = clffn__enqueue_items(&ffn->ctx->programs, queue, s.kernel, 1, &n, NULL);
     }
     return err;
 }

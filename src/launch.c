@@ -117,9 +117,7 @@ clffn_status clffn__check_queue(const clffn_context *ctx, cl_command_queue queue
 
 cl_int clffn__launch_columns(const clffn_context *ctx, cl_kernel k, size_t columns, size_t tokens,
                              cl_command_queue queue, cl_event *event) {
-    const size_t ls = ctx->epilogue_local_size;
-    size_t global[2] = {(columns + CLFFN_COLUMNS_PER_ITEM - 1) / CLFFN_COLUMNS_PER_ITEM, tokens};
-    size_t local[2] = {ls, 1};
-    if (ls) { global[0] = (global[0] + ls - 1) / ls * ls; }
-    return clEnqueueNDRangeKernel(queue, k, 2, NULL, global, ls ? local : NULL, 0, NULL, event);
+    const size_t global[2] = {(columns + CLFFN_COLUMNS_PER_ITEM - 1) / CLFFN_COLUMNS_PER_ITEM,
+                              tokens};
+    return clffn__enqueue_items(&ctx->programs, queue, k, 2, global, event);
 }

@@ -57,8 +57,7 @@ clffn_status clffn__check_buffer(const clffn_context *ctx, cl_mem mem, size_t of
 clffn_status clffn__check_queue(const clffn_context *ctx, cl_command_queue queue);
 
 /* Enqueues an element-wise kernel over a [tokens, columns] tensor: NDRange
- * (ceil(columns / CLFFN_COLUMNS_PER_ITEM), tokens), the local size the context's test hook asks
- * for (else the runtime's choice). */
+ * (ceil(columns / CLFFN_COLUMNS_PER_ITEM), tokens) through clffn__enqueue_items. */
 cl_int clffn__launch_columns(const clffn_context *ctx, cl_kernel k, size_t columns, size_t tokens,
                              cl_command_queue queue, cl_event *event);
 

@@ -258,12 +258,14 @@ static clffn_status check_forward(clffn_moe *moe, size_t T, cl_mem x, size_t xo,
     return CLFFN_SUCCESS;
 }
 
-/* kernel over global (dims dimensions; local NULL: any work-group), its event kept as the
- * layer's last. */
+/* kernel over global (dims dimensions; local NULL: an element-wise kernel, launched through
+ * clffn__enqueue_items), its event kept as the layer's last. */
 static cl_int enqueue_nd(clffn_moe *moe, cl_command_queue q, cl_kernel kernel, cl_uint dims,
                          const size_t *global, const size_t *local) {
     cl_event ev = NULL;
-    const cl_int err = clEnqueueNDRangeKernel(q, kernel, dims, NULL, global, local, 0, NULL, &ev);
+    const cl_int err =
+        local ? clEnqueueNDRangeKernel(q, kernel, dims, NULL, global, local, 0, NULL, &ev)
+              : clffn__enqueue_items(&moe->ctx->programs, q, kernel, dims, global, &ev);
     if (err == CL_SUCCESS) {
         if (moe->last_event) { clReleaseEvent(moe->last_event); }
         moe->last_event = ev;

@@ -81,7 +81,19 @@ clffn_status clffn__programs_init(clffn_programs *p, cl_context context, cl_devi
     if (pthread_mutex_init(&p->lock, NULL) != 0) { return CLFFN_ERROR_OUT_OF_HOST_MEMORY; }
     p->context = context;
     p->device = device;
+    cl_device_type type = 0;
+    clGetDeviceInfo(device, CL_DEVICE_TYPE, sizeof type, &type, NULL);
+    p->local_size = (type & CL_DEVICE_TYPE_CPU) ? CLFFN_CPU_ITEMS_LOCAL : 0;
     return CLFFN_SUCCESS;
+}
+
+cl_int clffn__enqueue_items(const clffn_programs *p, cl_command_queue queue, cl_kernel k,
+                            cl_uint dims, const size_t *global, cl_event *event) {
+    const size_t ls = p->local_size;
+    size_t g[2] = {global[0], dims > 1 ? global[1] : 1};
+    const size_t local[2] = {ls, 1};
+    if (ls) { g[0] = (g[0] + ls - 1) / ls * ls; }
+    return clEnqueueNDRangeKernel(queue, k, dims, NULL, g, ls ? local : NULL, 0, NULL, event);
 }
 
 const char *clffn__programs_build_log(const clffn_programs *p) {
@@ -243,9 +255,7 @@ cl_int clffn__zero_floats(const clffn_programs *cp, cl_command_queue queue, cl_m
     if (err == CL_SUCCESS) { err = clSetKernelArg(pc->zero_kernel, 0, sizeof p, &p); }
     if (err == CL_SUCCESS) { err = clSetKernelArg(pc->zero_kernel, 1, sizeof o, &o); }
     if (err == CL_SUCCESS) { err = clSetKernelArg(pc->zero_kernel, 2, sizeof cnt, &cnt); }
-    if (err == CL_SUCCESS) {
-        err = clEnqueueNDRangeKernel(queue, pc->zero_kernel, 1, NULL, &n, NULL, 0, NULL, NULL);
-    }
+    if (err == CL_SUCCESS) { err = clffn__enqueue_items(pc, queue, pc->zero_kernel, 1, &n, NULL); }
     pthread_mutex_unlock(&pc->lock);
     return err;
 }
@@ -305,9 +315,7 @@ clffn_status clffn__device_erf(clffn_programs *pc, cl_command_queue queue, uint3
         if (err == CL_SUCCESS) { err = clSetKernelArg(k, 2, sizeof s, &s); }
         if (err == CL_SUCCESS) { err = clSetKernelArg(k, 3, sizeof cnt, &cnt); }
         if (err == CL_SUCCESS) { err = clSetKernelArg(k, 4, sizeof v, &v); }
-        if (err == CL_SUCCESS) {
-            err = clEnqueueNDRangeKernel(queue, k, 1, NULL, &items, NULL, 0, NULL, NULL);
-        }
+        if (err == CL_SUCCESS) { err = clffn__enqueue_items(pc, queue, k, 1, &items, NULL); }
         if (err == CL_SUCCESS) { err = clffn__read(queue, buf, 0, n * sizeof(float), y, 0, NULL); }
         clReleaseMemObject(buf);
     }

@@ -37,11 +37,22 @@ typedef struct clffn_program_entry {
     cl_program program;
 } clffn_program_entry;
 
+/* The local size along dimension 0 of the element-wise kernels on a CPU device. POCL compiles a
+ * kernel's work-group function anew for every local size it meets, and left to choose, it picks
+ * a divisor of the global size: one compile per tensor shape, hundreds of milliseconds each on
+ * a new token count. One fixed size compiles once and measured no slower (docs/PERFORMANCE.md,
+ * "Element-wise kernels on a CPU device"). */
+#define CLFFN_CPU_ITEMS_LOCAL 64
+
 /* The programs built for one device, and cl/fill.cl's kernel, made on first use; any thread may
  * use the cache (lock guards every field below it). */
 typedef struct clffn_programs {
     cl_context context;
     cl_device_id device;
+    /* local size along dimension 0 of every element-wise launch (clffn__enqueue_items):
+     * CLFFN_CPU_ITEMS_LOCAL on a CPU device, 0 (the runtime's choice) on others; set once at
+     * init, and by tests, which prove results do not depend on it */
+    size_t local_size;
     pthread_mutex_t lock;
     clffn_program_entry entries[CLFFN_MAX_PROGRAMS];
     int n;
@@ -68,6 +79,13 @@ clffn_status clffn__kernel_source(const char *only, char **out);
 /* Builds (or finds in the cache) the program for key. A failed build leaves the device
  * compiler's log in the cache (clffn__programs_build_log). */
 clffn_status clffn__get_program(clffn_programs *p, const clffn_program_key *key, cl_program *out);
+
+/* Enqueues an element-wise kernel over global[0] × global[1] (dims 1 or 2) with the cache's
+ * local size along dimension 0 (global[0] rounded up to a multiple of it; 1 along dimension 1),
+ * or the runtime's choice where that is 0. The kernel must return early for indices at or past
+ * the true global[0]. event as clEnqueueNDRangeKernel's. */
+cl_int clffn__enqueue_items(const clffn_programs *p, cl_command_queue queue, cl_kernel k,
+                            cl_uint dims, const size_t *global, cl_event *event);
 
 /* Enqueues m[off .. off + n) = 0 on queue with cl/fill.cl's kernel, built on first use (under the
  * cache's lock, so any thread may call this; the cache is the owner's mutable state even where

@@ -79,7 +79,7 @@ static cl_int enqueue_sum(clffn_wkernels *wk, const clffn_context *ctx, clffn_dt
     CLFFN_ARG(a, y.mem), CLFFN_ARG(a, y_off), CLFFN_ARG(a, ldy), CLFFN_ARG(a, beta);
     if ((err = clffn__args_end(&a)) != CL_SUCCESS) { return err; }
     const size_t global[2] = {cols, tokens};
-    return clEnqueueNDRangeKernel(queue, wk->sum, 2, NULL, global, NULL, 0, NULL, NULL);
+    return clffn__enqueue_items(&ctx->programs, queue, wk->sum, 2, global, NULL);
 }
 
 /* Rows per chunk of the column GEMV. On a CPU, CLFFN_WCOL_CHUNK_ROWS. On a GPU, as many chunks
@@ -189,5 +189,5 @@ cl_int clffn__wdequant(clffn_wkernels *wk, const clffn_context *ctx, const clffn
     if ((err = clffn__args_end(&a)) != CL_SUCCESS) { return err; }
     const size_t global[2] = {(nc + 7) / 8, nr};
     out->mem = wk->scratch, out->off = 0, out->ld = nc;
-    return clEnqueueNDRangeKernel(queue, wk->dequant, 2, NULL, global, NULL, 0, NULL, NULL);
+    return clffn__enqueue_items(&ctx->programs, queue, wk->dequant, 2, global, NULL);
 }
