@@ -907,11 +907,20 @@ enum {
     CLFFN_MOE_PASS_ACCUMULATE = 4 /* with GRADS: added to what the holder has, not overwritten */
 };
 
+/** A forward's pass also carries the layer's token count T in bits 8 to 15 when T is at most
+ *  CLFFN_MAX_KERNEL_TOKENS (0 there otherwise): clffn_moe_holder_run() then runs its experts'
+ *  few-token kernels as built for T tokens, as the whole layer does at T, so that their rows
+ *  sum in the same order. An exchange hands pass on as it got it. */
+#define CLFFN_MOE_PASS_TOKENS(pass) ((size_t)(((unsigned)(pass) >> 8) & 0xffu))
+#define CLFFN_MOE_PASS_WITH_TOKENS(tokens) \
+    ((tokens) <= CLFFN_MAX_KERNEL_TOKENS ? (int)((unsigned)(tokens) << 8) : 0)
+
 /** Runs, for a partial layer (clffn_moe_create_partial()), the experts it does not hold.
  *  rows[e] for each of the E experts: how many rows expert e has in this pass (0 for the
  *  experts the layer holds itself and for those no token chose). in and out are [Σ rows, D],
- *  the experts' rows one after another in expert order. A forward (pass 0) hands x's rows and
- *  wants each expert's FFN output of them; a backward (CLFFN_MOE_PASS_BACKWARD) hands dy's rows
+ *  the experts' rows one after another in expert order. A forward (no
+ *  CLFFN_MOE_PASS_BACKWARD; its tokens in CLFFN_MOE_PASS_TOKENS(pass)) hands x's rows and wants
+ *  each expert's FFN output of them; a backward (CLFFN_MOE_PASS_BACKWARD) hands dy's rows
  *  (already scaled by the tokens' routing weights) and wants dx's, differentiated at the rows of
  *  the last forward pass. With CLFFN_MOE_PASS_GRADS each expert's weight and bias gradients
  *  are computed where it is held and kept there (overwritten, or added with
@@ -958,11 +967,12 @@ CLFFN_API clffn_ffn *clffn_moe_holder_expert(clffn_moe_holder *holder, size_t e)
 
 /** One pass of the layer's exchange (clffn_moe_exchange_fn's pass and rows [E]) on the held
  *  experts, blocking: in and out are [Σ rows[e], D] over the held e alone, in expert order.
- *  A forward runs each expert with rows on them (clffn_forward_host()) and keeps the rows for
- *  the backward; a backward differentiates at them, each expert's dx into out and, with
- *  CLFFN_MOE_PASS_GRADS, its weight and bias gradients into grads[e − first] (count host sets,
- *  as clffn_backward_host() takes; overwritten, or added with CLFFN_MOE_PASS_ACCUMULATE; an
- *  expert without rows: zeroed unless accumulating). Errors: NULL_ARGUMENT (in or out with
+ *  A forward runs each expert with rows on them (clffn_forward_host(), its few-token kernels as
+ *  built for the pass's CLFFN_MOE_PASS_TOKENS) and keeps the rows for the backward; a backward
+ *  differentiates at them, each expert's dx into out and, with CLFFN_MOE_PASS_GRADS, its
+ *  weight and bias gradients into grads[e − first] (count host sets, as clffn_backward_host()
+ *  takes; overwritten, or added with CLFFN_MOE_PASS_ACCUMULATE; an expert without rows: zeroed
+ *  unless accumulating). Errors: NULL_ARGUMENT (in or out with
  *  rows, grads with GRADS); NO_FORWARD (a backward whose rows are not the last forward's);
  *  OUT_OF_HOST_MEMORY; the experts' (the first failure; an expert's failure leaves its rows of
  *  out unspecified). */

@@ -51,6 +51,10 @@ struct clffn_ffn {
     size_t weight_bytes;   /* of W1, V and W2 on the device */
     char message[160];     /* clffn_ffn_error_message() */
 
+    /* set by a mixture-of-experts layer around its expert's forward: the few-token kernels run
+     * as built for this many tokens (0: the pass's own); see clffn_gemm_env */
+    size_t kernel_capacity;
+
     /* the last forward, for clffn_ffn_read_hidden() and clffn_backward() */
     size_t last_tokens;
     clffn_dropout_use last_drop;
@@ -72,7 +76,7 @@ static inline void clffn__keep_tail(clffn_ffn *ffn, cl_event ev) {
 }
 
 static inline clffn_gemm_env clffn__gemm_env(clffn_ffn *ffn, cl_command_queue *queue) {
-    const clffn_gemm_env env = {ffn->ctx, &ffn->scratch, &ffn->wk, queue, NULL};
+    const clffn_gemm_env env = {ffn->ctx, &ffn->scratch, &ffn->wk, queue, NULL, 0};
     return env;
 }
 
@@ -82,6 +86,17 @@ static inline clffn_gemm_env clffn__gemm_env(clffn_ffn *ffn, cl_command_queue *q
  * every product takes clffn's own kernels at that many tokens (which take the count) and no
  * dropout mask would be drawn for all of them; INVALID_ARGUMENT elsewhere. */
 bool clffn__forward_can_count(const clffn_ffn *ffn, size_t tokens);
+
+/* clffn_forward() and clffn_forward_host() of a mixture-of-experts layer's expert on its rows
+ * of a pass of pass_tokens tokens: where the expert could take that pass with its count on the
+ * device (clffn__forward_can_count), its few-token kernels are those built for pass_tokens,
+ * as in that counted pass, so its rows sum in the same order whichever way the layer ran them
+ * (counts on the device or read back; on one context, several, or in another process). */
+clffn_status clffn__forward_as_pass(clffn_ffn *ffn, size_t tokens, size_t pass_tokens, cl_mem x,
+                                    size_t x_offset, cl_mem y, size_t y_offset,
+                                    cl_command_queue queue);
+clffn_status clffn__forward_host_as_pass(clffn_ffn *ffn, size_t tokens, size_t pass_tokens,
+                                         const float *x, size_t x_len, float *y, size_t y_len);
 clffn_status clffn__forward_counted(clffn_ffn *ffn, size_t tokens, const clffn_wcount *count,
                                     cl_mem x, size_t x_offset, cl_mem y, size_t y_offset,
                                     cl_command_queue queue);

@@ -84,6 +84,7 @@ static cl_int enqueue_forward(clffn_ffn *ffn, size_t tokens, const clffn_wcount 
                               cl_command_queue queue, cl_event *ev1, cl_event *last) {
     clffn_gemm_env env = clffn__gemm_env(ffn, &queue);
     env.count = count;
+    env.capacity = ffn->kernel_capacity;
     clffn__env_plan(&env);
     cl_int err = first_layer(ffn, &env, tokens, x);
     if (err == CL_SUCCESS) { err = second_layer(ffn, &env, tokens); }
@@ -161,6 +162,30 @@ clffn_status clffn__forward_counted(clffn_ffn *ffn, size_t tokens, const clffn_w
                                     cl_command_queue queue) {
     if (!clffn__forward_can_count(ffn, tokens)) { return CLFFN_ERROR_INVALID_ARGUMENT; }
     return forward(ffn, tokens, count, x, x_offset, y, y_offset, queue, NULL);
+}
+
+/* The kernels' capacity for an expert's rows of a pass of pass_tokens (see ffn.h). */
+static size_t pass_capacity(const clffn_ffn *ffn, size_t pass_tokens) {
+    return pass_tokens && clffn__forward_can_count(ffn, pass_tokens) ? pass_tokens : 0;
+}
+
+clffn_status clffn__forward_as_pass(clffn_ffn *ffn, size_t tokens, size_t pass_tokens, cl_mem x,
+                                    size_t x_offset, cl_mem y, size_t y_offset,
+                                    cl_command_queue queue) {
+    if (!ffn) { return CLFFN_ERROR_NULL_ARGUMENT; }
+    ffn->kernel_capacity = pass_capacity(ffn, pass_tokens);
+    const clffn_status st = forward(ffn, tokens, NULL, x, x_offset, y, y_offset, queue, NULL);
+    ffn->kernel_capacity = 0;
+    return st;
+}
+
+clffn_status clffn__forward_host_as_pass(clffn_ffn *ffn, size_t tokens, size_t pass_tokens,
+                                         const float *x, size_t x_len, float *y, size_t y_len) {
+    if (!ffn) { return CLFFN_ERROR_NULL_ARGUMENT; }
+    ffn->kernel_capacity = pass_capacity(ffn, pass_tokens);
+    const clffn_status st = clffn_forward_host(ffn, tokens, x, x_len, y, y_len);
+    ffn->kernel_capacity = 0;
+    return st;
 }
 
 clffn_status clffn_forward_host(clffn_ffn *ffn, size_t tokens, const float *x, size_t x_len,

@@ -87,8 +87,8 @@ cl_int clffn__linear_forward(const clffn_gemm_env *env, const clffn_linear *w, s
                              clffn_matrix x, float beta, clffn_matrix y) {
     if (few(env, w, tokens)) {
         const clffn_wmatrix m = stored(w);
-        return clffn__wgemv(env->wk, env->ctx, &m, out_in(w), tokens, env->count, x, beta, y,
-                            *env->queue);
+        return clffn__wgemv(env->wk, env->ctx, &m, out_in(w), tokens, env->capacity, env->count, x,
+                            beta, y, *env->queue);
     }
     if (env->count) { return (cl_int)CLFFN_ERROR_INVALID_SIZE; } /* the caller checks first */
     if (w->dtype != CLFFN_DTYPE_F32) {
@@ -108,7 +108,7 @@ cl_int clffn__linear_backward_input(const clffn_gemm_env *env, const clffn_linea
                                     clffn_matrix dy, float beta, clffn_matrix dx) {
     if (few(env, w, tokens)) {
         const clffn_wmatrix m = stored(w);
-        return clffn__wgemv(env->wk, env->ctx, &m, !out_in(w), tokens, NULL, dy, beta, dx,
+        return clffn__wgemv(env->wk, env->ctx, &m, !out_in(w), tokens, 0, NULL, dy, beta, dx,
                             *env->queue);
     }
     if (w->dtype != CLFFN_DTYPE_F32) {

@@ -29,13 +29,16 @@ typedef struct clffn_linear {
 /* Where the products run: the context (its K-block, its crossovers), the owner's GEMM scratch
  * and its weight kernels (with their dequantization scratch); count (NULL but in a
  * mixture-of-experts layer's decoding) keeps the forward's token count on the device, where
- * every forward product must then run clffn's own kernels (wmatrix.h). */
+ * every forward product must then run clffn's own kernels (wmatrix.h); capacity (0 but in a
+ * mixture-of-experts layer's expert) has those kernels run as built for that many tokens, so
+ * an expert's rows sum alike whether the layer kept its count on the device or not. */
 typedef struct clffn_gemm_env {
     const clffn_context *ctx;
     clffn_scratch *scratch;
     clffn_wkernels *wk;
     cl_command_queue *queue;
     const clffn_wcount *count;
+    size_t capacity;
 } clffn_gemm_env;
 
 /* A pass's products are planned before the first is enqueued (clffn_scratch, clffn_wkernels):

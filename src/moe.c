@@ -147,7 +147,7 @@ clffn_status clffn__moe_remote_pass(const clffn_moe *moe, size_t T, bool backwar
         }
         row0 += n;
     }
-    p->rows = T * moe->cfg.top_k, p->d_model = moe->cfg.expert.d_model;
+    p->rows = T * moe->cfg.top_k, p->d_model = moe->cfg.expert.d_model, p->tokens = T;
     p->backward = backward;
     p->exchange = moe->exchange, p->user = moe->exchange_user, p->experts = moe->cfg.experts;
     p->in = backward ? moe->dyg : moe->xg, p->out = backward ? moe->dxg : moe->yg;
@@ -373,7 +373,7 @@ static clffn_status run_experts(clffn_moe *moe, size_t T, cl_mem x, size_t xo, b
         }
         const size_t n = moe->host_counts[e];
         if (n && !clffn__moe_remote(moe, e)) {
-            st = clffn_forward(moe->ffn[e], n, moe->xg, row0 * D, moe->yg, row0 * D, q, NULL);
+            st = clffn__forward_as_pass(moe->ffn[e], n, T, moe->xg, row0 * D, moe->yg, row0 * D, q);
         }
         row0 += n;
     }

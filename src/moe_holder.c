@@ -3,10 +3,12 @@
  * an exchange brings, the same calls a split layer's other contexts make (moe_remote.c), so its
  * outputs and gradients are the bits a whole layer computes on those rows:
  *
- *   forward:  in [Σ n_e, D] ─expert e's clffn_forward_host on its n_e rows─► out   (in kept)
+ *   forward:  in [Σ n_e, D] ─expert e's host-level forward on its n_e rows─► out   (in kept)
  *   backward: in = dy rows ─clffn_backward_host at the kept rows─► out = dx rows, its grads
  *
- * Above the layer's files: it uses the FFN API and the layer's config checks alone. */
+ * Above the layer's files: it uses the FFN API, the layer's config checks, and the expert's
+ * forward as part of the layer's pass (clffn__forward_host_as_pass, with the pass's tokens that
+ * the exchange carries), so its rows sum as the whole layer's. */
 #include "reference_moe.h"
 
 #include "ffn.h"
@@ -99,7 +101,8 @@ clffn_status clffn_moe_holder_run(clffn_moe_holder *h, int pass, const size_t *r
         const size_t n = rows[h->first + i], nd = n * D;
         clffn_ffn *f = h->ffn[i];
         if (!backward && n) {
-            st = clffn_forward_host(f, n, in + at, nd, out + at, nd);
+            st = clffn__forward_host_as_pass(f, n, CLFFN_MOE_PASS_TOKENS(pass), in + at, nd,
+                                             out + at, nd);
         } else if (backward && n) {
             st = clffn_backward_host(f, n, h->x + at, nd, in + at, nd, out + at, nd,
                                      want ? &grads[i] : NULL, accumulate);

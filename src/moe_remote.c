@@ -25,7 +25,7 @@ static clffn_status run_job(const clffn_remote_pass *p, const clffn_remote_job *
     const size_t nd = j->n * f->cfg.d_model, off = j->row0 * f->cfg.d_model;
     const float *in = p->host_in + off;
     float *out = p->host_out + off;
-    if (!p->backward) { return clffn_forward_host(f, j->n, in, nd, out, nd); }
+    if (!p->backward) { return clffn__forward_host_as_pass(f, j->n, p->tokens, in, nd, out, nd); }
     if (f->last_tokens != j->n || !f->ws.io_x || f->ws.io_tokens < j->n) {
         return CLFFN_ERROR_NO_FORWARD; /* its host-level forward holds x */
     }
@@ -101,7 +101,7 @@ static clffn_status exchange_start(clffn_remote_pass *p, cl_command_queue q) {
 /* The exchange (with the layer's own experts flushed to its device first, to run meanwhile),
  * then every job's output rows written back where its rows came from. */
 static clffn_status exchange_finish(clffn_remote_pass *p, cl_command_queue q) {
-    const int pass = !p->backward ? 0
+    const int pass = !p->backward ? CLFFN_MOE_PASS_WITH_TOKENS(p->tokens)
                                   : CLFFN_MOE_PASS_BACKWARD | (p->own ? CLFFN_MOE_PASS_GRADS : 0) |
                                         (p->own && p->accumulate ? CLFFN_MOE_PASS_ACCUMULATE : 0);
     clffn_status st = CLFFN_SUCCESS;

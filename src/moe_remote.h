@@ -29,6 +29,7 @@ struct clffn_remote_group;
 typedef struct clffn_remote_pass {
     clffn_remote_job *jobs;
     size_t count, rows, d_model;
+    size_t tokens; /* the layer's, whose pass each forward is part of (clffn__forward_as_pass) */
     int backward, own, accumulate;
     cl_mem in, out;
     /* a partial layer's: every job's rows go through exchange(user, …) in finish, packed in job

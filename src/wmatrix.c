@@ -98,14 +98,15 @@ static size_t col_chunk_rows(const clffn_context *ctx, const clffn_wmatrix *w, s
 }
 
 cl_int clffn__wgemv(clffn_wkernels *wk, const clffn_context *ctx, const clffn_wmatrix *w,
-                    bool along_rows, size_t tokens, const clffn_wcount *count, clffn_matrix x,
-                    float beta, clffn_matrix y, cl_command_queue queue) {
+                    bool along_rows, size_t tokens, size_t capacity, const clffn_wcount *count,
+                    clffn_matrix x, float beta, clffn_matrix y, cl_command_queue queue) {
     static const clffn_wcount none = {NULL, 0};
     if (!count) { count = &none; }
     refresh(wk, ctx, w->dtype);
+    const size_t built_for = capacity > tokens ? capacity : tokens;
     int b = 0;
-    while (b + 1 < CLFFN_WTOKEN_BUCKETS && bucket_tokens[b] < tokens) { ++b; }
-    if (tokens > bucket_tokens[b]) { return (cl_int)CLFFN_ERROR_INVALID_SIZE; }
+    while (b + 1 < CLFFN_WTOKEN_BUCKETS && bucket_tokens[b] < built_for) { ++b; }
+    if (built_for > bucket_tokens[b]) { return (cl_int)CLFFN_ERROR_INVALID_SIZE; }
     const size_t *p = ctx->wgemv;
     /* f32, f16 and bf16 rows go in pairs at any length: each weight's x is four bytes, as many
      * as the weight's or twice them, so halving x's reads pays even where x fits the first-level

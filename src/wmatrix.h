@@ -45,13 +45,15 @@ typedef struct clffn_wkernels {
 
 /* y[T, w.rows] = x[T, w.cols]·Wᵀ (+ β·y) when along_rows, else y[T, w.cols] = x[T, w.rows]·W
  * (+ β·y), for T ≤ CLFFN_MAX_KERNEL_TOKENS, each weight read once; with count (NULL: none),
- * only its first rows of the T, the others of y untouched. On a CPU device rows longer
- * than CLFFN_WROW_PAIR_COLS go two at a time; the column form runs in chunks of rows whose sums
- * meet in the scratch (CLFFN_WCOL_CHUNK_ROWS rows on a CPU, enough chunks to fill a GPU). While
- * planning, only builds the kernels and records the scratch. */
+ * only its first rows of the T, the others of y untouched. The kernels are those built for
+ * max(T, capacity) tokens: their vectors and unrolling follow the tokens they are built for, so
+ * a pass of T rows sums as a pass of capacity tokens (with a count of T) does. On a CPU device
+ * rows longer than CLFFN_WROW_PAIR_COLS go two at a time; the column form runs in chunks of rows
+ * whose sums meet in the scratch (CLFFN_WCOL_CHUNK_ROWS rows on a CPU, enough chunks to fill a
+ * GPU). While planning, only builds the kernels and records the scratch. */
 cl_int clffn__wgemv(clffn_wkernels *wk, const clffn_context *ctx, const clffn_wmatrix *w,
-                    bool along_rows, size_t tokens, const clffn_wcount *count, clffn_matrix x,
-                    float beta, clffn_matrix y, cl_command_queue queue);
+                    bool along_rows, size_t tokens, size_t capacity, const clffn_wcount *count,
+                    clffn_matrix x, float beta, clffn_matrix y, cl_command_queue queue);
 
 /* The f32 block W[r0 .. r0 + nr, c0 .. c0 + nc) into the owner's scratch, enqueued on queue:
  * *out is the block as a row-major operand (ld = nc). While planning, records the scratch it

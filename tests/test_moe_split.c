@@ -3,8 +3,9 @@
  * stand for other processes), against the same layer on one context. All contexts share the
  * test device, so each expert runs the kernels the whole layer runs on the same rows, and
  * everything must be the same bits: the choice, y, dx, the router's gradients and every
- * expert's, accumulated twice; dx alone; a layer with a gated shared expert; the owners; an
- * exchange that fails; bad arguments. */
+ * expert's, accumulated twice; dx alone; a layer with a gated shared expert; experts kept in
+ * f16 at few tokens, where the whole layer keeps its counts on the device and runs each expert's
+ * kernels as built for the pass's tokens; the owners; an exchange that fails; bad arguments. */
 #include "common.h"
 #include "ffn.h" /* an expert's context */
 
@@ -13,16 +14,21 @@
 
 enum { D = 32, F = 40, E = 6, K = 2, T = 13, MAXG = 3 };
 
-/* Router and experts of both layers, and the inputs. */
+/* Router and experts of both layers, and the inputs: tokens ≤ T of them, the experts in dtype. */
 typedef struct split_data {
     clffn_moe_config c;
+    size_t tokens;
+    clffn_dtype dtype;
+    typed_set typed[E + 1];
     size_t rows, n_w; /* the router's rows; experts with weights (the shared one last) */
     float x[T * D], dy[T * D], router[(E + 1) * D], bias[E + 1];
     test_weights w[E + 1];
 } split_data;
 
-static void data_make(split_data *d, int shared_gate, uint64_t seed) {
+static void data_make(split_data *d, int shared_gate, clffn_dtype dtype, uint64_t seed) {
     memset(d, 0, sizeof *d);
+    d->tokens = dtype == CLFFN_DTYPE_F32 ? T : 5; /* few: the counted pass of compressed experts */
+    d->dtype = dtype;
     d->c = clffn_moe_config_default(D, F, E, K);
     d->c.routing = shared_gate ? CLFFN_ROUTING_TOPK : CLFFN_ROUTING_TOPK_NORMALIZED;
     d->c.router_bias = 1;
@@ -36,11 +42,17 @@ static void data_make(split_data *d, int shared_gate, uint64_t seed) {
     fill_uniform(d->bias, d->rows, -0.25f, 0.25f, seed + 3);
     for (size_t e = 0; e < d->n_w; ++e) {
         test_weights_make(&d->w[e], &d->c.expert, CLFFN_LAYOUT_OUT_IN, seed + 10 + e);
+        if (dtype != CLFFN_DTYPE_F32) {
+            typed_make(&d->typed[e], &d->c.expert, &d->w[e], dtype, CLFFN_LAYOUT_OUT_IN);
+        }
     }
 }
 
 static void data_free(split_data *d) {
-    for (size_t e = 0; e < d->n_w; ++e) { test_weights_free(&d->w[e]); }
+    for (size_t e = 0; e < d->n_w; ++e) {
+        if (d->dtype != CLFFN_DTYPE_F32) { typed_free(&d->typed[e]); }
+        test_weights_free(&d->w[e]);
+    }
 }
 
 /* The experts [*first, *first + return) that owner r of count holds. */
@@ -85,7 +97,11 @@ static clffn_status exchange(void *user, int pass, const size_t *rows, const flo
 
 static void upload(clffn_ffn *f, const split_data *d, size_t e) {
     cr_assert(f, "expert %zu", e);
-    ASSERT_OK(clffn_ffn_upload_weights(f, CLFFN_LAYOUT_OUT_IN, &d->w[e].host));
+    if (d->dtype == CLFFN_DTYPE_F32) {
+        ASSERT_OK(clffn_ffn_upload_weights(f, CLFFN_LAYOUT_OUT_IN, &d->w[e].host));
+    } else {
+        ASSERT_OK(clffn_ffn_upload_weights_typed(f, CLFFN_LAYOUT_OUT_IN, &d->typed[e].typed));
+    }
 }
 
 /* A split layer over count contexts; with hs, a partial one holding owner 0's experts on
@@ -147,9 +163,10 @@ static void run(clffn_moe *moe, const split_data *d, int with_grads, outputs *o,
         held_by(r, hs->count, &first);
         hs->grads[r] = with_grads ? &eg[first] : NULL;
     }
-    ASSERT_OK(clffn_moe_forward_host(moe, T, d->x, T * D, o->y, T * D, o->ch, o->wt));
+    const size_t n = d->tokens;
+    ASSERT_OK(clffn_moe_forward_host(moe, n, d->x, n * D, o->y, n * D, o->ch, o->wt));
     for (int pass = 0; pass < 2; ++pass) { /* the second accumulates onto the first */
-        ASSERT_OK(clffn_moe_backward_host(moe, T, d->dy, T * D, o->dx, T * D, o->rg, o->rbg,
+        ASSERT_OK(clffn_moe_backward_host(moe, n, d->dy, n * D, o->dx, n * D, o->rg, o->rbg,
                                           with_grads ? eg : NULL, pass));
     }
 }
@@ -164,13 +181,13 @@ static void same_bits(const void *a, const void *b, size_t bytes, const char *wh
     cr_assert(!memcmp(a, b, bytes), "%s over %d contexts differs from one context's", what, count);
 }
 
-static void compare(int shared_gate, int with_grads, int partial) {
+static void compare(int shared_gate, int with_grads, int partial, clffn_dtype dtype) {
     clffn_context *ctx[MAXG];
     for (int i = 0; i < MAXG; ++i) { ctx[i] = test_context(); }
     split_data *d = malloc(sizeof *d);
     outputs *one = calloc(1, sizeof *one), *many = calloc(1, sizeof *many);
     cr_assert(d && one && many);
-    data_make(d, shared_gate, 40 + (uint64_t)shared_gate);
+    data_make(d, shared_gate, dtype, 40 + (uint64_t)shared_gate);
     clffn_moe *ref = layer(ctx, 1, d, NULL);
     run(ref, d, with_grads, one, NULL);
     holders hs;
@@ -197,8 +214,8 @@ static void compare(int shared_gate, int with_grads, int partial) {
             }
         }
         size_t zeros = 0; /* dx carries every expert's rows and the router's term */
-        for (size_t i = 0; i < T * D; ++i) { zeros += many->dx[i] == 0.0f; }
-        cr_assert(zeros < T * D / 10, "dx is %zu zeros of %d", zeros, T * D);
+        for (size_t i = 0; i < d->tokens * D; ++i) { zeros += many->dx[i] == 0.0f; }
+        cr_assert(zeros < d->tokens * D / 10, "dx is %zu zeros of %zu", zeros, d->tokens * D);
         outputs_free(many, d->n_w);
         memset(many, 0, sizeof *many);
         clffn_moe_destroy(moe);
@@ -211,12 +228,14 @@ static void compare(int shared_gate, int with_grads, int partial) {
     for (int i = 0; i < MAXG; ++i) { clffn_context_destroy(ctx[i]); }
 }
 
-Test(moe_split, equals_one_context, .timeout = 300) { compare(0, 1, 0); }
-Test(moe_split, with_a_gated_shared_expert, .timeout = 300) { compare(1, 1, 0); }
-Test(moe_split, dx_alone, .timeout = 300) { compare(0, 0, 0); }
-Test(moe_partial, equals_one_context, .timeout = 300) { compare(0, 1, 1); }
-Test(moe_partial, with_a_gated_shared_expert, .timeout = 300) { compare(1, 1, 1); }
-Test(moe_partial, dx_alone, .timeout = 300) { compare(0, 0, 1); }
+Test(moe_split, equals_one_context, .timeout = 300) { compare(0, 1, 0, CLFFN_DTYPE_F32); }
+Test(moe_split, with_a_gated_shared_expert, .timeout = 300) { compare(1, 1, 0, CLFFN_DTYPE_F32); }
+Test(moe_split, dx_alone, .timeout = 300) { compare(0, 0, 0, CLFFN_DTYPE_F32); }
+Test(moe_split, f16_experts_few_tokens, .timeout = 300) { compare(1, 0, 0, CLFFN_DTYPE_F16); }
+Test(moe_partial, equals_one_context, .timeout = 300) { compare(0, 1, 1, CLFFN_DTYPE_F32); }
+Test(moe_partial, with_a_gated_shared_expert, .timeout = 300) { compare(1, 1, 1, CLFFN_DTYPE_F32); }
+Test(moe_partial, dx_alone, .timeout = 300) { compare(0, 0, 1, CLFFN_DTYPE_F32); }
+Test(moe_partial, f16_experts_few_tokens, .timeout = 300) { compare(1, 0, 1, CLFFN_DTYPE_F16); }
 
 /* Contiguous runs, the lower experts first, every context some; -1 out of range. */
 Test(moe_split, owners) {
@@ -248,7 +267,7 @@ Test(moe_split, bad_arguments) {
     cr_assert(moe == (clffn_moe *)&c);
     split_data *d = malloc(sizeof *d);
     cr_assert(d);
-    data_make(d, 0, 7);
+    data_make(d, 0, CLFFN_DTYPE_F32, 7);
     moe = layer(ctx, 2, d, NULL);
     cl_int err;
     const size_t bytes = T * D * sizeof(float);
@@ -278,7 +297,7 @@ Test(moe_partial, a_failing_exchange, .timeout = 300) {
     outputs *o = calloc(1, sizeof *o);
     float *y = malloc(T * D * sizeof *y);
     cr_assert(d && o && y);
-    data_make(d, 0, 11);
+    data_make(d, 0, CLFFN_DTYPE_F32, 11);
     holders hs;
     memset(&hs, 0, sizeof hs);
     clffn_moe *moe = layer(ctx, 2, d, &hs);

@@ -288,10 +288,9 @@ Test(mpi, gguf_q8_0_slices, .init = setup, .fini = teardown, .timeout = 300) {
 
 /* --expert-parallel on np_from to np_to ranks against the single process (itself checked
  * against the double reference): the routing is the same bytes, and so are the output and the
- * gradient file where the single process also reads the expert counts back (bits; below the
- * few-token kernels' crossover it keeps them on the device, and its kernels' tiling follows the
- * pass's T rather than each expert's rows: the same within the tolerance), and each rank read
- * its own experts' share of the weights. */
+ * gradient file (with bits; below the few-token kernels' crossover the single process keeps the
+ * expert counts on the device, and each rank's experts then run the kernels built for the pass's
+ * tokens, as its do), and each rank read its own experts' share of the weights. */
 static void experts_split_equal_single(const char *weights, const char *args, int grads, int bits,
                                        int np_from, int np_to) {
     char cmd[2048];
@@ -414,7 +413,7 @@ Test(mpi, experts_split_gguf_q8_0, .init = setup, .fini = teardown, .timeout = 3
     free(img), free(router);
     for (int i = 0; i < 3; ++i) { free(q[i]); }
     write_inputs(D);
-    experts_split_equal_single("w.gguf", "", 2, 0, 2, 2); /* 15 tokens: counted in one process */
+    experts_split_equal_single("w.gguf", "", 2, 1, 2, 3); /* 15 tokens: counted in one process */
 }
 
 /* A dense layer, more ranks than experts, --verify: refused, by every rank at once. */
