@@ -2,8 +2,9 @@
  * GGUF layer with stacked experts (the tests' own writer) in f32 and in q8_0, each checked by
  * --verify against the double reference and by what --router-out says of the choice; Qwen2-MoE's
  * shared expert of its own width behind a sigmoid gate, from safetensors (--preset qwen_moe)
- * and GGUF (qwen2moe); and the refusals (top-k beyond E, --tensor-parallel, a gate of another
- * shape, a gating function other than the softmax). */
+ * and GGUF (qwen2moe); the experts split over contexts in one process (--expert-devices); and
+ * the refusals (top-k beyond E, --tensor-parallel, a gate of another shape, a gating function
+ * other than the softmax). */
 #include "clffn_io.h"
 #include "common.h"
 #include "gguf_writer.h"
@@ -170,14 +171,14 @@ static void check_grad(const clffn_st_file *g, const char *name, const double *r
 /* --grad-output on a GGUF file's stacked experts (f32): each gradient tensor restacked, expert
  * e's block at e, against the double reference. */
 static void check_stacked_grads(const char *w, const char *x, const char *y, const float *router,
-                                float *const *m) {
+                                float *const *m, const char *extra) {
     char dyp[160], g[160], cmd[1024], out[4096], err[CLFFN_IO_ERR];
     snprintf(dyp, sizeof dyp, "%s/dy.npy", dir), snprintf(g, sizeof g, "%s/g.safetensors", dir);
     float *dy = write_tokens(dyp, 78);
     snprintf(cmd, sizeof cmd,
              "'%s' --weights %s --input %s --output %s --grad-output %s "
-             "--grads-out %s 2>&1",
-             CLFFN_RUN_PATH, w, x, y, dyp, g);
+             "--grads-out %s %s 2>&1",
+             CLFFN_RUN_PATH, w, x, y, dyp, g, extra);
     cr_assert_eq(run(cmd, out, sizeof out), 0, "%s", out);
     clffn_npy xv = {0};
     cr_assert_eq(clffn_npy_load(x, &xv, err), 0, "%s", err);
@@ -228,11 +229,110 @@ Test(clffn_run_moe, gguf_stacked_experts_verify, .timeout = 120) {
                 m[3 * e + 2] = vals[2] + e * D * F;
             }
             check_output(y, x, router, m, 3, CLFFN_ROUTING_TOPK_NORMALIZED);
-            check_stacked_grads(w, x, y, router, m);
+            check_stacked_grads(w, x, y, router, m, "");
         }
         free(router);
         for (int j = 0; j < 3; ++j) { free(vals[j]); }
     }
+    remove_dir();
+}
+
+/* The device the suite runs on as a SPEC without a comma (llvmpipe's name has one): CLFFN_DEVICE
+ * when set, else the default device's "P:D". */
+static void suite_device(char *spec, size_t n) {
+    const char *env = getenv("CLFFN_DEVICE");
+    if (env && *env && !strchr(env, ',')) {
+        snprintf(spec, n, "%s", env);
+        return;
+    }
+    size_t count = 0, idx = 0;
+    ASSERT_OK(clffn_devices_list(NULL, 0, &count));
+    clffn_device_info *devs = calloc(count, sizeof *devs);
+    cr_assert_not_null(devs);
+    ASSERT_OK(clffn_devices_list(devs, count, &count));
+    ASSERT_OK(clffn_devices_default(devs, count, &idx));
+    snprintf(spec, n, "%u:%u", devs[idx].platform_index, devs[idx].device_index);
+    free(devs);
+}
+
+/* The file's n floats at path (a .npy), malloc'd. */
+static float *npy_values(const char *path, size_t n) {
+    clffn_npy v = {0};
+    char err[CLFFN_IO_ERR];
+    cr_assert_eq(clffn_npy_load(path, &v, err), 0, "%s", err);
+    cr_assert_eq((size_t)v.numel, n);
+    float *out = malloc(n * sizeof *out);
+    memcpy(out, v.data, n * sizeof *out);
+    clffn_npy_free(&v);
+    return out;
+}
+
+/* --expert-devices: the layer's experts over three contexts of the suite's device in one
+ * process (experts 0-1, 2, 3). The outputs are the one-context run's bits, they pass --verify
+ * and the double reference, each context's part is printed, and the gradients (f32 experts,
+ * restacked from three contexts) match the reference. */
+Test(clffn_run_moe, expert_devices_split_in_process, .timeout = 180) {
+    make_dir();
+    char w[128], x[128], y[128], y1[128], cmd[1024], out[4096], spec[64], list[256];
+    snprintf(x, sizeof x, "%s/x.npy", dir), snprintf(y, sizeof y, "%s/y.npy", dir);
+    snprintf(y1, sizeof y1, "%s/y1.npy", dir);
+    write_input(x);
+    suite_device(spec, sizeof spec);
+    snprintf(list, sizeof list, "--expert-devices %s,%s,%s", spec, spec, spec);
+    static const clffn_dtype types[2] = {CLFFN_DTYPE_Q8_0, CLFFN_DTYPE_F32};
+    for (int i = 0; i < 2; ++i) {
+        snprintf(w, sizeof w, "%s/m%d.gguf", dir, i);
+        float *router, *vals[3], *m[3 * E];
+        moe_gguf(w, types[i], &router, vals);
+        snprintf(cmd, sizeof cmd, "'%s' --weights %s --input %s --output %s --device %s 2>&1",
+                 CLFFN_RUN_PATH, w, x, y1, spec);
+        cr_assert_eq(run(cmd, out, sizeof out), 0, "%s", out);
+        snprintf(cmd, sizeof cmd,
+                 "'%s' --weights %s --input %s --output %s --verify --verbose %s 2>&1",
+                 CLFFN_RUN_PATH, w, x, y, list);
+        cr_assert_eq(run(cmd, out, sizeof out), 0, "%s", out);
+        cr_assert(strstr(out, "PASS") && strstr(out, "experts over 3 devices"), "%s", out);
+        cr_assert(strstr(out, "device 0: ") && strstr(out, "experts [0, 2), the router") &&
+                      strstr(out, "device 1: ") && strstr(out, "experts [2, 3)") &&
+                      strstr(out, "device 2: ") && strstr(out, "experts [3, 4)"),
+                  "%s", out);
+        float *split = npy_values(y, 6 * D), *one = npy_values(y1, 6 * D);
+        cr_assert(!memcmp(split, one, 6 * D * sizeof *one), "split and unsplit outputs differ");
+        free(split), free(one);
+        if (types[i] == CLFFN_DTYPE_F32) {
+            for (size_t e = 0; e < E; ++e) {
+                m[3 * e] = vals[0] + e * F * D, m[3 * e + 1] = vals[1] + e * F * D;
+                m[3 * e + 2] = vals[2] + e * D * F;
+            }
+            check_output(y, x, router, m, 3, CLFFN_ROUTING_TOPK_NORMALIZED);
+            check_stacked_grads(w, x, y, router, m, list);
+        }
+        free(router);
+        for (int j = 0; j < 3; ++j) { free(vals[j]); }
+    }
+    /* refused before any device is opened, and no output left behind */
+    remove(y);
+    const char *bad[4] = {"--expert-devices 0:0,,0:0", "--expert-devices 0:0 --device 0:0",
+                          "--expert-devices 0:0,0:0,0:0,0:0,0:0",
+                          "--expert-devices 0:0,0:0 --expert-parallel"};
+    const char *why[4] = {"--expert-devices takes device SPECs", "leave out --device",
+                          "names 5 devices for a layer of 4 experts", "take one"};
+    for (int i = 0; i < 4; ++i) {
+        snprintf(cmd, sizeof cmd, "'%s' --weights %s --input %s --output %s %s 2>&1",
+                 CLFFN_RUN_PATH, w, x, y, bad[i]);
+        cr_assert_eq(run(cmd, out, sizeof out), 2, "%s", out);
+        cr_assert(strstr(out, why[i]), "%s", out);
+        cr_assert_null(fopen(y, "rb"), "a refused run left an output");
+    }
+    float *router, *m[3 * E]; /* Mixtral's names read as a dense llama layer */
+    snprintf(w, sizeof w, "%s/m.safetensors", dir);
+    mixtral_checkpoint(w, &router, m);
+    free_values(router, m);
+    snprintf(cmd, sizeof cmd, "'%s' --weights %s --preset llama --input %s --output %s %s 2>&1",
+             CLFFN_RUN_PATH, w, x, y, list);
+    cr_assert_eq(run(cmd, out, sizeof out), 2, "%s", out);
+    cr_assert(strstr(out, "is a dense FFN: --expert-devices"), "%s", out);
+    cr_assert_null(fopen(y, "rb"), "a refused run left an output");
     remove_dir();
 }
 

@@ -110,6 +110,21 @@ int run_open_device(const char *spec, clffn_context **ctx) {
     return 0;
 }
 
+int run_device_list(const char *list, char **specs) {
+    int n = 0;
+    for (const char *p = list;; ++n) {
+        const char *end = strchr(p, ',');
+        const size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len == 0 || n == RUN_MAX_DEVICES) { break; }
+        if (specs && !(specs[n] = malloc(len + 1))) { break; }
+        if (specs) { memcpy(specs[n], p, len), specs[n][len] = '\0'; }
+        if (!end) { return n + 1; }
+        p = end + 1;
+    }
+    for (int i = 0; specs && i < n; ++i) { free(specs[i]), specs[i] = NULL; }
+    return -1;
+}
+
 void run_print(clffn_context *ctx, const layer *L, const clffn_config *c, size_t T, double dt,
                const char *split) {
     char name[256] = "?";
@@ -211,6 +226,13 @@ int run_checkpoint(const options *o) {
         const int moe_rc = run_moe(o, &ck);
         ckpt_close(&ck);
         return moe_rc;
+    }
+    if (o->expert_devices) {
+        run_report("%s: layer %d is a dense FFN: --expert-devices splits a mixture-of-experts "
+                   "layer's experts",
+                   o->weights, o->layer);
+        ckpt_close(&ck);
+        return EXIT_USAGE;
     }
     int rc = EXIT_USAGE;
     layer Ly;

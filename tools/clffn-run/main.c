@@ -8,6 +8,8 @@
  *                                   the same, the layer split over N ranks (tp.c)
  *   mpirun -np N clffn-run --expert-parallel --weights … --input … --output …
  *                                   a mixture-of-experts layer, its experts over N ranks (ep.c)
+ *   clffn-run --expert-devices 0:0,0:1 --weights … --input … --output …
+ *                                   the same in one process, over the devices listed (moe.c)
  *
  * Exit status: 0 success, 1 device or runtime failure (or --verify beyond tolerance), 2 usage
  * error or bad input file. Every failure prints one line naming the file and what is wrong. */
@@ -73,6 +75,7 @@ enum {
     OPT_TOP_K,
     OPT_ROUTING,
     OPT_ROUTER_OUT,
+    OPT_EXPERT_DEVICES,
 };
 
 static const tool_option OPTIONS[] = {
@@ -119,9 +122,13 @@ static const tool_option OPTIONS[] = {
     {"expert-parallel", OPT_EXPERT_PARALLEL, TOOL_FLAG, NULL,
      "under mpirun: split a mixture-of-experts layer's experts over\nthe ranks, each reading "
      "only its own; rank 0 routes, combines\nand writes the output (and gradients)"},
+    {"expert-devices", OPT_EXPERT_DEVICES, TOOL_VALUE, "LIST",
+     "split a mixture-of-experts layer's experts over these devices\nin this process (SPECs as "
+     "--device takes them, comma-separated;\na device may repeat); the first routes and "
+     "combines"},
     {"verbose", OPT_VERBOSE, TOOL_FLAG, NULL,
-     "the weights' bytes on the device and their type; with\n--tensor-parallel or "
-     "--expert-parallel each rank's device, part\nand memory"},
+     "the weights' bytes on the device and their type; with\n--tensor-parallel, "
+     "--expert-parallel or --expert-devices each\nrank's or device's part and memory"},
     {0},
 };
 
@@ -185,6 +192,7 @@ static int take_option(int key, const char *val, options *o) {
         o->routing = strcmp(val, "topk") ? CLFFN_ROUTING_TOPK_NORMALIZED : CLFFN_ROUTING_TOPK;
         break;
     case OPT_ROUTER_OUT: o->router_out = val; break;
+    case OPT_EXPERT_DEVICES: o->expert_devices = val; break;
     case OPT_WEIGHTS_DTYPE:
         o->dtype_stored = !strcmp(val, "stored");
         if (!o->dtype_stored && clffn_dtype_parse(val, &o->dtype) != CLFFN_SUCCESS) {
@@ -226,7 +234,7 @@ static int check_options(const options *o) {
                           o->seed || o->residual || o->verify || o->layer || o->grad_output ||
                           o->grads_out || o->preset != run_preset_default() || o->tensor_parallel ||
                           o->expert_parallel || o->verbose || o->moe_preset || o->top_k ||
-                          o->routing_given || o->router_out;
+                          o->routing_given || o->router_out || o->expert_devices;
     const char *why = NULL;
     if (!o->weights && ckpt_only) {
         why = "these options apply to --weights runs (the demo takes only --device)";
@@ -239,6 +247,14 @@ static int check_options(const options *o) {
     } else if ((o->tensor_parallel || o->expert_parallel) && o->verify) {
         why = "--verify needs the whole layer; run it without --tensor-parallel or "
               "--expert-parallel";
+    } else if (o->expert_devices && run_device_list(o->expert_devices, NULL) < 1) {
+        why = "--expert-devices takes device SPECs separated by commas, none empty, at "
+              "most " RUN_MAX_DEVICES_TEXT;
+    } else if (o->expert_devices && (o->tensor_parallel || o->expert_parallel)) {
+        why = "--expert-devices splits the experts in this process; --tensor-parallel and "
+              "--expert-parallel split over MPI ranks: take one";
+    } else if (o->expert_devices && o->device) {
+        why = "--expert-devices names the layer's devices: leave out --device";
     } else if (o->tensor_parallel && o->expert_parallel) {
         why = "--tensor-parallel and --expert-parallel split a layer two ways: take one";
     }

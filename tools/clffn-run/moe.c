@@ -369,7 +369,12 @@ int run_moe_layer(const options *o, const moe_layer *L, clffn_moe *moe, const cl
     } else {
         const double dt = tool_now_s() - t0;
         char over[48] = "";
-        if (away) { snprintf(over, sizeof over, ", experts over %d ranks", away->ranks); }
+        const int devices = o->expert_devices ? run_device_list(o->expert_devices, NULL) : 1;
+        if (away) {
+            snprintf(over, sizeof over, ", experts over %d ranks", away->ranks);
+        } else if (devices > 1) {
+            snprintf(over, sizeof over, ", experts over %d devices", devices);
+        }
         printf("MoE: %zu experts%s%s, top-%zu (%s), d_model %zu, d_ff %zu, %s, %zu tokens%s\n",
                L->E, L->shared[0] ? " and a shared one" : "",
                L->shared_gate ? " behind a gate" : "", L->k,
@@ -414,7 +419,7 @@ clffn_moe_config run_moe_config(const options *o, const moe_layer *L) {
     return mc;
 }
 
-/* Device, layer, router and experts, then the run. The exit status. */
+/* Devices, layer, router and experts, then the run. The exit status. */
 static int on_device(const options *o, const ckpt *c, const moe_layer *L, const clffn_npy *x,
                      const clffn_npy *dy) {
     const clffn_moe_config mc = run_moe_config(o, L);
@@ -422,10 +427,10 @@ static int on_device(const options *o, const ckpt *c, const moe_layer *L, const 
     float *router = malloc(moe_router_rows(L) * L->D * sizeof *router);
     float **refs = o->verify ? calloc(n_refs, sizeof *refs) : NULL;
     char err[CLFFN_IO_ERR];
-    clffn_context *ctx = NULL;
+    clffn_context *ctx[RUN_MAX_DEVICES] = {NULL};
     clffn_moe *moe = NULL;
     clffn_status s;
-    int rc = EXIT_RUNTIME;
+    int rc = EXIT_RUNTIME, n = 0;
     if (!router || (o->verify && !refs)) {
         run_report("out of memory");
     } else if (ckpt_read_all_f32(c, L->router, router, err) != 0 ||
@@ -433,20 +438,20 @@ static int on_device(const options *o, const ckpt *c, const moe_layer *L, const 
                 ckpt_read_all_f32(c, L->shared_gate, router + L->E * L->D, err) != 0)) {
         run_report("%s: %s", o->weights, err);
         rc = EXIT_USAGE;
-    } else if (run_open_device(o->device, &ctx) != 0) {
+    } else if ((n = run_moe_open_devices(o, ctx)) < 1) {
         /* reported */
-    } else if ((s = clffn_moe_create(ctx, &mc, &moe)) != CLFFN_SUCCESS ||
+    } else if ((s = clffn_moe_create_split(ctx, n, &mc, &moe)) != CLFFN_SUCCESS ||
                (s = clffn_moe_upload_router(moe, router, NULL)) != CLFFN_SUCCESS) {
         run_fail("setting up the layer", s);
-    } else if (run_moe_upload(o, c, L, moe, NULL, run_moe_dtype(o, L), refs) == 0 &&
-               run_moe_layer(o, L, moe, &mc, router, refs, x, dy, NULL) == 0) {
-        rc = 0;
+    } else if (run_moe_upload(o, c, L, moe, NULL, run_moe_dtype(o, L), refs) == 0) {
+        if (o->verbose) { run_moe_print_weights(L, moe, ctx, n); }
+        if (run_moe_layer(o, L, moe, &mc, router, refs, x, dy, NULL) == 0) { rc = 0; }
     }
     for (size_t i = 0; refs && i < n_refs; ++i) { free(refs[i]); }
     free(refs);
     free(router);
     clffn_moe_destroy(moe);
-    clffn_context_destroy(ctx);
+    for (int i = 0; i < RUN_MAX_DEVICES; ++i) { clffn_context_destroy(ctx[i]); }
     return rc;
 }
 
@@ -454,7 +459,12 @@ int run_moe(const options *o, const ckpt *c) {
     moe_layer L;
     clffn_npy x = {0}, dy = {0};
     int rc = EXIT_USAGE;
-    if (run_moe_resolve(o, c, &L) == 0 && run_moe_load_input(o, &L, &x, &dy) == 0) {
+    const int devices = o->expert_devices ? run_device_list(o->expert_devices, NULL) : 1;
+    if (run_moe_resolve(o, c, &L) != 0) {
+        /* reported */
+    } else if ((size_t)devices > L.E) {
+        run_report("--expert-devices names %d devices for a layer of %zu experts", devices, L.E);
+    } else if (run_moe_load_input(o, &L, &x, &dy) == 0) {
         rc = on_device(o, c, &L, &x, &dy);
     }
     clffn_npy_free(&x);

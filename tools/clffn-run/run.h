@@ -95,7 +95,8 @@ typedef struct options {
     uint64_t top_k;               /* --top-k; 0: the file's, else 2 */
     int routing_given;            /* --routing */
     clffn_routing routing;
-    const char *router_out; /* --router-out R.npy */
+    const char *router_out;     /* --router-out R.npy */
+    const char *expert_devices; /* --expert-devices SPEC,SPEC,…: the experts split in-process */
 } options;
 
 /* The checkpoint's tensors of one FFN layer, as the preset names them, shapes checked. */
@@ -170,6 +171,13 @@ int run_write_grads(const options *o, const ckpt_tensor *const t[6], float *cons
 /* Opens the device spec names (NULL: the default one); 0 or -1 (reported, a missing platform
  * with what to install). */
 int run_open_device(const char *spec, clffn_context **ctx);
+/* --expert-devices' list (comma-separated SPECs as --device takes them): the count, 1 to
+ * RUN_MAX_DEVICES, or -1 for an empty SPEC or too many. With specs (room for RUN_MAX_DEVICES),
+ * each SPEC is copied into specs[i], malloc'd (the caller frees them; -1 when out of memory). */
+#define RUN_MAX_DEVICES 64
+#define RUN_MAX_DEVICES_TEXT "64"
+int run_device_list(const char *list, char **specs);
+
 /* The run's device, shapes, time and GFLOP/s; split is appended to the FFN line. */
 void run_print(clffn_context *ctx, const layer *L, const clffn_config *c, size_t T, double dt,
                const char *split);
@@ -225,6 +233,11 @@ clffn_moe_config run_moe_config(const options *o, const moe_layer *L);
 clffn_dtype run_moe_dtype(const options *o, const moe_layer *L);
 int run_moe_upload(const options *o, const ckpt *c, const moe_layer *L, clffn_moe *moe,
                    clffn_moe_holder *h, clffn_dtype dtype, float **refs);
+/* moe_devices.c: the layer's contexts into ctx (room for RUN_MAX_DEVICES; the caller destroys
+ * them): --device's, or one for each --expert-devices SPEC; their count, or -1 (reported). With
+ * --verbose, each context's experts and weight bytes (the router on the first). */
+int run_moe_open_devices(const options *o, clffn_context **ctx);
+void run_moe_print_weights(const moe_layer *L, clffn_moe *moe, clffn_context *const *ctx, int n);
 int run_moe_layer(const options *o, const moe_layer *L, clffn_moe *moe, const clffn_moe_config *mc,
                   const float *router, float *const *refs, const clffn_npy *x, const clffn_npy *dy,
                   const moe_away *away);
