@@ -38,7 +38,8 @@
  * work-groups of 4 to 16 rows, column strips of 32 to 128 within 5%), so the defaults stay.
  * KERNEL_MAX_TOKENS_F32 stays 0: with the weights kept [in, out] clffn's column kernel ties
  * CLBlast's GEMV at one token on the larger shape (21.9 against 22.8 ms) and loses on the
- * smaller (3.6 against 2.1 ms). */
+ * smaller (3.6 against 2.1 ms). Again on 2026-11-25, three alternated rounds: it wins two tokens
+ * of the larger shape (17-22 against 23-25 ms) and nothing else (docs/PERFORMANCE.md). */
 // clang-format off: the JSON stays in the lines clffn-tune printed
 #define CLFFN_POCL_AVX512_PROFILE                                                                 \
     "{\"clblast\":{"                                                                              \
