@@ -34,7 +34,7 @@ static double time_gemv(const clffn_context *ctx, clffn_transpose tb, size_t n, 
         const double t0 = tool_now_s();
         cl_int err = clffn_sgemm(ctx, CLFFN_NO_TRANS, tb, 1, n, k, 1.0f, A, 0, k, B, 0,
                                  tb == CLFFN_TRANS ? k : n, 0.0f, C, 0, n, q, NULL);
-        if (err == CL_SUCCESS) { err = clFinish(q); }
+        if (err == CL_SUCCESS) { err = tool_finish(q); }
         if (err != CL_SUCCESS) { return -1; }
         const double t = tool_now_s() - t0;
         if (r > 0 && t < best) { best = t; }
@@ -252,7 +252,7 @@ static cl_int make_buffers(clffn_context *ctx, const gemms_args *a, cl_mem bufs[
             err = clEnqueueFillBuffer(q, bufs[i], fill[i], 4, 0, n[i] * 4, 0, NULL, NULL);
         }
     }
-    return err == CL_SUCCESS ? clFinish(q) : err;
+    return err == CL_SUCCESS ? tool_finish(q) : err;
 }
 
 /* Each SGEMM of forward and backward, best of reps after one untimed call; printed. */
@@ -279,7 +279,7 @@ static int run_products(clffn_context *ctx, const gemms_args *a, cl_mem A, cl_me
             const double t0 = tool_now_s();
             cl_int err = clffn_sgemm(ctx, g[i].ta, g[i].tb, g[i].m, g[i].n, g[i].k, 1.0f, A, 0,
                                      g[i].lda, B, 0, g[i].ldb, 0.0f, C, 0, g[i].ldc, q, NULL);
-            if (err == CL_SUCCESS) { err = clFinish(q); }
+            if (err == CL_SUCCESS) { err = tool_finish(q); }
             if (err != CL_SUCCESS) {
                 fprintf(stderr, "clffn-bench-gemms: %s: %s\n", g[i].name, clffn_status_string(err));
                 return 1;

@@ -15,6 +15,19 @@
 
 extern char **environ;
 
+cl_int tool_finish(cl_command_queue q) {
+    cl_event done = NULL;
+    cl_int err = clEnqueueMarkerWithWaitList(q, 0, NULL, &done);
+    if (err == CL_SUCCESS) { err = clWaitForEvents(1, &done); }
+    if (done) { clReleaseEvent(done); }
+    const cl_int fin = clFinish(q);
+    return err != CL_SUCCESS ? err : fin;
+}
+
+int tool_device_span_short(double device_s, double host_s) {
+    return device_s < 0.5 * host_s && host_s - device_s > 1e-3;
+}
+
 double tool_now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

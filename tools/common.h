@@ -3,6 +3,8 @@
 #ifndef CLFFN_TOOLS_COMMON_H
 #define CLFFN_TOOLS_COMMON_H
 
+#include "clffn.h" /* cl_command_queue */
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -28,6 +30,19 @@ int tool_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out);
 int tool_parse_size(const char *s, size_t min, size_t max, size_t *out);
 /* A finite number in [min, max]: 0, or -1 with *out unchanged. */
 int tool_parse_double(const char *s, double min, double max, double *out);
+
+/* Waits until every command enqueued on q so far has run: a marker's event, then clFinish. Mesa's
+ * rusticl returns from clFinish at once when the queue was flushed before (docs/RELIABILITY.md;
+ * a 512 -> 2048 forward on llvmpipe came back after 1-5 ms, its output ready 20-30 ms later),
+ * which made timed loops report impossible speeds; an event's wait holds. OpenCL's status. */
+cl_int tool_finish(cl_command_queue q);
+
+/* Whether a span the device's profiling timestamps give (device_s) falls far short of the time
+ * the host's clock saw the same work take on an idle queue (host_s): under half of it and more
+ * than a millisecond under (the host's span adds only the launch and the wake-up). Drivers whose
+ * timestamps are not times do this (Mesa's rusticl on llvmpipe: a forward that takes seconds
+ * spans a fraction of a millisecond); their host clock is then the time. */
+int tool_device_span_short(double device_s, double host_s);
 
 /* A tool's exit status after clffn_release_all(), which every tool calls last so that no OpenCL
  * object is released after main returns (include/clffn.h says why). A failure there means a

@@ -58,13 +58,19 @@ typedef struct startup_times {
     double first;       /* the first forward: CLBlast's kernels built, first launches */
 } startup_times;
 
+/* Why a device gets no stage times: clffn_ffn_stage_times' CLFFN_ERROR_PROFILING_TIMES, or
+ * spans far short of the forward's wall-clock time (tool_device_span_short) */
+#define BENCH_STAGES_DISORDERED "the device's profiling timestamps are out of order"
+#define BENCH_STAGES_SHORT \
+    "the device's profiling timestamps do not account for the forward's wall-clock time"
+
 /* device.c: the FFN on the device, with buffers for up to cap tokens */
 typedef struct device_run {
     clffn_context *ctx;
     clffn_ffn *ffn;
     cl_mem x, y, dy, dx, g[5]; /* g: dW1 (stacked with dV), db1, dbv, dW2, db2 */
     size_t cap;
-    int no_stage_times; /* the device's profiling timestamps are out of order: no stage times */
+    const char *no_stages; /* why the device's profiling timestamps give no stage times, or NULL */
 } device_run;
 
 /* The FFN's weights, nn.Linear's initialisation from seed, uploaded as f32 or converted on the

@@ -5,7 +5,7 @@
  *               [--weight-layout out_in|in_out] [--experts E [--top-k K] [--expert-split N]]
  *
  * Times N device-level forwards (after two warm-ups) with the wall clock around each forward and
- * its clFinish, reports best and median, GFLOP/s, the per-stage split from OpenCL profiling
+ * its completion, reports best and median, GFLOP/s, the per-stage split from OpenCL profiling
  * events, and the time from process start to the first result (kernel builds included).
  * --compare-cpu runs the same FFN through the host's CBLAS (OpenBLAS) in the same process, side
  * by side, and again with the best OpenBLAS core the CPU's flags allow where its detection

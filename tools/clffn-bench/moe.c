@@ -1,6 +1,6 @@
 /* clffn-bench --experts E --top-k K: a mixture-of-experts layer of E experts of the FFN the other
  * options describe (its activation, gating and --weights-dtype), with a random router, timed as
- * the FFN is (device-level forwards, wall clock around each and its clFinish), side by side with
+ * the FFN is (device-level forwards, wall clock around each and its completion), side by side with
  * the dense FFN of the same config doing the same work per expert: the rows an expert gets on
  * average, ⌈T·k / E⌉ (one row at one token: the k experts one token runs are k one-row FFNs).
  * Reports the weights the layer actually read (the router and the experts the tokens chose) and
@@ -80,7 +80,7 @@ static int moe_time(moe_run *m, device_run *r, size_t T, int reps, timing *t) {
     for (int i = -2; i < reps; ++i) { /* two warm-ups */
         const double t0 = tool_now_s();
         clffn_status st = clffn_moe_forward(m->moe, T, r->x, 0, r->y, 0, q);
-        if (st == CLFFN_SUCCESS) { st = (clffn_status)clFinish(q); }
+        if (st == CLFFN_SUCCESS) { st = (clffn_status)tool_finish(q); }
         if (st != CLFFN_SUCCESS) {
             free(ts);
             return bench_fail("the layer's forward", st);

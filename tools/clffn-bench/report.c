@@ -5,9 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-/* Why a device gets no stage times (clffn_ffn_stage_times' CLFFN_ERROR_PROFILING_TIMES). */
-static const char *const NO_STAGES = "the device's profiling timestamps are out of order";
-
 /* What both forms derive from the measurements. */
 typedef struct derived {
     double flops, weights_gbps, epilogue_gbps, outside_share;
@@ -51,9 +48,9 @@ static void json_startup(cJSON *o, const bench_result *res) {
 }
 
 static void json_stages(cJSON *o, const device_run *r, const bench_result *res, const derived *d) {
-    if (r->no_stage_times) {
+    if (r->no_stages) {
         cJSON_AddNullToObject(o, "stages");
-        cJSON_AddStringToObject(o, "stages_unavailable", NO_STAGES);
+        cJSON_AddStringToObject(o, "stages_unavailable", r->no_stages);
         return;
     }
     cJSON *st = cJSON_AddObjectToObject(o, "stages");
@@ -152,8 +149,8 @@ void bench_report_text(const args *a, device_run *r, const bench_result *res) {
            "%.1f GB/s\n",
            d.weights_gbps, clffn_ffn_weight_bytes(r->ffn), clffn_dtype_name(a->dtype),
            res->copy_gbps);
-    if (r->no_stage_times) {
-        printf("stages:        unavailable: %s\n", NO_STAGES);
+    if (r->no_stages) {
+        printf("stages:        unavailable: %s\n", r->no_stages);
     } else {
         printf("stages (mean): GEMM 1 %.3f ms | epilogue 1 %.3f ms | GEMM 2 %.3f ms | epilogue 2 "
                "%.3f ms\n",

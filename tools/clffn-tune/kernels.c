@@ -93,7 +93,7 @@ static int forward_time(kbench *b, size_t T, size_t through, double *sec) {
     for (int r = 0; r < 6; ++r) {
         const double t0 = tool_now_s();
         if (clffn_forward(b->ffn, T, b->x, 0, b->y, 0, q, NULL) != CLFFN_SUCCESS ||
-            clFinish(q) != CL_SUCCESS) {
+            tool_finish(q) != CL_SUCCESS) {
             return -1;
         }
         const double t = tool_now_s() - t0;
