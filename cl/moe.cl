@@ -92,28 +92,60 @@ __kernel void clffn_moe_route(const uint E, const uint k, const int normalize, c
   if (R > E) { gate[t] = 1.0f / (1.0f + exp(-gate[t])); }
 }
 
-// counts[e] = how many of the n = T·k choices name expert e; one work-item per expert
-// (NDRange E, any work-group).
-__kernel void clffn_moe_count(__global const int *experts, const uint n, const uint E,
-                              __global uint *counts) {
-  const uint e = get_global_id(0);
-  if (e >= E) { return; }
+// Lane l of a work-group of CLFFN_MOE_LANES takes the choices [*i0, *i1), a contiguous run, so
+// that its matches come after every lower lane's in token order; returns how many name e.
+uint clffn_moe_run_count(__global const int *experts, const uint n, const uint e, const uint l,
+                         uint *i0, uint *i1) {
+  const uint run = (n + CLFFN_MOE_LANES - 1) / CLFFN_MOE_LANES;
+  *i0 = min(n, l * run), *i1 = min(n, *i0 + run);
   uint c = 0;
-  for (uint i = 0; i < n; ++i) { c += experts[i] == (int)e; }
-  counts[e] = c;
+  for (uint i = *i0; i < *i1; ++i) { c += experts[i] == (int)e; }
+  return c;
+}
+
+// counts[e] = how many of the n = T·k choices name expert e; a work-group of CLFFN_MOE_LANES
+// per expert, NDRange (LANES, E): each lane counts its run of choices, and lane 0 adds the
+// lanes' counts, so an expert's count takes n / LANES steps, not n (integers: any order gives
+// the same count).
+__kernel __attribute__((reqd_work_group_size(CLFFN_MOE_LANES, 1, 1)))
+void clffn_moe_count(__global const int *experts, const uint n, __global uint *counts) {
+  const uint l = get_local_id(0), e = get_global_id(1);
+  uint i0, i1;
+  __local uint part[CLFFN_MOE_LANES];
+  part[l] = clffn_moe_run_count(experts, n, e, l, &i0, &i1);
+  barrier(CLK_LOCAL_MEM_FENCE);
+  if (l == 0) {
+    uint sum = 0;
+    for (uint j = 0; j < CLFFN_MOE_LANES; ++j) { sum += part[j]; }
+    counts[e] = sum;
+  }
 }
 
 // Expert e's rows of the gathered matrix start after every lower expert's (stride 0), or at
-// e·stride; its choices take them in token order: slot[i] is choice i's row. One work-item per
-// expert (NDRange E, any work-group).
-__kernel void clffn_moe_place(__global const int *experts, const uint n, const uint E,
-                              __global const uint *counts, const uint stride,
-                              __global uint *slot) {
-  const uint e = get_global_id(0);
-  if (e >= E) { return; }
-  uint s = e * stride;
-  for (uint f = 0; stride == 0 && f < e; ++f) { s += counts[f]; }
-  for (uint i = 0; i < n; ++i) {
+// e·stride; its choices take them in token order: slot[i] is choice i's row. A work-group of
+// CLFFN_MOE_LANES per expert, NDRange (LANES, E): each lane counts its run's matches, lane 0
+// turns the counts into each lane's first row (a prefix sum), and every lane numbers its own
+// matches from there, so the slots are those of one walk in token order, in n / LANES steps.
+__kernel __attribute__((reqd_work_group_size(CLFFN_MOE_LANES, 1, 1)))
+void clffn_moe_place(__global const int *experts, const uint n, __global const uint *counts,
+                     const uint stride, __global uint *slot) {
+  const uint l = get_local_id(0), e = get_global_id(1);
+  uint i0, i1;
+  __local uint first[CLFFN_MOE_LANES];
+  first[l] = clffn_moe_run_count(experts, n, e, l, &i0, &i1);
+  barrier(CLK_LOCAL_MEM_FENCE);
+  if (l == 0) {
+    uint s = e * stride;
+    for (uint f = 0; stride == 0 && f < e; ++f) { s += counts[f]; }
+    for (uint j = 0; j < CLFFN_MOE_LANES; ++j) {
+      const uint cj = first[j];
+      first[j] = s;
+      s += cj;
+    }
+  }
+  barrier(CLK_LOCAL_MEM_FENCE);
+  uint s = first[l];
+  for (uint i = i0; i < i1; ++i) {
     if (experts[i] == (int)e) { slot[i] = s++; }
   }
 }

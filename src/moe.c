@@ -314,16 +314,17 @@ static cl_int enqueue_routing(clffn_moe *moe, cl_uint T, cl_mem x, cl_ulong xo, 
     if (err == CL_SUCCESS) { err = clffn__args_end(&a); }
     if (err == CL_SUCCESS) { err = clffn__moe_enqueue(moe, q, moe->route, T, 0); }
     clffn_args b = clffn__args(moe->count);
-    CLFFN_ARG(b, moe->chosen), CLFFN_ARG(b, n), CLFFN_ARG(b, E), CLFFN_ARG(b, moe->counts);
+    CLFFN_ARG(b, moe->chosen), CLFFN_ARG(b, n), CLFFN_ARG(b, moe->counts);
+    const size_t lanes[2] = {CLFFN_MOE_LANES, E}, group[2] = {CLFFN_MOE_LANES, 1};
     if (err == CL_SUCCESS && (err = clffn__args_end(&b)) == CL_SUCCESS) {
-        err = clffn__moe_enqueue(moe, q, moe->count, E, 0);
+        err = enqueue_nd(moe, q, moe->count, 2, lanes, group);
     }
     const cl_uint stride = counted ? T : 0; /* expert e's rows from e·T, or packed */
     clffn_args p = clffn__args(moe->place);
-    CLFFN_ARG(p, moe->chosen), CLFFN_ARG(p, n), CLFFN_ARG(p, E), CLFFN_ARG(p, moe->counts);
+    CLFFN_ARG(p, moe->chosen), CLFFN_ARG(p, n), CLFFN_ARG(p, moe->counts);
     CLFFN_ARG(p, stride), CLFFN_ARG(p, moe->slot);
     if (err == CL_SUCCESS && (err = clffn__args_end(&p)) == CL_SUCCESS) {
-        err = clffn__moe_enqueue(moe, q, moe->place, E, 0);
+        err = enqueue_nd(moe, q, moe->place, 2, lanes, group);
     }
     clffn_args g = clffn__args(moe->gather);
     CLFFN_ARG(g, x), CLFFN_ARG(g, xo), CLFFN_ARG(g, moe->slot), CLFFN_ARG(g, D), CLFFN_ARG(g, n);

@@ -393,11 +393,12 @@ Test(oclgrind, kernels_use_core_cl12_only) {
     free(src);
 }
 
-/* A mixture-of-experts layer's kernels, forward and backward (cl/moe.cl): 6 tokens, 4 experts,
+/* A mixture-of-experts layer's kernels, forward and backward (cl/moe.cl): 40 tokens (80
+ * choices, so the count and place kernels' lanes take runs of 2 and some none), 4 experts,
  * k = 2, a shared expert of its own width behind the router's gate row (R = E + 1 rows) and a
  * router bias, odd widths; x and the router in steps of 1/16 so every logit is exact and the
  * choice is the reference's. Twice: with the counts read back (f32 on CLBlast), then kept on the
- * device (f32 on clffn's own kernels, each expert's launched for all 6 rows and reading its
+ * device (f32 on clffn's own kernels, each expert's launched for all 40 rows and reading its
  * count; the backward then routes again). */
 ParameterizedTestParameters(oclgrind, moe_forward_backward) {
     static int counted[] = {0, 1};
@@ -407,7 +408,7 @@ ParameterizedTestParameters(oclgrind, moe_forward_backward) {
 ParameterizedTest(int *counted, oclgrind, moe_forward_backward, .timeout = 600) {
     clffn_context *ctx = test_context();
     ASSERT_OK(clffn_context_set_kernel_max_tokens(ctx, 0, *counted ? CLFFN_MAX_KERNEL_TOKENS : 0));
-    enum { T = 6, E = 4, R = E + 1, D = 13, F = 29, FS = 21 };
+    enum { T = 40, E = 4, R = E + 1, D = 13, F = 29, FS = 21 };
     clffn_moe_config c = clffn_moe_config_default(D, F, E, 2);
     c.shared_expert = 1, c.router_bias = 1, c.shared_gate = 1, c.shared_d_ff = FS;
     clffn_config sc = c.expert;
