@@ -36,9 +36,10 @@
          ? (width)                                                                              \
          : (CLFFN_WCOL_VALUES / (tokens) >= 8 ? CLFFN_WCOL_VALUES / (tokens) : 8))
 
-/* On a CPU device, quantized rows longer than this go through the row GEMV two at a time (a row
- * of x then outgrows the first-level cache, and each vector of it read serves both rows); f32,
- * f16 and bf16 rows go in pairs at any length (src/wmatrix.c). */
+/* On a CPU device, quantized rows longer than this go through the row GEMV several at a time
+ * (a row of x then outgrows the first-level cache, and each vector of it read serves every
+ * one): four up to 4 tokens, else two; f32, f16 and bf16 rows so at any length
+ * (src/wmatrix.c). */
 #define CLFFN_WROW_PAIR_COLS 4096
 
 /* Rows per chunk of the column GEMV on a CPU device: each chunk's partial sums go to scratch and

@@ -561,6 +561,83 @@ void clffn_wgemv_rows2(__global const uchar *restrict w, const ulong w_off, cons
     }
   }
 }
+
+// Four rows per work-item, 4·g to 4·g + 3, each summed as clffn_wgemv_rows sums it, up to 4
+// tokens (16 accumulators; more would spill): each vector of x read serves four rows, and a
+// core streams four rows at once. Where memory outpaces a core's stream of one or two rows (an
+// AMD EPYC host: f16, 4096 -> 11008 at one token, two rows at a time, 16.5 GB/s a core against
+// ggml's 30.8), that is what bounds the product. NDRange
+// (1, ⌈⌈rows / 4⌉ / CLFFN_ROW_ROWS⌉·CLFFN_ROW_ROWS), work-group (1, CLFFN_ROW_ROWS).
+#if CLFFN_WTOKENS <= 4
+__kernel __attribute__((reqd_work_group_size(1, CLFFN_ROW_ROWS, 1)))
+void clffn_wgemv_rows4(__global const uchar *restrict w, const ulong w_off, const ulong row_bytes,
+                       const ulong rows, const ulong cols,
+                       __global const float *restrict x, const ulong x_off, const ulong ldx,
+                       const uint max_tokens, __global const uint *restrict count,
+                       const uint count_at,
+                       __global float *restrict y, const ulong y_off, const ulong ldy,
+                       const float beta) {
+  CLFFN_PASS_TOKENS();
+  const ulong r = 4 * get_global_id(1);
+  floatRV acc0[CLFFN_WTOKENS], acc1[CLFFN_WTOKENS], acc2[CLFFN_WTOKENS], acc3[CLFFN_WTOKENS];
+  float tail[4][CLFFN_WTOKENS];
+  for (uint t = 0; t < CLFFN_WTOKENS; ++t) {
+    acc0[t] = acc1[t] = acc2[t] = acc3[t] = (floatRV)0.0f;
+    tail[0][t] = tail[1][t] = tail[2][t] = tail[3][t] = 0.0f;
+  }
+  if (r < rows && live) {
+    __global const uchar *row0 = w + w_off + r * row_bytes;
+    __global const uchar *row1 = r + 1 < rows ? row0 + row_bytes : row0;
+    __global const uchar *row2 = r + 2 < rows ? row0 + 2 * row_bytes : row0;
+    __global const uchar *row3 = r + 3 < rows ? row0 + 3 * row_bytes : row0;
+    __global const float *xr = x + x_off;
+    const ulong blocks = cols / CLFFN_QK;
+    for (ulong b = 0; b < blocks; ++b) {
+      const ulong c = b * CLFFN_QK;
+      float d0, d1, d2, d3;
+      floatRV v0[CLFFN_NV], v1[CLFFN_NV], v2[CLFFN_NV], v3[CLFFN_NV];
+      clffn_wload_block(row0, c, &d0, v0);
+      clffn_wload_block(row1, c, &d1, v1);
+      clffn_wload_block(row2, c, &d2, v2);
+      clffn_wload_block(row3, c, &d3, v3);
+      clffn_block_dot(v0, d0, xr, ldx, c, tokens, acc0);
+      clffn_block_dot(v1, d1, xr, ldx, c, tokens, acc1);
+      clffn_block_dot(v2, d2, xr, ldx, c, tokens, acc2);
+      clffn_block_dot(v3, d3, xr, ldx, c, tokens, acc3);
+    }
+#if !CLFFN_QUANTIZED
+    for (ulong c = blocks * CLFFN_QK; c < cols; ++c) {
+      const float v[4] = {clffn_wvalue(row0, c), clffn_wvalue(row1, c), clffn_wvalue(row2, c),
+                          clffn_wvalue(row3, c)};
+      for (uint t = 0; t < CLFFN_WTOKENS; ++t) {
+        if (t < tokens) {
+          for (uint i = 0; i < 4; ++i) { tail[i][t] = fma(v[i], xr[t * ldx + c], tail[i][t]); }
+        }
+      }
+    }
+#endif
+  }
+  float sum[4][CLFFN_WTOKENS];
+#if CLFFN_RV == 16
+  __local float lanes[CLFFN_ROW_ROWS * 16];
+  __local float *mine = lanes + get_local_id(1) * 16;
+#endif
+  for (uint t = 0; t < CLFFN_WTOKENS; ++t) {
+    sum[0][t] = CLFFN_LANE_SUM(acc0[t]) + tail[0][t];
+    sum[1][t] = CLFFN_LANE_SUM(acc1[t]) + tail[1][t];
+    sum[2][t] = CLFFN_LANE_SUM(acc2[t]) + tail[2][t];
+    sum[3][t] = CLFFN_LANE_SUM(acc3[t]) + tail[3][t];
+  }
+  for (uint t = 0; t < CLFFN_WTOKENS; ++t) {
+    if (t < tokens && r < rows) {
+      __global float *yt = y + y_off + t * ldy + r;
+      for (uint i = 0; i < 4; ++i) {
+        if (r + i < rows) { yt[i] = beta != 0.0f ? fma(beta, yt[i], sum[i][t]) : sum[i][t]; }
+      }
+    }
+  }
+}
+#endif
 #endif
 
 // ---- y = x·W: down the columns ------------------------------------------------------------------

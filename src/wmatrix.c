@@ -13,6 +13,7 @@ void clffn__wkernels_release(clffn_wkernels *wk) {
     for (int b = 0; b < CLFFN_WTOKEN_BUCKETS; ++b) {
         if (wk->rows[b]) { clReleaseKernel(wk->rows[b]); }
         if (wk->rows2[b]) { clReleaseKernel(wk->rows2[b]); }
+        if (wk->rows4[b]) { clReleaseKernel(wk->rows4[b]); }
         if (wk->cols[b]) { clReleaseKernel(wk->cols[b]); }
     }
     if (wk->sum) { clReleaseKernel(wk->sum); }
@@ -110,15 +111,21 @@ cl_int clffn__wgemv(clffn_wkernels *wk, const clffn_context *ctx, const clffn_wm
     const size_t *p = ctx->wgemv;
     /* f32, f16 and bf16 rows go in pairs at any length: each weight's x is four bytes, as many
      * as the weight's or twice them, so halving x's reads pays even where x fits the first-level
-     * cache (f16 and bf16 4096 -> 11008 SwiGLU on POCL: 12.8-13.7 ms single, 10.5-11.3 paired) */
+     * cache (f16 and bf16 4096 -> 11008 SwiGLU on POCL: 12.8-13.7 ms single, 10.5-11.3 paired);
+     * in fours up to 4 tokens, where a core streaming four rows reads faster than with two on
+     * hosts whose memory outpaces a core (docs/PERFORMANCE.md) */
     const bool pairs = along_rows && ctx->cpu && p[0] == 1 &&
                        (w->cols > CLFFN_WROW_PAIR_COLS || !clffn__dtype_quantized(w->dtype));
-    cl_kernel *slot = pairs ? &wk->rows2[b] : along_rows ? &wk->rows[b] : &wk->cols[b];
-    cl_int err = kernel_for(ctx, w->dtype, bucket_tokens[b],
-                            pairs        ? "clffn_wgemv_rows2"
-                            : along_rows ? "clffn_wgemv_rows"
-                                         : "clffn_wgemv_cols",
-                            slot);
+    const size_t per_item = !pairs ? 1 : bucket_tokens[b] <= 4 ? 4 : 2; /* rows a work-item */
+    cl_kernel *slot = !along_rows     ? &wk->cols[b]
+                      : per_item == 4 ? &wk->rows4[b]
+                      : per_item == 2 ? &wk->rows2[b]
+                                      : &wk->rows[b];
+    const char *name = !along_rows     ? "clffn_wgemv_cols"
+                       : per_item == 4 ? "clffn_wgemv_rows4"
+                       : per_item == 2 ? "clffn_wgemv_rows2"
+                                       : "clffn_wgemv_rows";
+    cl_int err = kernel_for(ctx, w->dtype, bucket_tokens[b], name, slot);
     const size_t width = CLFFN_WCOL_WIDTH(p[2], bucket_tokens[b]);
     const size_t chunk = along_rows ? w->rows : col_chunk_rows(ctx, w, width);
     const size_t chunks = w->rows ? (w->rows + chunk - 1) / chunk : 1;
@@ -145,7 +152,7 @@ cl_int clffn__wgemv(clffn_wkernels *wk, const clffn_context *ctx, const clffn_wm
     size_t global[2], local[2];
     if (along_rows) {
         local[0] = p[0], local[1] = p[1];
-        global[0] = p[0], global[1] = round_up(pairs ? (w->rows + 1) / 2 : w->rows, p[1]);
+        global[0] = p[0], global[1] = round_up((w->rows + per_item - 1) / per_item, p[1]);
     } else {
         local[0] = p[4], local[1] = p[3];
         global[0] = round_up((w->cols + width - 1) / width, p[4]), global[1] = p[3] * chunks;

@@ -35,7 +35,8 @@ typedef struct clffn_wcount {
 typedef struct clffn_wkernels {
     clffn_dtype dtype;
     size_t shapes[CLFFN_WGEMV_PARAMS]; /* the context's shapes the kernels were made with */
-    cl_kernel rows[CLFFN_WTOKEN_BUCKETS], rows2[CLFFN_WTOKEN_BUCKETS], cols[CLFFN_WTOKEN_BUCKETS];
+    cl_kernel rows[CLFFN_WTOKEN_BUCKETS], rows2[CLFFN_WTOKEN_BUCKETS], rows4[CLFFN_WTOKEN_BUCKETS];
+    cl_kernel cols[CLFFN_WTOKEN_BUCKETS];
     cl_kernel sum, dequant;
     cl_mem scratch;
     size_t scratch_bytes;
@@ -48,8 +49,8 @@ typedef struct clffn_wkernels {
  * only its first rows of the T, the others of y untouched. The kernels are those built for
  * max(T, capacity) tokens: their vectors and unrolling follow the tokens they are built for, so
  * a pass of T rows sums as a pass of capacity tokens (with a count of T) does. On a CPU device
- * rows longer than CLFFN_WROW_PAIR_COLS go two at a time; the column form runs in chunks of rows
- * whose sums meet in the scratch (CLFFN_WCOL_CHUNK_ROWS rows on a CPU, enough chunks to fill a
+ * rows longer than CLFFN_WROW_PAIR_COLS go several at a time; the column form runs in chunks of
+ * rows whose sums meet in the scratch (CLFFN_WCOL_CHUNK_ROWS rows on a CPU, enough chunks to fill a
  * GPU). While planning, only builds the kernels and records the scratch. */
 cl_int clffn__wgemv(clffn_wkernels *wk, const clffn_context *ctx, const clffn_wmatrix *w,
                     bool along_rows, size_t tokens, size_t capacity, const clffn_wcount *count,

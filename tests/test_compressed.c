@@ -89,8 +89,9 @@ Test(compressed, forward_element_types, .timeout = 600) {
 }
 
 /* f32 weights kept [out, in] (the context's layout), so the forward runs the row kernels too;
- * and rows longer than CLFFN_WROW_PAIR_COLS, which a CPU device reads two at a time: an odd
- * row count (45) leaves the last pair one row short, 4100 values end in a tail. */
+ * and rows longer than CLFFN_WROW_PAIR_COLS, which a CPU device reads four at a time up to 4
+ * tokens and two at a time above: row counts of 45, 70 and 47, 71 leave the last group of four
+ * 1, 2 and 3 rows short (45 and 47 the last pair one short), 4100 values end in a tail. */
 Test(compressed, forward_row_kernels_and_pairs, .timeout = 600) {
     clffn_context *ctx = kernels_context();
     ASSERT_OK(clffn_context_set_weight_layout(ctx, CLFFN_LAYOUT_OUT_IN));
@@ -98,6 +99,7 @@ Test(compressed, forward_row_kernels_and_pairs, .timeout = 600) {
     for (size_t t = 0; t < sizeof types / sizeof types[0]; ++t) {
         forward_case(ctx, types[t], 1, CLFFN_LAYOUT_OUT_IN, 45, 70);
         forward_case(ctx, types[t], 0, CLFFN_LAYOUT_IN_OUT, 45, 4100);
+        forward_case(ctx, types[t], 1, CLFFN_LAYOUT_OUT_IN, 47, 71);
     }
     forward_case(ctx, CLFFN_DTYPE_Q8_0, 1, CLFFN_LAYOUT_OUT_IN, 64, 4128);
     forward_case(ctx, CLFFN_DTYPE_Q4_0, 0, CLFFN_LAYOUT_OUT_IN, 64, 4128);
