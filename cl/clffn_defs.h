@@ -36,6 +36,14 @@
          ? (width)                                                                              \
          : (CLFFN_WCOL_VALUES / (tokens) >= 8 ? CLFFN_WCOL_VALUES / (tokens) : 8))
 
+/* The column GEMV on a CPU device (cl/weights.cl, clffn_wgemv_strip): a work-item keeps the
+ * sums of a strip of columns over the pass's tokens in private memory, this many values in all
+ * (4 KiB): the strip is that over the tokens, in whole blocks of 32, at least one. Wider strips
+ * measured the same (16384 values: whole rows of 4096 -> 11008) or slower (4096 values). */
+#define CLFFN_WCOL_STRIP_VALUES 1024
+#define CLFFN_WCOL_STRIP(tokens)                                                                \
+    (CLFFN_WCOL_STRIP_VALUES / (tokens) >= 32 ? CLFFN_WCOL_STRIP_VALUES / (tokens) / 32 * 32 : 32)
+
 /* On a CPU device, quantized rows longer than this go through the row GEMV several at a time
  * (a row of x then outgrows the first-level cache, and each vector of it read serves every
  * one): four up to 4 tokens, else two; f32, f16 and bf16 rows so at any length

@@ -10,7 +10,8 @@
 //
 //   clffn_wgemv_rows  y[t, r] = Σ_c W[r, c]·x[t, c] (+ β·y)   the reduction along a row
 //   clffn_wgemv_cols  y[t, c] = Σ_r W[r, c]·x[t, r] (+ β·y)   the reduction down the columns
-//   clffn_wgemv_sum   y[t, c] = Σ_k part[k, t, c] (+ β·y)     the column kernel's row chunks
+//   clffn_wgemv_strip the same on CPUs (CLFFN_COL_SPLIT 1), a strip of columns per work-item
+//   clffn_wgemv_sum   y[t, c] = Σ_k part[k, t, c] (+ β·y)     the column kernels' row chunks
 //   clffn_wdequant    out[i, j] = W[r0 + i, c0 + j] as f32
 //
 // The GEMVs read each weight once for all the pass's tokens (up to CLFFN_WTOKENS, a build
@@ -701,8 +702,8 @@ inline void clffn_col_sums(__global const uchar *w, ulong row_bytes, ulong r0, u
 // (CLFFN_COL_GROUPS, CLFFN_COL_SPLIT), groups = ⌈cols / CLFFN_COL_W⌉, chunks = ⌈rows /
 // chunk_rows⌉. Work-item (g, s) of chunk k sums the columns [g·W, (g + 1)·W) over the chunk's
 // rows s, s + SPLIT, …; the partial sums meet in local memory. One chunk writes y; more write
-// part[k, t, c] (tokens × cols each), which clffn_wgemv_sum adds: a CPU then walks 128 rows of a
-// few KiB each, not one narrow column strip through thousands of pages.
+// part[k, t, c] (tokens × cols each), which clffn_wgemv_sum adds: the chunks give a GPU
+// work-groups enough where the columns are few.
 __kernel __attribute__((reqd_work_group_size(CLFFN_COL_GROUPS, CLFFN_COL_SPLIT, 1)))
 void clffn_wgemv_cols(__global const uchar *restrict w, const ulong w_off, const ulong row_bytes,
                       const ulong rows, const ulong cols,
@@ -768,6 +769,169 @@ void clffn_wgemv_cols(__global const uchar *restrict w, const ulong w_off, const
     }
   }
 }
+
+#if CLFFN_COL_SPLIT == 1
+// CPUs: one work-item per strip of CLFFN_STRIP columns (CLFFN_WCOL_STRIP values over the pass's
+// tokens) and chunk of rows, its sums in private memory. The columns kernel's strip of 64 reads a
+// few cache lines of each row it passes; a hardware prefetcher follows a stream of whole
+// kilobytes, and the sums, kilobytes too, stay in the first-level cache.
+#define CLFFN_STRIP CLFFN_WCOL_STRIP(CLFFN_WTOKENS)
+#define CLFFN_STRIP_BLOCKS (CLFFN_STRIP / CLFFN_QK)
+
+// clffn_wload_block where live, else zeros (and d = 0).
+inline void clffn_wload_block_if(int live, __global const uchar *row, ulong c, float *d,
+                                 floatRV v[CLFFN_NV]) {
+  if (live) {
+    clffn_wload_block(row, c, d, v);
+  } else {
+    *d = 0.0f;
+    #pragma unroll
+    for (uint i = 0; i < CLFFN_NV; ++i) { v[i] = (floatRV)0.0f; }
+  }
+}
+
+// acc[t][j / RV] += Σ over the m (≤ 4) rows from r of W[r, c0 + j]·x[t, r] for j < 32·blocks
+// (whole blocks of 32), tail[t][k] likewise for the eight columns from 32·blocks + 8k on, up to n.
+// Every index into the sums is a constant once the loops are unrolled (faster on POCL than the
+// same sums indexed at run time, and what a compiler that turns a run-time index into a chain of
+// selects, as Mesa's does, builds in reasonable time). Inlined by force: with m a constant, a
+// whole group's loads are unconditional; POCL otherwise kept a call that branched on m in
+// every block.
+__attribute__((always_inline)) inline void
+clffn_strip_group(__global const uchar *row0, ulong row_bytes, uint m, ulong c0, uint blocks,
+                  uint n, __global const float *xr, ulong ldx, ulong r, uint tokens,
+                  floatRV acc[CLFFN_WTOKENS][CLFFN_STRIP / CLFFN_RV],
+                  float8 tail[CLFFN_WTOKENS][CLFFN_QK / 8]) {
+  __global const uchar *row1 = m > 1 ? row0 + row_bytes : row0;
+  __global const uchar *row2 = m > 2 ? row0 + 2 * row_bytes : row0;
+  __global const uchar *row3 = m > 3 ? row0 + 3 * row_bytes : row0;
+  float xs[CLFFN_WTOKENS][4];
+  #pragma unroll
+  for (uint t = 0; t < CLFFN_WTOKENS; ++t) {
+    __global const float *xt = xr + t * ldx + r;
+    xs[t][0] = t < tokens ? xt[0] : 0.0f;
+    xs[t][1] = t < tokens && m > 1 ? xt[1] : 0.0f;
+    xs[t][2] = t < tokens && m > 2 ? xt[2] : 0.0f;
+    xs[t][3] = t < tokens && m > 3 ? xt[3] : 0.0f;
+  }
+  #pragma unroll
+  for (uint b = 0; b < CLFFN_STRIP_BLOCKS; ++b) {
+    if (b < blocks) {
+      floatRV v0[CLFFN_NV], v1[CLFFN_NV], v2[CLFFN_NV], v3[CLFFN_NV];
+      float d0, d1, d2, d3;
+      clffn_wload_block(row0, c0 + CLFFN_QK * b, &d0, v0);
+      clffn_wload_block_if(m > 1, row1, c0 + CLFFN_QK * b, &d1, v1);
+      clffn_wload_block_if(m > 2, row2, c0 + CLFFN_QK * b, &d2, v2);
+      clffn_wload_block_if(m > 3, row3, c0 + CLFFN_QK * b, &d3, v3);
+      #pragma unroll
+      for (uint t = 0; t < CLFFN_WTOKENS; ++t) {
+        if (t < tokens) {
+          const floatRV x0 = (floatRV)(xs[t][0] * d0), x1 = (floatRV)(xs[t][1] * d1);
+          const floatRV x2 = (floatRV)(xs[t][2] * d2), x3 = (floatRV)(xs[t][3] * d3);
+          #pragma unroll
+          for (uint i = 0; i < CLFFN_NV; ++i) {
+            const floatRV p = fma(v3[i], x3, fma(v2[i], x2, fma(v1[i], x1, v0[i] * x0)));
+            acc[t][CLFFN_NV * b + i] += p;
+          }
+        }
+      }
+    }
+  }
+  #pragma unroll
+  for (uint k = 0; k < CLFFN_QK / 8; ++k) { // f32, f16 and bf16 rows only
+    const ulong c = c0 + CLFFN_QK * blocks + 8 * k;
+    if (CLFFN_QK * blocks + 8 * k < n) {
+      const ulong end = c0 + n; // a missing row's values all lie past its end: zeros
+      const float8 w0 = clffn_wload8_edge(row0, c, end);
+      const float8 w1 = clffn_wload8_edge(row1, c, m > 1 ? end : c0);
+      const float8 w2 = clffn_wload8_edge(row2, c, m > 2 ? end : c0);
+      const float8 w3 = clffn_wload8_edge(row3, c, m > 3 ? end : c0);
+      #pragma unroll
+      for (uint t = 0; t < CLFFN_WTOKENS; ++t) {
+        if (t < tokens) {
+          const float8 p = fma(w3, (float8)xs[t][3],
+                               fma(w2, (float8)xs[t][2], fma(w1, (float8)xs[t][1], w0 * xs[t][0])));
+          tail[t][k] += p;
+        }
+      }
+    }
+  }
+}
+
+// Four rows at a time: four streams for the prefetchers, a quarter of the sums' traffic. The
+// last group may hold fewer (m): its missing rows are not read, zeros in their place (not a
+// weight times 0, which is NaN for an infinite one).
+inline void clffn_strip_sums(__global const uchar *w, ulong row_bytes, ulong r0, ulong r1,
+                             ulong c0, uint blocks, uint n, __global const float *xr, ulong ldx,
+                             uint tokens, floatRV acc[CLFFN_WTOKENS][CLFFN_STRIP / CLFFN_RV],
+                             float8 tail[CLFFN_WTOKENS][CLFFN_QK / 8]) {
+  for (ulong r = r0; r < r1; r += 4) {
+    __global const uchar *row = w + r * row_bytes;
+    if (r1 - r >= 4) { // the group whole, its loads unconditional once inlined
+      clffn_strip_group(row, row_bytes, 4, c0, blocks, n, xr, ldx, r, tokens, acc, tail);
+    } else {
+      clffn_strip_group(row, row_bytes, (uint)(r1 - r), c0, blocks, n, xr, ldx, r, tokens, acc,
+                        tail);
+    }
+  }
+}
+
+// NDRange (⌈cols / CLFFN_STRIP⌉, chunks), work-group (1, 1), chunks = ⌈rows / chunk_rows⌉; the
+// arguments, and part when there are several chunks, as clffn_wgemv_cols has them.
+__kernel __attribute__((reqd_work_group_size(1, 1, 1)))
+void clffn_wgemv_strip(__global const uchar *restrict w, const ulong w_off, const ulong row_bytes,
+                       const ulong rows, const ulong cols,
+                       __global const float *restrict x, const ulong x_off, const ulong ldx,
+                       const uint max_tokens, __global const uint *restrict count,
+                       const uint count_at,
+                       __global float *restrict y, const ulong y_off, const ulong ldy,
+                       const float beta, const ulong chunk_rows, __global float *restrict part) {
+  CLFFN_PASS_TOKENS();
+  const ulong c0 = get_global_id(0) * CLFFN_STRIP;
+  const ulong k = get_global_id(1), r0 = k * chunk_rows;
+  const ulong r1 = rows - r0 < chunk_rows ? rows : r0 + chunk_rows;
+  if (c0 >= cols || !live) { return; }
+  const uint n = cols - c0 < CLFFN_STRIP ? (uint)(cols - c0) : CLFFN_STRIP;
+  const uint blocks = n / CLFFN_QK;
+  floatRV acc[CLFFN_WTOKENS][CLFFN_STRIP / CLFFN_RV];
+  float8 tail[CLFFN_WTOKENS][CLFFN_QK / 8];
+  #pragma unroll
+  for (uint t = 0; t < CLFFN_WTOKENS; ++t) {
+    #pragma unroll
+    for (uint i = 0; i < CLFFN_STRIP / CLFFN_RV; ++i) { acc[t][i] = (floatRV)0.0f; }
+    #pragma unroll
+    for (uint i = 0; i < CLFFN_QK / 8; ++i) { tail[t][i] = (float8)0.0f; }
+  }
+  clffn_strip_sums(w + w_off, row_bytes, r0, r1, c0, blocks, n, x + x_off, ldx, tokens, acc,
+                   tail);
+  const int direct = chunk_rows >= rows, scaled = direct && beta != 0.0f;
+  #pragma unroll
+  for (uint t = 0; t < CLFFN_WTOKENS; ++t) {
+    if (t >= tokens) { continue; }
+    __global float *out =
+        direct ? y + y_off + t * ldy + c0 : part + (k * max_tokens + t) * cols + c0;
+    #pragma unroll
+    for (uint i = 0; i < CLFFN_STRIP / CLFFN_RV; ++i) {
+      if (i < CLFFN_NV * blocks) {
+        const floatRV a = acc[t][i];
+        CLFFN_CAT(vstore, CLFFN_RV)
+        (scaled ? fma((floatRV)beta, CLFFN_CAT(vload, CLFFN_RV)(i, out), a) : a, i, out);
+      }
+    }
+    #pragma unroll
+    for (uint q = 0; q < CLFFN_QK / 8; ++q) {
+      const uint j = CLFFN_QK * blocks + 8 * q;
+      if (j < n) {
+        const float8 a = tail[t][q];
+        const float e[8] = {a.s0, a.s1, a.s2, a.s3, a.s4, a.s5, a.s6, a.s7};
+        for (uint i = 0; i < 8 && j + i < n; ++i) {
+          out[j + i] = scaled ? fma(beta, out[j + i], e[i]) : e[i];
+        }
+      }
+    }
+  }
+}
+#endif
 
 // y[t, c] = Σ_k part[k, t, c] (+ β·y), k in order: NDRange (cols, max_tokens), any work-group;
 // count and count_at as clffn_wgemv_cols has them.

@@ -1153,7 +1153,9 @@ CLFFN_API size_t clffn_context_xgemm_few_rows(const clffn_context *ctx);
  *  order: ROW_SPLIT (work-items sharing a row of the row GEMV, a power of 2 ≤ 256), ROW_ROWS
  *  (rows per work-group, ≤ 256), COL_WIDTH (columns per work-item of the column GEMV: 8, 16, or
  *  a multiple of 32 ≤ 256), COL_SPLIT (work-items sharing a column group, a power of 2 ≤ 256),
- *  COL_GROUPS (column groups per work-group, ≤ 256). */
+ *  COL_GROUPS (column groups per work-group, ≤ 256). On a CPU device (other than Mesa's
+ *  llvmpipe) with COL_SPLIT 1, the column GEMV is one work-item per strip of columns as wide as
+ *  its private sums allow, and COL_WIDTH and COL_GROUPS go unused. */
 #define CLFFN_WGEMV_PARAMS 5
 
 /** Sets the context's few-token kernel shapes (the tuning profile's "clffn": {"WGEMV_ROW_SPLIT":

@@ -10,10 +10,13 @@
 struct clffn_context {
     cl_context context;
     cl_device_id device;
-    cl_command_queue queue;  /* internal, in-order, profiling on */
-    cl_ulong max_alloc;      /* CL_DEVICE_MAX_MEM_ALLOC_SIZE */
-    int cpu;                 /* a CPU device: own buffers take CL_MEM_ALLOC_HOST_PTR */
-    int denormals;           /* CL_FP_DENORM: the device keeps subnormal floats */
+    cl_command_queue queue; /* internal, in-order, profiling on */
+    cl_ulong max_alloc;     /* CL_DEVICE_MAX_MEM_ALLOC_SIZE */
+    int cpu;                /* a CPU device: own buffers take CL_MEM_ALLOC_HOST_PTR */
+    int denormals;          /* CL_FP_DENORM: the device keeps subnormal floats */
+    /* a CPU whose work-item runs as a thread of its own (not a Mesa software GPU, which packs
+     * work-items into SIMD lanes): the column GEMV then takes wide strips (clffn_wgemv_strip) */
+    int col_strips;
     clffn_programs programs; /* the compiled kernels, built on first use (program.c) */
     clffn_tuning tuning;     /* what was applied when the device was opened */
     /* the GEMMs split their inner dimension into blocks of about this many (0: never); from

@@ -121,12 +121,15 @@ cl_int clffn__wgemv(clffn_wkernels *wk, const clffn_context *ctx, const clffn_wm
                       : per_item == 4 ? &wk->rows4[b]
                       : per_item == 2 ? &wk->rows2[b]
                                       : &wk->rows[b];
-    const char *name = !along_rows     ? "clffn_wgemv_cols"
+    const bool strip = !along_rows && ctx->col_strips && p[3] == 1; /* clffn_wgemv_strip */
+    const char *name = strip           ? "clffn_wgemv_strip"
+                       : !along_rows   ? "clffn_wgemv_cols"
                        : per_item == 4 ? "clffn_wgemv_rows4"
                        : per_item == 2 ? "clffn_wgemv_rows2"
                                        : "clffn_wgemv_rows";
     cl_int err = kernel_for(ctx, w->dtype, bucket_tokens[b], name, slot);
-    const size_t width = CLFFN_WCOL_WIDTH(p[2], bucket_tokens[b]);
+    const size_t width =
+        strip ? CLFFN_WCOL_STRIP(bucket_tokens[b]) : CLFFN_WCOL_WIDTH(p[2], bucket_tokens[b]);
     const size_t chunk = along_rows ? w->rows : col_chunk_rows(ctx, w, width);
     const size_t chunks = w->rows ? (w->rows + chunk - 1) / chunk : 1;
     if (err == CL_SUCCESS && chunks > 1) {
@@ -153,6 +156,9 @@ cl_int clffn__wgemv(clffn_wkernels *wk, const clffn_context *ctx, const clffn_wm
     if (along_rows) {
         local[0] = p[0], local[1] = p[1];
         global[0] = p[0], global[1] = round_up((w->rows + per_item - 1) / per_item, p[1]);
+    } else if (strip) {
+        local[0] = local[1] = 1;
+        global[0] = (w->cols + width - 1) / width, global[1] = chunks;
     } else {
         local[0] = p[4], local[1] = p[3];
         global[0] = round_up((w->cols + width - 1) / width, p[4]), global[1] = p[3] * chunks;

@@ -36,7 +36,7 @@ typedef struct clffn_wkernels {
     clffn_dtype dtype;
     size_t shapes[CLFFN_WGEMV_PARAMS]; /* the context's shapes the kernels were made with */
     cl_kernel rows[CLFFN_WTOKEN_BUCKETS], rows2[CLFFN_WTOKEN_BUCKETS], rows4[CLFFN_WTOKEN_BUCKETS];
-    cl_kernel cols[CLFFN_WTOKEN_BUCKETS];
+    cl_kernel cols[CLFFN_WTOKEN_BUCKETS]; /* clffn_wgemv_cols, or _strip on a CPU unsplit */
     cl_kernel sum, dequant;
     cl_mem scratch;
     size_t scratch_bytes;

@@ -159,37 +159,42 @@ Test(compressed, either_path_at_the_same_tokens, .timeout = 300) {
     clffn_context_destroy(ctx);
 }
 
-/* ∂x and the biases' gradients through compressed weights, against the reference backward on
- * the dequantized weights; no weight gradient is computed, and asking for one is refused. */
-static void backward_case(clffn_context *ctx, clffn_dtype t, int gated, size_t T) {
-    clffn_config c = clffn_config_default(64, 96);
+/* ∂x and the biases' gradients through compressed weights on D → F, against the reference
+ * backward on the dequantized weights; no weight gradient is computed, and asking for one is
+ * refused. */
+static void backward_case(clffn_context *ctx, clffn_dtype t, int gated, size_t D, size_t F,
+                          size_t T) {
+    clffn_config c = clffn_config_default(D, F);
     c.gated = gated, c.activation = gated ? CLFFN_ACT_SILU : CLFFN_ACT_RELU, c.residual = 1;
-    const size_t D = c.d_model, F = c.d_ff;
     test_weights w;
     typed_set s;
     clffn_ffn *ffn = typed_ffn(ctx, &c, t, CLFFN_LAYOUT_OUT_IN, 11, &w, &s);
     float *x = malloc(T * D * 4), *y = malloc(T * D * 4), *dy = malloc(T * D * 4);
-    float *dx = malloc(T * D * 4), gb1[96], gbv[96], gb2[64], gw[64 * 96];
-    double *rdx = malloc(T * D * 8), rw1[64 * 96], rv[64 * 96], rw2[64 * 96], rb1[96], rbv[96],
-           rb2[64];
+    float *dx = malloc(T * D * 4), *gb = malloc((2 * F + D) * 4), *gw = malloc(D * F * 4);
+    double *rdx = malloc(T * D * 8), *rw = malloc(3 * D * F * 8), *rb = malloc((2 * F + D) * 8);
+    cr_assert(x && y && dy && dx && gb && gw && rdx && rw && rb);
     fill_uniform(x, T * D, -1, 1, 21), fill_uniform(dy, T * D, -1, 1, 22);
     ASSERT_OK(clffn_forward_host(ffn, T, x, T * D, y, T * D));
-    const clffn_weight_arrays g = {NULL, gb1, NULL, gbv, NULL, gb2};
+    const clffn_weight_arrays g = {NULL, gb, NULL, gb + F, NULL, gb + 2 * F};
     ASSERT_OK(clffn_backward_host(ffn, T, x, T * D, dy, T * D, dx, T * D, &g, 0));
-    const clffn_ref_grads rg = {rw1, rb1, rv, rbv, rw2, rb2};
+    const clffn_ref_grads rg = {rw, rb, rw + D * F, rb + F, rw + 2 * D * F, rb + 2 * F};
     ASSERT_OK(
         clffn_reference_backward(&c, CLFFN_LAYOUT_OUT_IN, &s.ref, T, x, dy, 0, 0, 0, rdx, &rg));
-    assert_close(dx, rdx, T * D, TOL_RTOL, "dx");
-    assert_close(gb1, rb1, F, TOL_RTOL, "db1");
-    if (gated) { assert_close(gbv, rbv, F, TOL_RTOL, "dbv"); }
-    assert_close(gb2, rb2, D, TOL_RTOL, "db2");
-    const clffn_weight_arrays asks = {gw, gb1, gated ? gw : NULL, gbv, gw, gb2};
+    char what[96];
+    snprintf(what, sizeof what, "%s %s, %zu -> %zu, %zu tokens: dx", clffn_dtype_name(t),
+             gated ? "gated" : "plain", D, F, T);
+    assert_mostly_nonzero(rdx, T * D, 0.9, what);
+    assert_close(dx, rdx, T * D, TOL_RTOL, what);
+    assert_close(gb, rb, F, TOL_RTOL, "db1");
+    if (gated) { assert_close(gb + F, rb + F, F, TOL_RTOL, "dbv"); }
+    assert_close(gb + 2 * F, rb + 2 * F, D, TOL_RTOL, "db2");
+    const clffn_weight_arrays asks = {gw, gb, gated ? gw : NULL, gb + F, gw, gb + 2 * F};
     ASSERT_STATUS(clffn_backward_host(ffn, T, x, T * D, dy, T * D, dx, T * D, &asks, 0),
                   CLFFN_ERROR_COMPRESSED_WEIGHTS);
     cr_assert(strstr(clffn_ffn_error_message(ffn), clffn_dtype_name(t)) != NULL, "%s",
               clffn_ffn_error_message(ffn));
     clffn_ffn_destroy(ffn);
-    free(x), free(y), free(dy), free(dx), free(rdx);
+    free(x), free(y), free(dy), free(dx), free(gb), free(gw), free(rdx), free(rw), free(rb);
     typed_free(&s);
     test_weights_free(&w);
 }
@@ -202,10 +207,34 @@ Test(compressed, backward_input_and_bias_gradients, .timeout = 600) {
     for (size_t t = 0; t < sizeof types / sizeof types[0]; ++t) {
         for (int gated = 0; gated < 2; ++gated) {
             for (size_t i = 0; i < sizeof ts / sizeof ts[0]; ++i) {
-                backward_case(ctx, types[t], gated, ts[i]);
+                backward_case(ctx, types[t], gated, 64, 96, ts[i]);
             }
         }
     }
+    clffn_context_destroy(ctx);
+}
+
+/* dx runs down the columns of [out, in] weights: on POCL's CPU device, strips of columns as wide as
+ * CLFFN_WCOL_STRIP_VALUES over the pass's tokens, in chunks of CLFFN_WCOL_CHUNK_ROWS rows read
+ * four at a time. d_model 1088 is one whole strip and part of another at one token (two whole
+ * ones at 2 tokens, 34 at 16); d_ff 160 two chunks, the second of 32 rows; 1061 and 133 end the
+ * last strip in a scalar tail and the last chunk one row past a group of four. Every token
+ * bucket for f16 and q4_0 (both of q4_0's decodings), gated (V's product added onto W1's). */
+Test(compressed, backward_column_strips_and_chunks, .timeout = 600) {
+    clffn_context *ctx = kernels_context();
+    ASSERT_OK(clffn_context_set_kernel_max_tokens(ctx, 1, CLFFN_MAX_KERNEL_TOKENS));
+    static const size_t all[] = {1, 2, 3, 5, 9}, some[] = {1, 3, 5};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i) {
+        backward_case(ctx, CLFFN_DTYPE_F16, 1, 1088, 160, all[i]);
+        backward_case(ctx, CLFFN_DTYPE_Q4_0, 1, 1088, 160, all[i]);
+    }
+    for (size_t i = 0; i < sizeof some / sizeof some[0]; ++i) {
+        backward_case(ctx, CLFFN_DTYPE_Q8_0, 1, 1088, 160, some[i]);
+        backward_case(ctx, CLFFN_DTYPE_BF16, 1, 1061, 133, some[i]);
+    }
+    /* f32 kept [in, out]: the forward's products run down the columns */
+    ASSERT_OK(clffn_context_set_weight_layout(ctx, CLFFN_LAYOUT_IN_OUT));
+    forward_case(ctx, CLFFN_DTYPE_F32, 1, CLFFN_LAYOUT_OUT_IN, 133, 1061);
     clffn_context_destroy(ctx);
 }
 

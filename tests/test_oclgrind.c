@@ -301,11 +301,16 @@ ParameterizedTest(int *type, oclgrind, typed_passes, .timeout = 600) {
     run_typed(&plain, t, wide, CLFFN_MAX_KERNEL_TOKENS);
     run_typed(&nine, t, wide, CLFFN_MAX_KERNEL_TOKENS);
     run_typed(&many, t, NULL, 0);
+    /* a CPU's shape: columns in strips of one work-item each, the 160 rows in two chunks */
+    static const size_t cpu[CLFFN_WGEMV_PARAMS] = {1, 8, 64, 1, 4};
+    const sim_case strips = {CLFFN_ACT_SILU, 1, in_out, 1, 0, 0, 0, 9, 64, 160, 0};
+    run_typed(&strips, t, cpu, CLFFN_MAX_KERNEL_TOKENS);
     if (q) { return; }
     const sim_case odd = {CLFFN_ACT_RELU, 1, CLFFN_LAYOUT_OUT_IN, 1, 0, 0, 0, 3, 13, 29, 0};
     const sim_case odd_in = {CLFFN_ACT_SILU, 0, CLFFN_LAYOUT_IN_OUT, 1, 0, 0, 0, 3, 13, 29, 0};
     run_typed(&odd, t, split, CLFFN_MAX_KERNEL_TOKENS);
     run_typed(&odd_in, t, wide, CLFFN_MAX_KERNEL_TOKENS);
+    run_typed(&odd_in, t, cpu, CLFFN_MAX_KERNEL_TOKENS);
     run_typed(&odd, t, NULL, 0);
 }
 

@@ -21,10 +21,11 @@ static const char *const WGEMV_NAMES[CLFFN_WGEMV_PARAMS] = {
     "WGEMV_ROW_SPLIT", "WGEMV_ROW_ROWS", "WGEMV_COL_WIDTH", "WGEMV_COL_SPLIT", "WGEMV_COL_GROUPS"};
 
 /* Candidates, the library's default for the device class first: on a CPU each work-item walks
- * whole rows (more or fewer per work-group, wider or narrower column strips), on a GPU a warp
- * or half of one shares a row or a column group. */
+ * whole rows (more or fewer per work-group; with COL_SPLIT 1 the column GEMV's strips are the
+ * library's own, so the column parameters change nothing), on a GPU a warp or half of one
+ * shares a row or a column group. */
 static const size_t SHAPES_CPU[][CLFFN_WGEMV_PARAMS] = {
-    {1, 8, 64, 1, 4}, {1, 4, 64, 1, 4}, {1, 16, 64, 1, 4}, {1, 8, 32, 1, 8}, {1, 8, 128, 1, 2},
+    {1, 8, 64, 1, 4}, {1, 4, 64, 1, 4}, {1, 16, 64, 1, 4}, {1, 2, 64, 1, 4}, {1, 32, 64, 1, 4},
 };
 static const size_t SHAPES_GPU[][CLFFN_WGEMV_PARAMS] = {
     {32, 4, 8, 16, 8}, {16, 8, 8, 16, 8}, {32, 2, 16, 8, 8}, {64, 2, 8, 32, 4}, {8, 16, 8, 8, 16},
