@@ -36,10 +36,13 @@
  * kernels beat dequantized blocks through SGEMM at every count up to 16 (q4_0 at 16 tokens 60
  * against 206 ms, f16 74 against 240 ms on the larger shape); the shapes tie at one token (row
  * work-groups of 4 to 16 rows, column strips of 32 to 128 within 5%), so the defaults stay.
- * KERNEL_MAX_TOKENS_F32 stays 0: with the weights kept [in, out] clffn's column kernel ties
- * CLBlast's GEMV at one token on the larger shape (21.9 against 22.8 ms) and loses on the
- * smaller (3.6 against 2.1 ms). Again on 2026-11-25, three alternated rounds: it wins two tokens
- * of the larger shape (17-22 against 23-25 ms) and nothing else (docs/PERFORMANCE.md). */
+ * KERNEL_MAX_TOKENS_F32 4: with the weights kept [in, out] the forward runs down the columns,
+ * which the column kernel's strips of 64 did no faster than CLBlast; clffn_wgemv_strip (a
+ * kilobyte-wide strip per work-item, four rows at a time) does, 2026-11-25 on the AMD EPYC host,
+ * alternated rounds, f32 4096 -> 11008 SwiGLU: 1 token 12-17 against 14-18 ms, 2 tokens 17-20
+ * against 25-28, 4 tokens 17-19 against 23-28, 8 tokens level (25-27 against 24-26), 16 slower
+ * on the seed shape (1.0-1.4 against 0.6-0.7 ms), and the backward through the kernels (dx along
+ * the rows) 2-2.3x faster at 2 to 8 tokens (docs/PERFORMANCE.md). */
 // clang-format off: the JSON stays in the lines clffn-tune printed
 #define CLFFN_POCL_AVX512_PROFILE                                                                 \
     "{\"clblast\":{"                                                                              \
@@ -59,7 +62,7 @@
     "\"VWN\":8}},"                                                                                \
     "\"clffn\":{\"GEMM_K_BLOCK\":256,\"GEMM_K_BLOCK_MIN_ROWS\":512,\"GEMV_MAX_TOKENS\":1,"        \
     "\"WEIGHT_LAYOUT\":1,\"XGEMM_FEW_ROWS\":128,\"KERNEL_MAX_TOKENS\":16,"                        \
-    "\"KERNEL_MAX_TOKENS_F32\":0,\"WGEMV_ROW_SPLIT\":1,\"WGEMV_ROW_ROWS\":8,"                     \
+    "\"KERNEL_MAX_TOKENS_F32\":4,\"WGEMV_ROW_SPLIT\":1,\"WGEMV_ROW_ROWS\":8,"                     \
     "\"WGEMV_COL_WIDTH\":64,\"WGEMV_COL_SPLIT\":1,\"WGEMV_COL_GROUPS\":4}}"
 
 /* NVIDIA H100 through NVIDIA's OpenCL driver (580.159.04, "NVIDIA CUDA" platform):
