@@ -217,7 +217,7 @@ Test(compressed, backward_input_and_bias_gradients, .timeout = 600) {
 /* dx runs down the columns of [out, in] weights: on POCL's CPU device, strips of columns as wide as
  * CLFFN_WCOL_STRIP_VALUES over the pass's tokens, in chunks of CLFFN_WCOL_CHUNK_ROWS rows read
  * four at a time. d_model 1088 is one whole strip and part of another at one token (two whole
- * ones at 2 tokens, 34 at 16); d_ff 160 two chunks, the second of 32 rows; 1061 and 133 end the
+ * ones at 2 tokens, 17 at 16); d_ff 160 two chunks, the second of 32 rows; 1061 and 133 end the
  * last strip in a scalar tail and the last chunk one row past a group of four. Every token
  * bucket for f16 and q4_0 (both of q4_0's decodings), gated (V's product added onto W1's). */
 Test(compressed, backward_column_strips_and_chunks, .timeout = 600) {
