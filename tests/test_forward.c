@@ -4,9 +4,11 @@
 #include "common.h"
 #include "internal.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef struct variant {
     clffn_activation act;
@@ -197,4 +199,67 @@ Test(forward, seed_example_swiglu_in_out, .timeout = 300) {
 }
 Test(forward, seed_example_gelu_dropout_training, .timeout = 300) {
     seed_example(CLFFN_ACT_GELU, 0, CLFFN_LAYOUT_OUT_IN, 1);
+}
+
+static double wall_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Stage times of a profiled forward, many tokens (CLBlast's GEMMs) and one (clffn's kernels):
+ * four positive spans that add up to the total, within the host's span around the forward;
+ * profiling changes no bit of y; a forward run without it leaves no stale times behind. */
+Test(forward, stage_times, .timeout = 120) {
+    clffn_context *ctx = test_context();
+    const int ordered = test_timestamps_ordered(ctx);
+    clffn_config c = clffn_config_default(64, 256);
+    c.activation = CLFFN_ACT_SILU;
+    c.gated = 1;
+    const size_t D = c.d_model, T_MAX = 40;
+    test_weights w;
+    test_weights_make(&w, &c, CLFFN_LAYOUT_OUT_IN, 31);
+    float *x = malloc(T_MAX * D * sizeof *x), *y0 = malloc(T_MAX * D * sizeof *y0);
+    float *y1 = malloc(T_MAX * D * sizeof *y1);
+    cr_assert(x && y0 && y1);
+    fill_uniform(x, T_MAX * D, -1.0f, 1.0f, 3);
+    clffn_ffn *ffn = NULL;
+    ASSERT_OK(clffn_ffn_create(ctx, &c, &ffn));
+    ASSERT_OK(clffn_ffn_upload_weights(ffn, CLFFN_LAYOUT_OUT_IN, &w.host));
+    clffn_stage_times s;
+    cr_assert_eq(clffn_ffn_stage_times(NULL, &s), CLFFN_ERROR_NULL_ARGUMENT);
+    cr_assert_eq(clffn_ffn_stage_times(ffn, NULL), CLFFN_ERROR_NULL_ARGUMENT);
+    cr_assert_eq(clffn_ffn_set_profiling(NULL, 1), CLFFN_ERROR_NULL_ARGUMENT);
+    cr_assert_eq(clffn_ffn_stage_times(ffn, &s), CLFFN_ERROR_NO_FORWARD);
+    const size_t counts[] = {T_MAX, 1};
+    for (size_t i = 0; i < 2; ++i) {
+        const size_t T = counts[i];
+        ASSERT_OK(clffn_ffn_set_profiling(ffn, 0));
+        ASSERT_OK(clffn_forward_host(ffn, T, x, T * D, y0, T * D));
+        cr_assert_eq(clffn_ffn_stage_times(ffn, &s), CLFFN_ERROR_NO_FORWARD, "T=%zu", T);
+        ASSERT_OK(clffn_ffn_set_profiling(ffn, 1));
+        const double t0 = wall_s();
+        ASSERT_OK(clffn_forward_host(ffn, T, x, T * D, y1, T * D));
+        const double host = wall_s() - t0;
+        cr_assert(memcmp(y0, y1, T * D * sizeof *y0) == 0, "T=%zu: profiling changed y", T);
+        const clffn_status st = clffn_ffn_stage_times(ffn, &s);
+        if (!ordered) { /* a driver whose timestamps are not times may say so, or not */
+            cr_assert(st == CLFFN_SUCCESS || st == CLFFN_ERROR_PROFILING_TIMES, "T=%zu: %d", T, st);
+            continue;
+        }
+        cr_assert_eq(st, CLFFN_SUCCESS, "T=%zu", T);
+        cr_assert(s.gemm1_s > 0 && s.epilogue1_s > 0 && s.gemm2_s > 0 && s.epilogue2_s > 0,
+                  "T=%zu: %g %g %g %g", T, s.gemm1_s, s.epilogue1_s, s.gemm2_s, s.epilogue2_s);
+        const double parts = s.gemm1_s + s.epilogue1_s + s.gemm2_s + s.epilogue2_s;
+        cr_assert(fabs(parts - s.total_s) <= 1e-9 + 1e-6 * s.total_s, "T=%zu: %.9f vs %.9f", T,
+                  parts, s.total_s);
+        cr_assert(s.total_s <= host * 1.01 + 1e-6, "T=%zu: device %.6f s, host %.6f s", T,
+                  s.total_s, host);
+    }
+    clffn_ffn_destroy(ffn);
+    clffn_context_destroy(ctx);
+    free(x);
+    free(y0);
+    free(y1);
+    test_weights_free(&w);
 }

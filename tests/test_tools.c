@@ -410,7 +410,14 @@ Test(clffn_bench, json_report, .timeout = 120) {
     clffn_context *ctx = test_context();
     const int timed = test_timestamps_ordered(ctx);
     clffn_context_destroy(ctx);
-    if (timed) {
+    const cJSON *why = cJSON_GetObjectItemCaseSensitive(o, "stages_unavailable");
+    if (timed && cJSON_IsNull(st)) {
+        /* timestamps in order, but a forward this small is mostly the host's enqueueing (a
+         * loaded or sanitized host): the tool then says the spans do not account for the wall
+         * clock, which its rule allows only past a millisecond of difference */
+        cr_assert(cJSON_IsString(why) && strstr(why->valuestring, "wall-clock") != NULL, "%s", out);
+        cr_assert(num(o, "median_s") > 1e-3, "%s", out);
+    } else if (timed) {
         const double parts = num(st, "gemm1_s") + num(st, "epilogue1_s") + num(st, "gemm2_s") +
                              num(st, "epilogue2_s");
         cr_assert(num(st, "gemm1_s") > 0 && num(st, "epilogue1_s") > 0 && num(st, "gemm2_s") > 0 &&
@@ -420,8 +427,7 @@ Test(clffn_bench, json_report, .timeout = 120) {
                   "stages %.9f vs total %.9f", parts, num(st, "total_s"));
     } else { /* a driver whose profiling timestamps are not times: the rest still stands */
         cr_assert(cJSON_IsNull(st), "%s", out);
-        cr_assert(cJSON_IsString(cJSON_GetObjectItemCaseSensitive(o, "stages_unavailable")), "%s",
-                  out);
+        cr_assert(cJSON_IsString(why), "%s", out);
     }
     cr_assert(num(o, "startup_s") > 0);
     cr_assert(num(o, "backward_best_s") > 0 &&
