@@ -44,10 +44,9 @@
 #define CLFFN_WCOL_STRIP(tokens)                                                                \
     (CLFFN_WCOL_STRIP_VALUES / (tokens) >= 32 ? CLFFN_WCOL_STRIP_VALUES / (tokens) / 32 * 32 : 32)
 
-/* On a CPU device, quantized rows longer than this go through the row GEMV several at a time
- * (a row of x then outgrows the first-level cache, and each vector of it read serves every
- * one): four up to 4 tokens, else two; f32, f16 and bf16 rows so at any length
- * (src/wmatrix.c). */
+/* On a CPU device, rows go through the row GEMV several at a time where cols × the pass's
+ * tokens (x's floats) pass this: x then outgrows the first-level cache, and each vector of it
+ * read serves every row. Four up to 4 tokens, else two (src/wmatrix.c). */
 #define CLFFN_WROW_PAIR_COLS 4096
 
 /* Rows per chunk of the column GEMV on a CPU device: each chunk's partial sums go to scratch and

@@ -295,8 +295,16 @@ inline float clffn_hsum16_local(float16 v, __local float *mine) {
 #endif
 
 // acc[t] += d·Σ_i v[i]·x[t, c + RV·i] for the pass's tokens: one block's share of each token.
+// For two tokens the loop is written out: left as a loop, POCL's compiler kept acc in stack
+// memory and took each row's 32 weights apart into scalar loads (f16 4096 -> 11008 SwiGLU, two
+// tokens: 9.6-10.1 ms, against 6.6-6.7 for one; written out, 7.0-7.7). For four tokens and
+// more, written out measured 1.25x slower (16 accumulators and four rows' vectors crowd the
+// 32 registers), and one token has no loop.
 inline void clffn_block_dot(const floatRV v[CLFFN_NV], float d, __global const float *xr, ulong ldx,
                             ulong c, uint tokens, floatRV acc[CLFFN_WTOKENS]) {
+#if CLFFN_WTOKENS == 2
+  #pragma unroll
+#endif
   for (uint t = 0; t < CLFFN_WTOKENS; ++t) {
     if (t < tokens) {
       __global const float *xt = xr + t * ldx + c;

@@ -109,13 +109,15 @@ cl_int clffn__wgemv(clffn_wkernels *wk, const clffn_context *ctx, const clffn_wm
     while (b + 1 < CLFFN_WTOKEN_BUCKETS && bucket_tokens[b] < built_for) { ++b; }
     if (built_for > bucket_tokens[b]) { return (cl_int)CLFFN_ERROR_INVALID_SIZE; }
     const size_t *p = ctx->wgemv;
-    /* f32, f16 and bf16 rows go in pairs at any length: each weight's x is four bytes, as many
-     * as the weight's or twice them, so halving x's reads pays even where x fits the first-level
-     * cache (f16 and bf16 4096 -> 11008 SwiGLU on POCL: 12.8-13.7 ms single, 10.5-11.3 paired);
-     * in fours up to 4 tokens, where a core streaming four rows reads faster than with two on
-     * hosts whose memory outpaces a core (docs/PERFORMANCE.md) */
-    const bool pairs = along_rows && ctx->cpu && p[0] == 1 &&
-                       (w->cols > CLFFN_WROW_PAIR_COLS || !clffn__dtype_quantized(w->dtype));
+    /* Rows go several to a work-item where the pass's x (cols values for each token) outgrows
+     * the first-level cache: each vector of x read then serves every row. In fours up to 4
+     * tokens, where a core streaming four rows reads faster than with one or two on hosts whose
+     * memory outpaces a core, else in twos. Where x fits, one row a work-item reads fastest,
+     * whatever the type (an AMD EPYC host, 4096 -> 11008 SwiGLU, one token: f16 6.6-6.7 ms with
+     * W1's rows in fours, 5.7-6.0 one by one; q4_0 at 4 tokens, x 64 KB, 12.8-13.1 ms one by one,
+     * 8.7-8.8 in fours; docs/PERFORMANCE.md) */
+    const bool pairs =
+        along_rows && ctx->cpu && p[0] == 1 && w->cols * bucket_tokens[b] > CLFFN_WROW_PAIR_COLS;
     const size_t per_item = !pairs ? 1 : bucket_tokens[b] <= 4 ? 4 : 2; /* rows a work-item */
     cl_kernel *slot = !along_rows     ? &wk->cols[b]
                       : per_item == 4 ? &wk->rows4[b]

@@ -89,20 +89,26 @@ Test(compressed, forward_element_types, .timeout = 600) {
 }
 
 /* f32 weights kept [out, in] (the context's layout), so the forward runs the row kernels too;
- * and rows longer than CLFFN_WROW_PAIR_COLS, which a CPU device reads four at a time up to 4
- * tokens and two at a time above: row counts of 45, 70 and 47, 71 leave the last group of four
- * 1, 2 and 3 rows short (45 and 47 the last pair one short), 4100 values end in a tail. */
+ * and rows read several at a time, which a CPU device does where x (cols values for each of the
+ * pass's tokens) passes CLFFN_WROW_PAIR_COLS: four at a time up to 4 tokens, two above. W2's
+ * rows of 4100 values go so at every token count, W1's of 1030 or 1031 from 3 tokens on (the
+ * 4-token kernels) and one at a time below. Row counts of 45, 70 and 71 leave the last group of
+ * four 1, 2 and 3 rows short (45 and 71 the last pair one short); 4100, 1030 and 1031 values end
+ * in a tail. The quantized types at 1088 values: one row at a time for 1 and 2 tokens, four at
+ * 3, two at 8. */
 Test(compressed, forward_row_kernels_and_pairs, .timeout = 600) {
     clffn_context *ctx = kernels_context();
     ASSERT_OK(clffn_context_set_weight_layout(ctx, CLFFN_LAYOUT_OUT_IN));
     static const clffn_dtype types[] = {CLFFN_DTYPE_F32, CLFFN_DTYPE_F16, CLFFN_DTYPE_BF16};
     for (size_t t = 0; t < sizeof types / sizeof types[0]; ++t) {
-        forward_case(ctx, types[t], 1, CLFFN_LAYOUT_OUT_IN, 45, 70);
+        forward_case(ctx, types[t], 1, CLFFN_LAYOUT_OUT_IN, 1030, 70);
         forward_case(ctx, types[t], 0, CLFFN_LAYOUT_IN_OUT, 45, 4100);
-        forward_case(ctx, types[t], 1, CLFFN_LAYOUT_OUT_IN, 47, 71);
+        forward_case(ctx, types[t], 1, CLFFN_LAYOUT_OUT_IN, 1031, 71);
     }
     forward_case(ctx, CLFFN_DTYPE_Q8_0, 1, CLFFN_LAYOUT_OUT_IN, 64, 4128);
     forward_case(ctx, CLFFN_DTYPE_Q4_0, 0, CLFFN_LAYOUT_OUT_IN, 64, 4128);
+    forward_case(ctx, CLFFN_DTYPE_Q8_0, 0, CLFFN_LAYOUT_OUT_IN, 1088, 96);
+    forward_case(ctx, CLFFN_DTYPE_Q4_0, 1, CLFFN_LAYOUT_OUT_IN, 1088, 96);
     clffn_context_destroy(ctx);
 }
 
