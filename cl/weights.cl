@@ -69,6 +69,13 @@
 #endif
 
 #define CLFFN_QK 32
+// Clang's inliner gives up on a function as large as clffn_block_dot with its token loop
+// written out; other compilers inline as they see fit.
+#if defined(__clang__)
+  #define CLFFN_ALWAYS_INLINE __attribute__((always_inline))
+#else
+  #define CLFFN_ALWAYS_INLINE
+#endif
 // 2^23 + 8: a nibble q as the float 2^23 + q (its bits OR-ed into 2^23's), less this, is q - 8,
 // exactly, in two instructions instead of a subtraction and a conversion.
 #define CLFFN_Q4_BIAS 8388616.0f
@@ -295,16 +302,16 @@ inline float clffn_hsum16_local(float16 v, __local float *mine) {
 #endif
 
 // acc[t] += d·Σ_i v[i]·x[t, c + RV·i] for the pass's tokens: one block's share of each token.
-// For two tokens the loop is written out: left as a loop, POCL's compiler kept acc in stack
-// memory and took each row's 32 weights apart into scalar loads (f16 4096 -> 11008 SwiGLU, two
-// tokens: 9.6-10.1 ms, against 6.6-6.7 for one; written out, 7.0-7.7). For four tokens and
-// more, written out measured 1.25x slower (16 accumulators and four rows' vectors crowd the
-// 32 registers), and one token has no loop.
-inline void clffn_block_dot(const floatRV v[CLFFN_NV], float d, __global const float *xr, ulong ldx,
-                            ulong c, uint tokens, floatRV acc[CLFFN_WTOKENS]) {
-#if CLFFN_WTOKENS == 2
+// The loop is written out, and the function always inlined. As a loop, POCL's compiler kept
+// acc in stack memory and took the rows' weights apart into scalar loads (f16 4096 -> 11008
+// SwiGLU, two tokens: 9.6-10.1 ms against 6.6-6.7 for one; written out, 7.0-7.7); written out
+// from 4 tokens on, its inliner left this a call per row and block (4 tokens: 13.5-13.9 ms
+// against 10.8-11.2 as a loop). Both together: 4 tokens 8.1-8.3 ms, 8 tokens 14.9-15.0 against
+// 18.4-19.4 (docs/PERFORMANCE.md).
+inline CLFFN_ALWAYS_INLINE void clffn_block_dot(const floatRV v[CLFFN_NV], float d,
+                                                __global const float *xr, ulong ldx, ulong c,
+                                                uint tokens, floatRV acc[CLFFN_WTOKENS]) {
   #pragma unroll
-#endif
   for (uint t = 0; t < CLFFN_WTOKENS; ++t) {
     if (t < tokens) {
       __global const float *xt = xr + t * ldx + c;
