@@ -306,7 +306,7 @@ inline float clffn_hsum16_local(float16 v, __local float *mine) {
 // acc in stack memory and took the rows' weights apart into scalar loads (f16 4096 -> 11008
 // SwiGLU, two tokens: 9.6-10.1 ms against 6.6-6.7 for one; written out, 7.0-7.7); written out
 // from 4 tokens on, its inliner left this a call per row and block (4 tokens: 13.5-13.9 ms
-// against 10.8-11.2 as a loop). Both together: 4 tokens 8.1-8.3 ms, 8 tokens 14.9-15.0 against
+// against 10.8-11.2 as a loop). Both together: 4 tokens 8.2-8.3 ms, 8 tokens 14.9-15.0 against
 // 18.4-19.4 (docs/PERFORMANCE.md).
 inline CLFFN_ALWAYS_INLINE void clffn_block_dot(const floatRV v[CLFFN_NV], float d,
                                                 __global const float *xr, ulong ldx, ulong c,
