@@ -2,7 +2,6 @@
 #include "wmatrix.h"
 
 #include "clffn_defs.h"
-#include "dtype.h"
 #include "launch.h"
 
 #include <string.h>
