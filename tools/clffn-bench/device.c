@@ -85,8 +85,10 @@ clffn_status bench_upload_weights(clffn_ffn *ffn, const args *a, const clffn_con
     st = f && q ? clffn_init_weights_host(c, CLFFN_INIT_TORCH_LINEAR, seed, CLFFN_LAYOUT_OUT_IN, &w)
                 : CLFFN_ERROR_OUT_OF_HOST_MEMORY;
     const float *const m[3] = {w.w1, w.v, w.w2};
-    for (int i = 0; i < 3 && st == CLFFN_SUCCESS; ++i) {
-        st = clffn_convert_weights(a->dtype, m[i], n, q + i * bytes, bytes);
+    for (int i = 0; i < 3 && st == CLFFN_SUCCESS; ++i) { /* a plain FFN has no V, unwritten */
+        if (m[i] != w.v || c->gated) {
+            st = clffn_convert_weights(a->dtype, m[i], n, q + i * bytes, bytes);
+        }
     }
     const clffn_typed_weights tw = {a->dtype,      q,    c->gated ? q + bytes : NULL,
                                     q + 2 * bytes, w.b1, c->gated ? w.bv : NULL,
@@ -117,6 +119,10 @@ int bench_open_context(const args *a, clffn_context **ctx) {
         (st = clffn_context_set_kernel_max_tokens(*ctx, a->dtype != CLFFN_DTYPE_F32,
                                                   a->kernel_max)) != CLFFN_SUCCESS) {
         return bench_fail("--kernel-max", st);
+    }
+    if (a->quantized_inputs &&
+        (st = clffn_context_set_quantized_inputs(*ctx, 1)) != CLFFN_SUCCESS) {
+        return bench_fail("--quantized-inputs", st);
     }
     if (a->set_layout && (st = clffn_context_set_weight_layout(*ctx, a->layout)) != CLFFN_SUCCESS) {
         return bench_fail("--weight-layout", st);
