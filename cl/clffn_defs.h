@@ -49,6 +49,12 @@
  * read serves every row. Four up to 4 tokens, else two (src/wmatrix.c). */
 #define CLFFN_WROW_PAIR_COLS 4096
 
+/* Bytes of one token's row of quantized inputs for rows of `blocks` q8_0 blocks (clffn_xquant in
+ * cl/weights.cl): the quants of ⌈blocks / 2⌉ pairs (64 bytes a pair) and a scale a block,
+ * padded to a multiple of 64 bytes. */
+#define CLFFN_XQ_BYTES(blocks)                                                                  \
+    (64 * (((blocks) + 1) / 2) + (8 * (((blocks) + 1) / 2) + 63) / 64 * 64)
+
 /* Rows per chunk of the column GEMV on a CPU device: each chunk's partial sums go to scratch and
  * are added by clffn_wgemv_sum, so a work-item walks a few pages rather than one per row. */
 #define CLFFN_WCOL_CHUNK_ROWS 128

@@ -656,6 +656,249 @@ void clffn_wgemv_rows4(__global const uchar *restrict w, const ulong w_off, cons
 #endif
 #endif
 
+// ---- y = x̃·Wᵀ, each input row rounded to q8_0 first (q8_0 and q4_0 weights, on request) --------
+//
+// Where the context asks for quantized inputs (clffn_context_set_quantized_inputs), a product
+// over q8_0 or q4_0 weights first rounds each of its input rows to q8_0 blocks as GGUF's
+// reference quantizer does (the input type ggml's dot products take for both), then multiplies in
+// integers: each block's 32 products summed exactly, times the weight's and the input's scales
+// in f32. clffn_xquant writes each token's row at xs = CLFFN_XQ_BYTES(blocks) apart, P =
+// ⌈blocks / 2⌉ pairs of blocks, the block past the last (where blocks is odd) all zero:
+//   q  char[64·P]  the quants; for q4_0 weights q + 128 as unsigned bytes (below)
+//   s  float[2·P]  each block's scale, d rounded to f16 as GGUF stores it (then 64-byte padding)
+// Each row's quants take a byte a value, not the four of an f32 x: at 4 tokens, 16 KB against
+// 64 KB for 4096 values, so the rows stay in a CPU's first-level cache beside the weights.
+#if CLFFN_QUANTIZED
+  #if CLFFN_WTYPE == CLFFN_WTYPE_Q4_0
+    #define CLFFN_XQ_OFFSET 128
+  #else
+    #define CLFFN_XQ_OFFSET 0
+  #endif
+
+// NDRange (2·P, max_tokens), any work-group: one block of one token's row per work-item. x's
+// values must be finite (an infinity makes its block's quants meaningless, as in GGUF's).
+__kernel void clffn_xquant(__global const float *restrict x, const ulong x_off, const ulong ldx,
+                           const ulong cols, const uint max_tokens,
+                           __global const uint *restrict count, const uint count_at,
+                           __global uchar *restrict xq, const ulong xs) {
+  CLFFN_PASS_TOKENS();
+  const ulong b = get_global_id(0), blocks = cols / CLFFN_QK, pairs = (blocks + 1) / 2;
+  const uint t = get_global_id(1);
+  if (live && t < tokens && b < 2 * pairs) {
+    int16 lo = (int16)0, hi = (int16)0;
+    float d = 0.0f;
+    if (b < blocks) {
+      __global const float *xb = x + x_off + t * ldx + b * CLFFN_QK;
+      const float16 v0 = vload16(0, xb), v1 = vload16(1, xb);
+      // eight lanes at a time: Oclgrind 21.10 loses a float16's upper lanes in .hi
+      const float8 a8 = fmax(fmax(fabs(vload8(0, xb)), fabs(vload8(1, xb))),
+                             fmax(fabs(vload8(2, xb)), fabs(vload8(3, xb))));
+      const float4 a4 = fmax(a8.lo, a8.hi);
+      const float amax = fmax(fmax(a4.s0, a4.s1), fmax(a4.s2, a4.s3));
+      const float dd = amax / 127.0f, id = dd != 0.0f ? 1.0f / dd : 0.0f;
+      lo = convert_int16(round(v0 * id));
+      hi = convert_int16(round(v1 * id));
+      ushort h; // the scale as GGUF stores it: rounded to f16, to nearest even
+      vstore_half_rte(dd, 0, (__private half *)&h);
+      d = vload_half(0, (__private const half *)&h);
+    }
+    __global uchar *row = xq + t * xs;
+    __global uchar *q = row + b * CLFFN_QK;
+    vstore16(convert_uchar16(lo + CLFFN_XQ_OFFSET), 0, q); // two's complement where 0
+    vstore16(convert_uchar16(hi + CLFFN_XQ_OFFSET), 1, q);
+    ((__global float *)(row + 64 * pairs))[b] = d;
+  }
+}
+
+// Where the compiler is clang targeting x86 with AVX-512BW (POCL on such CPUs), a pair of blocks
+// goes through vpmaddubsw (unsigned by signed bytes, pairs summed into 16 bits) and vpmaddwd
+// (pairs of those into 32 bits): 64 products in two instructions. No pair sum passes 16 bits:
+// q4_0 takes x's quants as q + 128 (unsigned, at most 255) times q_w - 8 (at least -8), 2·255·8,
+// and takes 128·Σ(q_w - 8) off once a row's pair serves every token; q8_0 takes the weights'
+// magnitudes (unsigned, at most 128) times x's quants with the weights' signs, 2·128·127.
+// Elsewhere each block is summed in int arithmetic, value by value.
+#ifndef CLFFN_QX_AVX512
+  #if defined(__clang__) && defined(__AVX512BW__)
+    #define CLFFN_QX_AVX512 1
+  #else
+    #define CLFFN_QX_AVX512 0
+  #endif
+#endif
+
+#if CLFFN_QX_AVX512
+typedef char clffn_v64qi __attribute__((__vector_size__(64)));
+typedef short clffn_v32hi __attribute__((__vector_size__(64)));
+typedef int clffn_v16si __attribute__((__vector_size__(64)));
+typedef char clffn_s8x32 __attribute__((ext_vector_type(32)));
+typedef char clffn_s8x64 __attribute__((ext_vector_type(64)));
+typedef short clffn_s16x32 __attribute__((ext_vector_type(32)));
+  #define CLFFN_I32 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, \
+                    22, 23, 24, 25, 26, 27, 28, 29, 30, 31
+  #define CLFFN_I64 CLFFN_I32, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, \
+                    48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63
+  // a pair's two scales, each over its block's eight lanes
+  #define CLFFN_PAIR_LANES(v2) \
+    __builtin_shufflevector(v2, v2, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1)
+
+// 64 bytes at p, through four 16-byte loads (no alignment assumed) that the compiler joins.
+inline CLFFN_ALWAYS_INLINE clffn_s8x64 clffn_load64(__global const char *p) {
+  const clffn_s8x32 a = __builtin_shufflevector(vload16(0, p), vload16(1, p), CLFFN_I32);
+  const clffn_s8x32 b = __builtin_shufflevector(vload16(2, p), vload16(3, p), CLFFN_I32);
+  return __builtin_shufflevector(a, b, CLFFN_I64);
+}
+
+// A row's pair of blocks at ba (and ba + CLFFN_BLOCK_BYTES where two, else zeros), as the
+// products take it: *w the signed bytes (q4_0: q - 8; q8_0: the quants' signs, -1, 0 or 1, whose
+// product with x's quants vpmaddubsw's signed side takes), *u the unsigned ones (q8_0: the
+// magnitudes), *off (q4_0) the 32-bit lanes' 128·Σ(q - 8), and the scales.
+typedef struct clffn_qx_w {
+  clffn_s8x64 w, u;
+  clffn_v16si off;
+  float16 d;
+} clffn_qx_w;
+
+inline CLFFN_ALWAYS_INLINE clffn_qx_w clffn_qx_pair(__global const uchar *ba, const int two) {
+  const clffn_v32hi ones = (clffn_v32hi)((clffn_s16x32)(short)1);
+  __global const uchar *bb = ba + CLFFN_BLOCK_BYTES;
+  clffn_qx_w r;
+  #if CLFFN_WTYPE == CLFFN_WTYPE_Q4_0
+  const uchar16 qa = vload16(0, ba + 2), qb = two ? vload16(0, bb + 2) : (uchar16)0x88;
+  const clffn_s8x32 both = __builtin_shufflevector(as_char16(qa), as_char16(qb), CLFFN_I32);
+  const clffn_s8x32 lo = (both & (char)15) - (char)8, hi = ((both >> (char)4) & (char)15) - (char)8;
+  // each block's low nibbles (values 0-15), then its high ones (16-31)
+  r.w = __builtin_shufflevector(lo, hi, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 32,
+                                33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 16, 17,
+                                18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 48, 49, 50,
+                                51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63);
+  r.u = (clffn_s8x64)0;
+  const clffn_v64qi c128 = (clffn_v64qi)((clffn_s8x64)(char)-128); // the byte 128, unsigned
+  r.off = __builtin_ia32_pmaddwd512(__builtin_ia32_pmaddubsw512(c128, (clffn_v64qi)r.w), ones);
+  #else
+  __global const char *qa = (__global const char *)(ba + 2), *qb = (__global const char *)(bb + 2);
+  const clffn_s8x32 a = __builtin_shufflevector(vload16(0, qa), vload16(1, qa), CLFFN_I32);
+  const clffn_s8x32 b = two ? __builtin_shufflevector(vload16(0, qb), vload16(1, qb), CLFFN_I32)
+                            : (clffn_s8x32)0;
+  const clffn_s8x64 wq = __builtin_shufflevector(a, b, CLFFN_I64);
+  const clffn_s8x64 neg = wq < (char)0;
+  r.u = neg ? -wq : wq; // -(-128) wraps to the byte 128, the magnitude read unsigned
+  r.w = neg;            // -1 where negative, else 0: x's quants are negated there (below)
+  r.off = (clffn_v16si)((int16)0);
+  #endif
+  const float2 d2 = (float2)(clffn_whalf(ba), two ? clffn_whalf(bb) : 0.0f);
+  r.d = CLFFN_PAIR_LANES(d2);
+  return r;
+}
+
+// acc[t] += the pair's products with token t's quantized row (pair p), for the pass's tokens.
+inline CLFFN_ALWAYS_INLINE void clffn_qx_dot(const clffn_qx_w *pw, __global const uchar *xq,
+                                             ulong xs, ulong pairs, ulong p, uint tokens,
+                                             float16 acc[CLFFN_WTOKENS]) {
+  const clffn_v32hi ones = (clffn_v32hi)((clffn_s16x32)(short)1);
+  #pragma unroll
+  for (uint t = 0; t < CLFFN_WTOKENS; ++t) {
+    if (t < tokens) {
+      __global const uchar *xt = xq + t * xs;
+      const clffn_s8x64 xv = clffn_load64((__global const char *)xt + 64 * p);
+  #if CLFFN_WTYPE == CLFFN_WTYPE_Q4_0
+      const clffn_v16si d = __builtin_ia32_pmaddwd512(
+                                __builtin_ia32_pmaddubsw512((clffn_v64qi)xv, (clffn_v64qi)pw->w),
+                                ones) -
+                            pw->off;
+  #else
+      const clffn_s8x64 sx = (xv ^ pw->w) - pw->w; // -x where the weight is negative
+      const clffn_v16si d = __builtin_ia32_pmaddwd512(
+          __builtin_ia32_pmaddubsw512((clffn_v64qi)pw->u, (clffn_v64qi)sx), ones);
+  #endif
+      const float2 s2 = vload2(p, (__global const float *)(xt + 64 * pairs));
+      acc[t] = fma(__builtin_convertvector(d, float16), pw->d * CLFFN_PAIR_LANES(s2), acc[t]);
+    }
+  }
+}
+#endif
+
+// The portable form of one block: Σ_j q_w[j]·q_x[j] in int arithmetic.
+inline int clffn_qx_block_isum(__global const uchar *blk, __global const uchar *xb) {
+  int isum = 0;
+  for (uint j = 0; j < 16; ++j) {
+#if CLFFN_WTYPE == CLFFN_WTYPE_Q4_0
+    const int qb = blk[2 + j];
+    isum += ((qb & 15) - 8) * (xb[j] - 128) + ((qb >> 4) - 8) * (xb[j + 16] - 128);
+#else
+    __global const char *qw = (__global const char *)(blk + 2), *qx = (__global const char *)xb;
+    isum += qw[j] * qx[j] + qw[j + 16] * qx[j + 16];
+#endif
+  }
+  return isum;
+}
+
+// sum[t] (+)= row's products with the pass's quantized rows; the portable form adds each
+// block's sum in block order, the AVX-512 form pairs of blocks in 16 lanes.
+inline CLFFN_ALWAYS_INLINE void clffn_qx_row(__global const uchar *row, ulong blocks,
+                                             __global const uchar *xq, ulong xs, uint tokens,
+                                             float sum[CLFFN_WTOKENS]) {
+  const ulong pairs = (blocks + 1) / 2;
+#if CLFFN_QX_AVX512
+  float16 acc[CLFFN_WTOKENS];
+  for (uint t = 0; t < CLFFN_WTOKENS; ++t) { acc[t] = (float16)0.0f; }
+  for (ulong p = 0; p < blocks / 2; ++p) {
+    const clffn_qx_w pw = clffn_qx_pair(row + 2 * p * CLFFN_BLOCK_BYTES, 1);
+    clffn_qx_dot(&pw, xq, xs, pairs, p, tokens, acc);
+  }
+  if (blocks % 2) { // the last block alone
+    const ulong p = blocks / 2;
+    const clffn_qx_w pw = clffn_qx_pair(row + 2 * p * CLFFN_BLOCK_BYTES, 0);
+    clffn_qx_dot(&pw, xq, xs, pairs, p, tokens, acc);
+  }
+  for (uint t = 0; t < CLFFN_WTOKENS; ++t) {
+    const float8 h = acc[t].lo + acc[t].hi;
+    sum[t] = dot(h.lo + h.hi, (float4)1.0f);
+  }
+#else
+  for (uint t = 0; t < CLFFN_WTOKENS; ++t) { sum[t] = 0.0f; }
+  for (ulong b = 0; b < blocks; ++b) {
+    __global const uchar *blk = row + b * CLFFN_BLOCK_BYTES;
+    const float dw = clffn_whalf(blk);
+    for (uint t = 0; t < CLFFN_WTOKENS; ++t) {
+      if (t < tokens) {
+        __global const uchar *xt = xq + t * xs;
+        const int isum = clffn_qx_block_isum(blk, xt + b * CLFFN_QK);
+        const float dx = ((__global const float *)(xt + 64 * pairs))[b];
+        sum[t] = fma((float)isum, dw * dx, sum[t]);
+      }
+    }
+  }
+#endif
+}
+
+// y[t, r] = Σ_b dw[r, b]·dx[t, b]·Σ_j q_w[r, b, j]·q_x[t, b, j] (+ β·y) for the pass's tokens,
+// from clffn_xquant's rows (xq, xs bytes apart). NDRange (1, ⌈rows / CLFFN_ROW_ROWS⌉·
+// CLFFN_ROW_ROWS), work-group (1, CLFFN_ROW_ROWS), one row a work-item: the quantized rows fit
+// the first-level cache, and four rows side by side measured slower here (4096 -> 11008, one
+// token, 22016 rows of 4096: 2.4-2.6 ms against 1.2-1.3 one by one).
+__kernel __attribute__((reqd_work_group_size(1, CLFFN_ROW_ROWS, 1)))
+void clffn_wgemv_rows_qx(__global const uchar *restrict w, const ulong w_off,
+                         const ulong row_bytes, const ulong rows, const ulong cols,
+                         __global const uchar *restrict xq, const ulong xs,
+                         const uint max_tokens, __global const uint *restrict count,
+                         const uint count_at,
+                         __global float *restrict y, const ulong y_off, const ulong ldy,
+                         const float beta) {
+  CLFFN_PASS_TOKENS();
+  const ulong r = get_global_id(1);
+  float sum[CLFFN_WTOKENS];
+  if (r < rows && live) {
+    clffn_qx_row(w + w_off + r * row_bytes, cols / CLFFN_QK, xq, xs, tokens, sum);
+    for (uint t = 0; t < CLFFN_WTOKENS; ++t) {
+      if (t < tokens) {
+        __global float *yt = y + y_off + t * ldy + r;
+        *yt = beta != 0.0f ? fma(beta, *yt, sum[t]) : sum[t];
+      }
+    }
+  }
+}
+
+#endif
+
 // ---- y = x·W: down the columns ------------------------------------------------------------------
 
 // Eight values c .. c+7 of a row where the row may end inside them (zeros past cols).

@@ -526,6 +526,24 @@ CLFFN_API clffn_status clffn_context_set_kernel_max_tokens(clffn_context *ctx, i
 /** The context's few-token crossover for compressed (1) or f32 (0) weights; 0 for NULL. */
 CLFFN_API size_t clffn_context_kernel_max_tokens(const clffn_context *ctx, int compressed);
 
+/** Turns quantized inputs on (on ≠ 0) or off (0, the default) for products over q8_0 and q4_0
+ *  weights on clffn's few-token kernels (up to clffn_context_kernel_max_tokens(ctx, 1) token
+ *  rows, forward; the backward's ∂x and the dequantized SGEMMs of more tokens keep f32). Each
+ *  product's input rows (x for W1 and V, the hidden layer for W2, an expert's gathered rows)
+ *  are first rounded to q8_0 blocks as GGUF's reference quantizer rounds them (d = amax / 127
+ *  rounded to f16, q = round(x / d)), which is what llama.cpp's ggml multiplies these weights
+ *  with, and each block's 32 products are summed in integers. It trades accuracy for speed: the
+ *  result is then that of the weights' values times the rounded inputs (each input off by up
+ *  to half its block's step), within 1e-5 of the double reference on those, not on x itself.
+ *  Inputs must be finite. On x86 CPUs with AVX-512BW (POCL) the products run on 8-bit integer
+ *  multiply-adds; other devices compute the same sums with plain integer arithmetic, correct but
+ *  not tuned. Takes effect on the next forward. Errors: NULL_ARGUMENT. */
+CLFFN_API clffn_status clffn_context_set_quantized_inputs(clffn_context *ctx, int on);
+
+/** 1 where the context quantizes the inputs of q8_0 and q4_0 products, else 0 (also for
+ *  NULL). */
+CLFFN_API int clffn_context_quantized_inputs(const clffn_context *ctx);
+
 /* ---------------------------------------------------------------------------------------------
  * FFN
  * ------------------------------------------------------------------------------------------- */

@@ -307,6 +307,16 @@ size_t clffn_context_kernel_max_tokens(const clffn_context *ctx, int compressed)
     return ctx ? ctx->kernel_max_tokens[compressed ? 1 : 0] : 0;
 }
 
+clffn_status clffn_context_set_quantized_inputs(clffn_context *ctx, int on) {
+    if (!ctx) { return CLFFN_ERROR_NULL_ARGUMENT; }
+    ctx->quantized_inputs = on != 0;
+    return CLFFN_SUCCESS;
+}
+
+int clffn_context_quantized_inputs(const clffn_context *ctx) {
+    return ctx ? ctx->quantized_inputs : 0;
+}
+
 clffn_status clffn_context_set_wgemv(clffn_context *ctx, const size_t params[CLFFN_WGEMV_PARAMS]) {
     if (!ctx) { return CLFFN_ERROR_NULL_ARGUMENT; }
     if (!params) {

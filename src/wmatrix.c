@@ -14,6 +14,8 @@ void clffn__wkernels_release(clffn_wkernels *wk) {
         if (wk->rows2[b]) { clReleaseKernel(wk->rows2[b]); }
         if (wk->rows4[b]) { clReleaseKernel(wk->rows4[b]); }
         if (wk->cols[b]) { clReleaseKernel(wk->cols[b]); }
+        if (wk->xquant[b]) { clReleaseKernel(wk->xquant[b]); }
+        if (wk->rows_qx[b]) { clReleaseKernel(wk->rows_qx[b]); }
     }
     if (wk->sum) { clReleaseKernel(wk->sum); }
     if (wk->dequant) { clReleaseKernel(wk->dequant); }
@@ -97,6 +99,43 @@ static size_t col_chunk_rows(const clffn_context *ctx, const clffn_wmatrix *w, s
     return (w->rows + chunks - 1) / chunks;
 }
 
+/* y = x̃·Wᵀ (+ β·y) with x̃ x's rows rounded to q8_0 blocks (clffn_xquant, into the scratch),
+ * for q8_0 and q4_0 weights along their rows: clffn_wgemv_rows_qx, one row a work-item. */
+static cl_int wgemv_quantized_inputs(clffn_wkernels *wk, const clffn_context *ctx,
+                                     const clffn_wmatrix *w, int b, size_t tokens,
+                                     const clffn_wcount *count, clffn_matrix x, float beta,
+                                     clffn_matrix y, cl_command_queue queue) {
+    const size_t blocks = w->cols / 32, pairs = (blocks + 1) / 2, xs = CLFFN_XQ_BYTES(blocks);
+    cl_kernel *slot = &wk->rows_qx[b];
+    cl_int err = kernel_for(ctx, w->dtype, bucket_tokens[b], "clffn_xquant", &wk->xquant[b]);
+    if (err == CL_SUCCESS) {
+        err = kernel_for(ctx, w->dtype, bucket_tokens[b], "clffn_wgemv_rows_qx", slot);
+    }
+    if (err == CL_SUCCESS) { err = need_scratch(wk, tokens * xs); }
+    if (err != CL_SUCCESS || wk->planning) { return err; }
+    const cl_ulong x_off = x.off, ldx = x.ld, cols = w->cols, XS = xs;
+    const cl_uint t = (cl_uint)tokens;
+    clffn_args a = clffn__args(wk->xquant[b]);
+    CLFFN_ARG(a, x.mem), CLFFN_ARG(a, x_off), CLFFN_ARG(a, ldx), CLFFN_ARG(a, cols);
+    CLFFN_ARG(a, t), CLFFN_ARG(a, count->mem), CLFFN_ARG(a, count->at);
+    CLFFN_ARG(a, wk->scratch), CLFFN_ARG(a, XS);
+    if ((err = clffn__args_end(&a)) != CL_SUCCESS) { return err; }
+    const size_t qglobal[2] = {2 * pairs, tokens};
+    err = clffn__enqueue_items(&ctx->programs, queue, wk->xquant[b], 2, qglobal, NULL);
+    if (err != CL_SUCCESS) { return err; }
+    const cl_ulong w_off = w->offset, row_bytes = w->row_bytes, rows = w->rows;
+    const cl_ulong y_off = y.off, ldy = y.ld;
+    a = clffn__args(*slot);
+    CLFFN_ARG(a, w->mem), CLFFN_ARG(a, w_off), CLFFN_ARG(a, row_bytes), CLFFN_ARG(a, rows);
+    CLFFN_ARG(a, cols), CLFFN_ARG(a, wk->scratch), CLFFN_ARG(a, XS), CLFFN_ARG(a, t);
+    CLFFN_ARG(a, count->mem), CLFFN_ARG(a, count->at), CLFFN_ARG(a, y.mem), CLFFN_ARG(a, y_off);
+    CLFFN_ARG(a, ldy), CLFFN_ARG(a, beta);
+    if ((err = clffn__args_end(&a)) != CL_SUCCESS) { return err; }
+    const size_t group = ctx->wgemv[1];
+    const size_t global[2] = {1, round_up(w->rows, group)}, local[2] = {1, group};
+    return clEnqueueNDRangeKernel(queue, *slot, 2, NULL, global, local, 0, NULL, NULL);
+}
+
 cl_int clffn__wgemv(clffn_wkernels *wk, const clffn_context *ctx, const clffn_wmatrix *w,
                     bool along_rows, size_t tokens, size_t capacity, const clffn_wcount *count,
                     clffn_matrix x, float beta, clffn_matrix y, cl_command_queue queue) {
@@ -107,6 +146,10 @@ cl_int clffn__wgemv(clffn_wkernels *wk, const clffn_context *ctx, const clffn_wm
     int b = 0;
     while (b + 1 < CLFFN_WTOKEN_BUCKETS && bucket_tokens[b] < built_for) { ++b; }
     if (built_for > bucket_tokens[b]) { return (cl_int)CLFFN_ERROR_INVALID_SIZE; }
+    if (along_rows && ctx->quantized_inputs &&
+        (w->dtype == CLFFN_DTYPE_Q8_0 || w->dtype == CLFFN_DTYPE_Q4_0)) {
+        return wgemv_quantized_inputs(wk, ctx, w, b, tokens, count, x, beta, y, queue);
+    }
     const size_t *p = ctx->wgemv;
     /* Rows go several to a work-item where the pass's x (cols values for each token) outgrows
      * the first-level cache: each vector of x read then serves every row. In fours up to 4

@@ -37,6 +37,8 @@ typedef struct clffn_wkernels {
     size_t shapes[CLFFN_WGEMV_PARAMS]; /* the context's shapes the kernels were made with */
     cl_kernel rows[CLFFN_WTOKEN_BUCKETS], rows2[CLFFN_WTOKEN_BUCKETS], rows4[CLFFN_WTOKEN_BUCKETS];
     cl_kernel cols[CLFFN_WTOKEN_BUCKETS]; /* clffn_wgemv_cols, or _strip on a CPU unsplit */
+    /* quantized inputs: clffn_xquant, clffn_wgemv_rows_qx */
+    cl_kernel xquant[CLFFN_WTOKEN_BUCKETS], rows_qx[CLFFN_WTOKEN_BUCKETS];
     cl_kernel sum, dequant;
     cl_mem scratch;
     size_t scratch_bytes;
@@ -51,7 +53,9 @@ typedef struct clffn_wkernels {
  * a pass of T rows sums as a pass of capacity tokens (with a count of T) does. On a CPU device
  * rows longer than CLFFN_WROW_PAIR_COLS go several at a time; the column form runs in chunks of
  * rows whose sums meet in the scratch (CLFFN_WCOL_CHUNK_ROWS rows on a CPU, enough chunks to fill a
- * GPU). While planning, only builds the kernels and records the scratch. */
+ * GPU). Along the rows of q8_0 or q4_0 weights, where the context asks for quantized inputs,
+ * x's rows are first rounded to q8_0 blocks in the scratch and the products run in integers.
+ * While planning, only builds the kernels and records the scratch. */
 cl_int clffn__wgemv(clffn_wkernels *wk, const clffn_context *ctx, const clffn_wmatrix *w,
                     bool along_rows, size_t tokens, size_t capacity, const clffn_wcount *count,
                     clffn_matrix x, float beta, clffn_matrix y, cl_command_queue queue);

@@ -257,3 +257,63 @@ void assert_host_forward(clffn_ffn *ffn, const clffn_config *c, const test_weigh
     free(y);
     free(ref);
 }
+
+/* Rows of n values (a multiple of 32) rounded to q8_0 on the host, as GGUF's reference quantizer
+ * rounds them (clffn_convert_weights), and back: the inputs a product with quantized inputs
+ * multiplies. */
+void host_quantized_rows(const float *x, size_t rows, size_t n, float *out) {
+    size_t bytes = 0;
+    ASSERT_OK(clffn_dtype_bytes(CLFFN_DTYPE_Q8_0, n, &bytes));
+    unsigned char *q = malloc(bytes);
+    cr_assert(q);
+    for (size_t r = 0; r < rows; ++r) {
+        ASSERT_OK(clffn_convert_weights(CLFFN_DTYPE_Q8_0, x + r * n, n, q, bytes));
+        ASSERT_OK(clffn_convert_to_f32(CLFFN_DTYPE_Q8_0, q, bytes, n, out + r * n, n));
+    }
+    free(q);
+}
+
+/* T tokens of x through an FFN whose context quantizes the inputs of q8_0 and q4_0 products:
+ * the hidden layer against the double reference run on the weights' values and x rounded on
+ * the host, and y against the second product in double over the device's own hidden layer
+ * rounded on the host (so a hidden value a rounding boundary apart on the two sides does not
+ * move the check). A quantization that differed from GGUF's by one step anywhere would miss by
+ * some 1e-3 of the largest value. `exact` (more tokens than the kernels take): the dequantized
+ * SGEMMs, whose inputs stay f32, against the plain reference. */
+void assert_quantized_forward(clffn_ffn *ffn, const clffn_config *c, const typed_set *s, size_t T,
+                              const float *x, int exact, const char *what) {
+    const size_t D = c->d_model, F = c->d_ff;
+    float *y = malloc(T * D * sizeof *y), *h = malloc(T * F * sizeof *h);
+    float *xq = malloc(T * D * sizeof *xq), *hq = malloc(T * F * sizeof *hq);
+    double *ref = malloc(T * D * sizeof *ref), *href = malloc(T * F * sizeof *href);
+    double *plain = malloc(T * D * sizeof *plain);
+    cr_assert(y && h && xq && hq && ref && href && plain);
+    ASSERT_OK(clffn_forward_host(ffn, T, x, T * D, y, T * D));
+    ASSERT_OK(clffn_reference_forward(c, s->layout, &s->ref, T, x, 0, 0, 0, plain, NULL));
+    if (exact) {
+        assert_close(y, plain, T * D, act_rtol(c->activation), what);
+    } else {
+        ASSERT_OK(clffn_ffn_read_hidden(ffn, CLFFN_HIDDEN_OUT, h, T * F, NULL));
+        host_quantized_rows(x, T, D, xq);
+        ASSERT_OK(clffn_reference_forward(c, s->layout, &s->ref, T, xq, 0, 0, 0, ref, href));
+        assert_close(h, href, T * F, act_rtol(c->activation), what);
+        host_quantized_rows(h, T, F, hq);
+        double worst = 0, top = 0;
+        for (size_t t = 0; t < T; ++t) {
+            for (size_t i = 0; i < D; ++i) { /* W2 [D, F] as the out_in layout keeps it */
+                double acc = c->bias2 ? s->ref.b2[i] : 0.0;
+                for (size_t j = 0; j < F; ++j) { acc += (double)s->r2[i * F + j] * hq[t * F + j]; }
+                ref[t * D + i] = acc;
+                const double gap = fabs(acc - plain[t * D + i]);
+                worst = gap > worst ? gap : worst;
+                top = fabs(plain[t * D + i]) > top ? fabs(plain[t * D + i]) : top;
+            }
+        }
+        assert_mostly_nonzero(ref, T * D, 0.9, what);
+        assert_close(y, ref, T * D, TOL_RTOL, what);
+        /* and the check has teeth: rounding the inputs moves y well past the tolerance */
+        cr_assert_gt(worst, 100 * TOL_RTOL * top, "%s: quantized inputs move y by only %g", what,
+                     worst);
+    }
+    free(y), free(h), free(xq), free(hq), free(ref), free(href), free(plain);
+}

@@ -45,6 +45,16 @@ void typed_make(typed_set *s, const clffn_config *c, const test_weights *w, clff
                 clffn_layout layout);
 void typed_free(typed_set *s);
 
+/* Rows of n values (a multiple of 32) rounded to q8_0 as GGUF's reference quantizer rounds them,
+ * and back (out: rows × n). */
+void host_quantized_rows(const float *x, size_t rows, size_t n, float *out);
+
+/* T tokens of x through an FFN (OUT_IN layout, q8_0 or q4_0 weights s) whose context quantizes
+ * the inputs: the hidden layer and y against the double reference on the rounded inputs, and
+ * that the rounding moved y past the tolerance; with `exact`, y against the plain reference. */
+void assert_quantized_forward(clffn_ffn *ffn, const clffn_config *c, const typed_set *s, size_t T,
+                              const float *x, int exact, const char *what);
+
 clffn_context *test_context(void);
 /* Whether the device's profiling timestamps order three kernels that its in-order queue ran one
  * after the other (each starting at or after the last one's end): the tests' own probe, apart

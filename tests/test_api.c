@@ -468,6 +468,14 @@ Test(api, gemm_k_block_setting) {
     cr_assert_eq(clffn_context_gemm_k_block_min_rows(ctx), 300);
     ASSERT_STATUS(clffn_context_set_gemm_k_block_min_rows(NULL, 1), CLFFN_ERROR_NULL_ARGUMENT);
     cr_assert_eq(clffn_context_gemm_k_block_min_rows(NULL), 0);
+    /* quantized inputs: off until asked for; any non-zero is on */
+    cr_assert_eq(clffn_context_quantized_inputs(ctx), 0);
+    ASSERT_OK(clffn_context_set_quantized_inputs(ctx, 7));
+    cr_assert_eq(clffn_context_quantized_inputs(ctx), 1);
+    ASSERT_OK(clffn_context_set_quantized_inputs(ctx, 0));
+    cr_assert_eq(clffn_context_quantized_inputs(ctx), 0);
+    ASSERT_STATUS(clffn_context_set_quantized_inputs(NULL, 1), CLFFN_ERROR_NULL_ARGUMENT);
+    cr_assert_eq(clffn_context_quantized_inputs(NULL), 0);
     clffn_context_destroy(ctx);
 }
 

@@ -441,3 +441,138 @@ Test(compressed, every_finite_half_decodes_exactly_on_the_device, .timeout = 300
     }
     clffn_context_destroy(ctx);
 }
+
+/* One type, plain or gated, D → F, every count the kernels take and one past them. D and F of
+ * 96 and 160 values (3 and 5 blocks) leave the pair kernels a lone last block. Token 0 of the
+ * first case starts with GGUF's edge blocks: all zeros (scale 0), one outlier among tiny values,
+ * and values at rounding midpoints (x·(127 / amax) = k + ½, which rounds away from zero). */
+static void quantized_inputs_case(clffn_context *ctx, clffn_dtype t, int gated, size_t D,
+                                  size_t F) {
+    static const size_t counts[] = {1, 2, 3, 5, 8, 16, 20};
+    clffn_config c = clffn_config_default(D, F);
+    c.gated = gated;
+    c.activation = gated ? CLFFN_ACT_SILU : CLFFN_ACT_GELU;
+    test_weights w;
+    typed_set s;
+    clffn_ffn *ffn = typed_ffn(ctx, &c, t, CLFFN_LAYOUT_OUT_IN, 31 + (uint64_t)t, &w, &s);
+    for (size_t i = 0; i < sizeof counts / sizeof counts[0]; ++i) {
+        const size_t T = counts[i];
+        float *x = malloc(T * D * sizeof *x);
+        cr_assert(x);
+        fill_uniform(x, T * D, -1, 1, 500 + T);
+        if (i == 0) {
+            for (size_t j = 0; j < 32; ++j) { x[j] = 0.0f; }
+            for (size_t j = 32; j < 64; ++j) { x[j] = 1e-3f * (float)(j % 7) - 3e-3f; }
+            x[40] = 3.0f;
+            for (size_t j = 64; j < 96; ++j) { x[j] = ((float)(j % 9) - 4.5f) * (1.0f / 127.0f); }
+            x[70] = 1.0f; /* amax: the step is 1/127, so the others sit at k + ½ steps */
+        }
+        char what[96];
+        snprintf(what, sizeof what, "quantized inputs, %s %s, %zu -> %zu, %zu tokens",
+                 clffn_dtype_name(t), gated ? "gated" : "plain", D, F, T);
+        assert_quantized_forward(ffn, &c, &s, T, x, T > CLFFN_MAX_KERNEL_TOKENS, what);
+        free(x);
+    }
+    clffn_ffn_destroy(ffn);
+    typed_free(&s);
+    test_weights_free(&w);
+}
+
+Test(compressed, quantized_inputs, .timeout = 600) {
+    clffn_context *ctx = test_context();
+    cr_assert_eq(clffn_context_quantized_inputs(ctx), 0, "off by default");
+    ASSERT_OK(clffn_context_set_kernel_max_tokens(ctx, 1, CLFFN_MAX_KERNEL_TOKENS));
+    ASSERT_OK(clffn_context_set_quantized_inputs(ctx, 1));
+    cr_assert_eq(clffn_context_quantized_inputs(ctx), 1);
+    static const clffn_dtype types[] = {CLFFN_DTYPE_Q8_0, CLFFN_DTYPE_Q4_0};
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; ++t) {
+        for (int gated = 0; gated < 2; ++gated) {
+            quantized_inputs_case(ctx, types[t], gated, 96, 160);
+            quantized_inputs_case(ctx, types[t], !gated, 128, 64);
+        }
+    }
+    clffn_context_destroy(ctx);
+}
+
+/* A mixture-of-experts layer whose context quantizes the inputs: its experts' products take the
+ * same kernels over each expert's gathered rows, each token's rows summed on their own, so each
+ * token's output is the sum, over the experts the layer chose for it, of the chosen weight times
+ * that expert's output as a dense FFN on the same context (checked against the double reference
+ * above). Mixtral's layout at a small shape, q8_0 and q4_0 experts, 1 and 5 tokens. */
+Test(compressed, quantized_inputs_in_a_mixture_of_experts, .timeout = 300) {
+    enum { E = 4, K = 2 };
+    const size_t D = 96, F = 64;
+    clffn_context *ctx = test_context();
+    ASSERT_OK(clffn_context_set_kernel_max_tokens(ctx, 1, CLFFN_MAX_KERNEL_TOKENS));
+    ASSERT_OK(clffn_context_set_quantized_inputs(ctx, 1));
+    const clffn_moe_config mc = clffn_moe_config_default(D, F, E, K);
+    static const clffn_dtype types[] = {CLFFN_DTYPE_Q8_0, CLFFN_DTYPE_Q4_0};
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ++ti) {
+        test_weights w[E];
+        typed_set s[E];
+        clffn_host_weights deq[E];
+        clffn_ffn *dense[E];
+        clffn_moe *moe = NULL;
+        float *router = malloc(E * D * sizeof *router);
+        cr_assert(router);
+        fill_uniform(router, E * D, -0.5f, 0.5f, 71 + ti);
+        ASSERT_OK(clffn_moe_create(ctx, &mc, &moe));
+        ASSERT_OK(clffn_moe_upload_router(moe, router, NULL));
+        for (size_t e = 0; e < E; ++e) {
+            test_weights_make(&w[e], &mc.expert, CLFFN_LAYOUT_OUT_IN, 80 + 7 * e + ti);
+            typed_make(&s[e], &mc.expert, &w[e], types[ti], CLFFN_LAYOUT_OUT_IN);
+            deq[e] = s[e].ref;
+            ASSERT_OK(clffn_ffn_upload_weights_typed(clffn_moe_expert(moe, e), CLFFN_LAYOUT_OUT_IN,
+                                                     &s[e].typed));
+            ASSERT_OK(clffn_ffn_create(ctx, &mc.expert, &dense[e]));
+            ASSERT_OK(clffn_ffn_upload_weights_typed(dense[e], CLFFN_LAYOUT_OUT_IN, &s[e].typed));
+        }
+        static const size_t counts[] = {1, 5};
+        for (size_t ci = 0; ci < 2; ++ci) {
+            const size_t T = counts[ci];
+            float *x = malloc(T * D * sizeof *x), *y = malloc(T * D * sizeof *y);
+            float *ye = malloc(E * T * D * sizeof *ye), *wt = malloc(T * K * sizeof *wt);
+            int32_t *ch = malloc(T * K * sizeof *ch);
+            double *ref = malloc(T * D * sizeof *ref), *plain = malloc(T * D * sizeof *plain);
+            cr_assert(x && y && ye && wt && ch && ref && plain);
+            fill_uniform(x, T * D, -1, 1, 90 + T);
+            ASSERT_OK(clffn_moe_forward_host(moe, T, x, T * D, y, T * D, ch, wt));
+            for (size_t e = 0; e < E; ++e) {
+                ASSERT_OK(clffn_forward_host(dense[e], T, x, T * D, ye + e * T * D, T * D));
+            }
+            double worst = 0, top = 0;
+            for (size_t t = 0; t < T; ++t) {
+                for (size_t i = 0; i < D; ++i) {
+                    double acc = 0;
+                    for (size_t j = 0; j < K; ++j) {
+                        cr_assert(ch[t * K + j] >= 0 && ch[t * K + j] < E);
+                        acc += (double)wt[t * K + j] * ye[((size_t)ch[t * K + j] * T + t) * D + i];
+                    }
+                    ref[t * D + i] = acc;
+                }
+            }
+            char what[96];
+            snprintf(what, sizeof what, "quantized inputs, %s experts, %zu tokens",
+                     clffn_dtype_name(types[ti]), T);
+            assert_mostly_nonzero(ref, T * D, 0.9, what);
+            assert_close(y, ref, T * D, TOL_RTOL, what);
+            ASSERT_OK(clffn_moe_reference_forward(&mc, CLFFN_LAYOUT_OUT_IN, router, NULL, deq, T, x,
+                                                  plain, NULL, NULL));
+            for (size_t i = 0; i < T * D; ++i) {
+                worst = fabs(ref[i] - plain[i]) > worst ? fabs(ref[i] - plain[i]) : worst;
+                top = fabs(plain[i]) > top ? fabs(plain[i]) : top;
+            }
+            cr_assert_gt(worst, 100 * TOL_RTOL * top, "%s: the rounding moved y by only %g", what,
+                         worst);
+            free(x), free(y), free(ye), free(wt), free(ch), free(ref), free(plain);
+        }
+        for (size_t e = 0; e < E; ++e) {
+            clffn_ffn_destroy(dense[e]);
+            typed_free(&s[e]);
+            test_weights_free(&w[e]);
+        }
+        clffn_moe_destroy(moe);
+        free(router);
+    }
+    clffn_context_destroy(ctx);
+}

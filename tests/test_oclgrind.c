@@ -276,6 +276,36 @@ static void run_typed(const sim_case *s, clffn_dtype t, const size_t wgemv[CLFFN
     release(ctx);
 }
 
+/* Quantized inputs (clffn_context_set_quantized_inputs): clffn_xquant and clffn_wgemv_rows_qx,
+ * gated, T tokens, D → F, against the reference on the rounded inputs (test_compressed.c). */
+static void run_quantized_inputs(clffn_dtype t, size_t T, size_t D, size_t F) {
+    clffn_config c = clffn_config_default(D, F);
+    c.gated = 1;
+    c.activation = CLFFN_ACT_SILU;
+    clffn_context *ctx = test_context();
+    ASSERT_OK(clffn_context_set_kernel_max_tokens(ctx, 1, CLFFN_MAX_KERNEL_TOKENS));
+    ASSERT_OK(clffn_context_set_quantized_inputs(ctx, 1));
+    test_weights w;
+    test_weights_make(&w, &c, CLFFN_LAYOUT_OUT_IN, 43 + T + D + F);
+    typed_set ts;
+    typed_make(&ts, &c, &w, t, CLFFN_LAYOUT_OUT_IN);
+    float *x = malloc(T * D * 4);
+    cr_assert(x);
+    fill_uniform(x, T * D, -1.0f, 1.0f, 17);
+    clffn_ffn *ffn = NULL;
+    ASSERT_OK(clffn_ffn_create(ctx, &c, &ffn));
+    ASSERT_OK(clffn_ffn_upload_weights_typed(ffn, CLFFN_LAYOUT_OUT_IN, &ts.typed));
+    char what[96];
+    snprintf(what, sizeof what, "quantized inputs %s T=%zu D=%zu F=%zu", clffn_dtype_name(t), T, D,
+             F);
+    assert_quantized_forward(ffn, &c, &ts, T, x, 0, what);
+    clffn_ffn_destroy(ffn);
+    typed_free(&ts);
+    test_weights_free(&w);
+    free(x);
+    release(ctx);
+}
+
 ParameterizedTestParameters(oclgrind, typed_passes) {
     static int types[CLFFN_DTYPE_COUNT_];
     for (int t = 0; t < CLFFN_DTYPE_COUNT_; ++t) { types[t] = t; }
@@ -313,7 +343,11 @@ ParameterizedTest(int *type, oclgrind, typed_passes, .timeout = 600) {
     const sim_case twos = {CLFFN_ACT_GELU, 0, CLFFN_LAYOUT_OUT_IN, 1, 0, 0, 0, 5, pd, pf, 0};
     run_typed(&fours, t, wide, CLFFN_MAX_KERNEL_TOKENS);
     run_typed(&twos, t, wide, CLFFN_MAX_KERNEL_TOKENS);
-    if (q) { return; }
+    if (q) {
+        run_quantized_inputs(t, 3, 96, 160); /* 3 and 5 blocks: a lone last block */
+        run_quantized_inputs(t, 9, 64, 96);
+        return;
+    }
     const sim_case odd = {CLFFN_ACT_RELU, 1, CLFFN_LAYOUT_OUT_IN, 1, 0, 0, 0, 3, 13, 29, 0};
     const sim_case odd_in = {CLFFN_ACT_SILU, 0, CLFFN_LAYOUT_IN_OUT, 1, 0, 0, 0, 3, 13, 29, 0};
     run_typed(&odd, t, split, CLFFN_MAX_KERNEL_TOKENS);
