@@ -6,6 +6,7 @@
 #include "gguf_writer.h"
 #include "tools_common.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -163,6 +164,10 @@ Test(clffn_run_weights, gguf_refusals) {
     snprintf(args, sizeof args, "--weights '%s' --input '%s' --output '%s/y.npy' --layer 5", w, x,
              dir);
     expect(args, 2, "no tensor 'blk.5.ffn_up.weight' (GGUF, layer 5)");
+    snprintf(args, sizeof args,
+             "--weights '%s' --input '%s' --output '%s/y.npy' --quantized-inputs --verify", w, x,
+             dir);
+    expect(args, 2, "--quantized-inputs rounds the inputs first");
     /* a type clffn does not read, named */
     uint8_t k[144 * 24] = {0};
     const gw_tensor qk[3] = {
@@ -184,6 +189,77 @@ Test(clffn_run_weights, gguf_refusals) {
     expect(args, 2, "cut.gguf: ");
     gguf_layer_free(&L);
     remove_dir();
+}
+
+/* --quantized-inputs: the tool's output is the library's with a context that quantizes the
+ * inputs (test_compressed.c checks those against the double reference), and not the plain
+ * reference's: the rounding moves it past the tolerance. */
+Test(clffn_run_weights, gguf_quantized_inputs, .timeout = 120) {
+    static const clffn_dtype types[] = {CLFFN_DTYPE_Q8_0, CLFFN_DTYPE_Q4_0};
+    for (size_t ti = 0; ti < 2; ++ti) {
+        const clffn_dtype t = types[ti];
+        make_dir();
+        gguf_layer L;
+        gguf_layer_make(&L, t);
+        char w[128], x[128], y[128], cmd[1024], out[4096], err[CLFFN_IO_ERR];
+        snprintf(w, sizeof w, "%s/m.gguf", dir), snprintf(x, sizeof x, "%s/x.npy", dir);
+        snprintf(y, sizeof y, "%s/y.npy", dir);
+        write_gguf(w, &L, t, 1, 0);
+        float xv[T * D], yl[T * D];
+        fill_uniform(xv, T * D, -1, 1, 61);
+        const uint64_t shape[2] = {T, D};
+        cr_assert_eq(clffn_npy_save(x, xv, 2, shape, err), 0, "%s", err);
+        snprintf(cmd, sizeof cmd,
+                 "'%s' --weights '%s' --input '%s' --output '%s' --layer 1 --quantized-inputs",
+                 CLFFN_RUN_PATH, w, x, y);
+        cr_assert_eq(run(cmd, out, sizeof out), 0, "%s", out);
+        clffn_config c = clffn_config_default(D, F);
+        c.gated = 1, c.activation = CLFFN_ACT_SILU;
+        c.bias1 = c.bias2 = c.bias_gate = 0;
+        clffn_context *ctx = test_context();
+        ASSERT_OK(clffn_context_set_quantized_inputs(ctx, 1));
+        clffn_ffn *ffn = NULL;
+        ASSERT_OK(clffn_ffn_create(ctx, &c, &ffn));
+        const clffn_typed_weights tw = {t, L.bytes[0], L.bytes[1], L.bytes[2], NULL, NULL, NULL};
+        ASSERT_OK(clffn_ffn_upload_weights_typed(ffn, CLFFN_LAYOUT_OUT_IN, &tw));
+        ASSERT_OK(clffn_forward_host(ffn, T, xv, T * D, yl, T * D));
+        const clffn_host_weights hw = {L.r[0], NULL, L.r[1], NULL, L.r[2], NULL};
+        double lib[T * D], ref[T * D], worst = 0, top = 0;
+        ASSERT_OK(clffn_reference_forward(&c, CLFFN_LAYOUT_OUT_IN, &hw, T, xv, 0, 0, 0, ref, NULL));
+        for (size_t i = 0; i < T * D; ++i) {
+            lib[i] = yl[i];
+            worst = fabs(lib[i] - ref[i]) > worst ? fabs(lib[i] - ref[i]) : worst;
+            top = fabs(ref[i]) > top ? fabs(ref[i]) : top;
+        }
+        clffn_npy got;
+        cr_assert_eq(clffn_npy_load(y, &got, err), 0, "%s", err);
+        assert_close(got.data, lib, T * D, TOL_RTOL, "clffn-run --quantized-inputs");
+        clffn_npy_free(&got);
+        cr_assert_gt(worst, 100 * TOL_RTOL * top, "%s: quantized inputs move y by only %g",
+                     clffn_dtype_name(t), worst);
+        clffn_ffn_destroy(ffn);
+        clffn_context_destroy(ctx);
+        gguf_layer_free(&L);
+        remove_dir();
+    }
+}
+
+/* clffn-bench --quantized-inputs: the choice in the text and the JSON, off without it. */
+Test(clffn_bench_weights, quantized_inputs_reported, .timeout = 120) {
+    char cmd[512], out[16384];
+    static const char *const flags[2] = {"", "--quantized-inputs"};
+    for (int on = 0; on < 2; ++on) {
+        snprintf(cmd, sizeof cmd,
+                 "'%s' --json --tokens 2 --d-model 64 --d-ff 96 --reps 2 --weights-dtype q4_0 %s",
+                 CLFFN_BENCH_PATH, flags[on]);
+        cr_assert_eq(run(cmd, out, sizeof out), 0, "%s", out);
+        cr_assert(strstr(out, on ? "\"quantized_inputs\":\ttrue" : "\"quantized_inputs\":\tfalse"),
+                  "%s", out);
+        snprintf(cmd, sizeof cmd, "'%s' --tokens 2 --d-model 64 --d-ff 96 --reps 2 %s",
+                 CLFFN_BENCH_PATH, flags[on]);
+        cr_assert_eq(run(cmd, out, sizeof out), 0, "%s", out);
+        cr_assert(!strstr(out, "inputs:        rounded to q8_0") == !on, "%s", out);
+    }
 }
 
 /* A K-quant layer is refused by its type's name. */

@@ -22,7 +22,8 @@ typedef struct args {
     size_t gemv_max;
     int set_kernel_max; /* --kernel-max given */
     size_t kernel_max;
-    int set_layout; /* --weight-layout given */
+    int quantized_inputs; /* --quantized-inputs */
+    int set_layout;       /* --weight-layout given */
     clffn_layout layout;
     clffn_dtype dtype; /* --weights-dtype: the type the weights are kept in */
     int all_dtypes;    /* --weights-dtype all (the sweep, each type in turn) */

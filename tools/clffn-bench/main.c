@@ -2,7 +2,8 @@
  *
  *   clffn-bench --tokens T --d-model D --d-ff F --activation A [--gated] [--reps N] [--json]
  *               [--compare-cpu] [--sweep] [--device SPEC] [--k-block N] [--gemv-max N]
- *               [--weight-layout out_in|in_out] [--experts E [--top-k K] [--expert-split N]]
+ *               [--weight-layout out_in|in_out] [--weights-dtype TYPE] [--kernel-max N]
+ *               [--quantized-inputs] [--experts E [--top-k K] [--expert-split N]]
  *
  * Times N device-level forwards (after two warm-ups) with the wall clock around each forward and
  * its completion, reports best and median, GFLOP/s, the per-stage split from OpenCL profiling
@@ -15,11 +16,12 @@
  * --gemv-max the small-batch crossover (0: every product an SGEMM), and --weight-layout the
  * layout the weights are kept in on the device (clffn_context_set_weight_layout), and
  * --kernel-max the count up to which clffn's own kernels take the weights' type, so the
- * choices can be compared in one sitting. Few tokens are bound by reading the weights, so both
- * modes also report the weights' bytes over the forward's time beside the device's copy
- * bandwidth, measured here with a plain copy kernel ((bytes read + bytes written) / time, as
- * STREAM's copy counts them). --experts times a mixture-of-experts layer of such FFNs instead
- * (moe.c).
+ * choices can be compared in one sitting; --quantized-inputs rounds the inputs of q8_0 and q4_0
+ * products to q8_0 first (clffn_context_set_quantized_inputs). Few tokens are bound by reading
+ * the weights, so both modes also report the weights' bytes over the forward's time beside the
+ * device's copy bandwidth, measured here with a plain copy kernel ((bytes read + bytes
+ * written) / time, as STREAM's copy counts them). --experts times a mixture-of-experts layer
+ * of such FFNs instead (moe.c).
  *
  * Exit status: 0 success, 1 device or runtime failure, 2 usage. */
 #include "bench.h"
@@ -77,6 +79,7 @@ enum {
     OPT_WEIGHT_LAYOUT,
     OPT_WEIGHTS_DTYPE,
     OPT_KERNEL_MAX,
+    OPT_QUANTIZED_INPUTS,
     OPT_CPU_ONLY,
     OPT_EXPERTS,
     OPT_TOP_K,
@@ -117,6 +120,9 @@ static const tool_option OPTIONS[] = {
     {"kernel-max", OPT_KERNEL_MAX, TOOL_VALUE, "N",
      "run up to N tokens through clffn's own kernels for the\nweights' type instead of the "
      "profile's crossover (0: never)"},
+    {"quantized-inputs", OPT_QUANTIZED_INPUTS, TOOL_FLAG, NULL,
+     "round the inputs of q8_0 and q4_0 products to q8_0 first,\nas llama.cpp does "
+     "(clffn_context_set_quantized_inputs)"},
     {"experts", OPT_EXPERTS, TOOL_VALUE, "E",
      "a mixture-of-experts layer of E such FFNs with a router,\nbeside the dense FFN doing the "
      "same rows per expert"},
@@ -197,6 +203,7 @@ static int take_option(int key, const char *name, const char *v, args *a) {
     case OPT_JSON: a->json = 1; return 0;
     case OPT_COMPARE_CPU: a->compare_cpu = 1; return 0;
     case OPT_SWEEP: a->sweep = 1; return 0;
+    case OPT_QUANTIZED_INPUTS: a->quantized_inputs = 1; return 0;
     case OPT_CPU_ONLY: a->cpu_only = 1; return 0;
     default: return -1;
     }

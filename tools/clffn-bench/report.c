@@ -28,6 +28,7 @@ static void json_choices(cJSON *o, clffn_context *ctx) {
                             (double)clffn_context_kernel_max_tokens(ctx, 1));
     cJSON_AddNumberToObject(o, "kernel_max_tokens_f32",
                             (double)clffn_context_kernel_max_tokens(ctx, 0));
+    cJSON_AddBoolToObject(o, "quantized_inputs", clffn_context_quantized_inputs(ctx));
     cJSON_AddNumberToObject(o, "gemm_k_block", (double)clffn_context_gemm_k_block(ctx));
     cJSON_AddNumberToObject(o, "gemv_max_tokens", (double)clffn_context_gemv_max_tokens(ctx));
     cJSON_AddNumberToObject(o, "xgemm_few_rows", (double)clffn_context_xgemm_few_rows(ctx));
@@ -130,6 +131,9 @@ static void text_choices(const args *a, clffn_context *ctx) {
     printf("own kernels:   up to %zu tokens (%s)\n",
            clffn_context_kernel_max_tokens(ctx, compressed),
            a->set_kernel_max ? "--kernel-max" : tuning);
+    if (clffn_context_quantized_inputs(ctx)) {
+        printf("inputs:        rounded to q8_0 for q8_0 and q4_0 products (--quantized-inputs)\n");
+    }
 }
 
 void bench_report_text(const args *a, device_run *r, const bench_result *res) {

@@ -96,8 +96,8 @@ static int run_backward(const options *o, clffn_ffn *ffn, const layer *L, const 
     return ret;
 }
 
-int run_open_device(const char *spec, clffn_context **ctx) {
-    const clffn_status s = clffn_context_create_for_device(spec, ctx);
+int run_open_device(const options *o, const char *spec, clffn_context **ctx) {
+    clffn_status s = clffn_context_create_for_device(spec, ctx);
     if (s == CLFFN_PLATFORM_NOT_FOUND) {
         run_report("no OpenCL platform found; install one, e.g. `apt-get install pocl-opencl-icd` "
                    "for the CPU");
@@ -105,6 +105,12 @@ int run_open_device(const char *spec, clffn_context **ctx) {
     }
     if (s != CLFFN_SUCCESS) {
         run_fail(spec ? spec : "opening the default device", s);
+        return -1;
+    }
+    if (o->quantized_inputs && (s = clffn_context_set_quantized_inputs(*ctx, 1)) != CLFFN_SUCCESS) {
+        run_fail("--quantized-inputs", s);
+        clffn_context_destroy(*ctx);
+        *ctx = NULL;
         return -1;
     }
     return 0;
@@ -246,7 +252,7 @@ int run_checkpoint(const options *o) {
             rc = EXIT_RUNTIME;
             const clffn_config c = run_layer_config(o, &Ly);
             clffn_status s;
-            if (run_open_device(o->device, &ctx) != 0) {
+            if (run_open_device(o, o->device, &ctx) != 0) {
                 /* reported */
             } else if ((s = clffn_ffn_create(ctx, &c, &ffn)) != CLFFN_SUCCESS) {
                 run_fail("setting up the FFN", s);

@@ -72,6 +72,7 @@ enum {
     OPT_EXPERT_PARALLEL,
     OPT_VERBOSE,
     OPT_WEIGHTS_DTYPE,
+    OPT_QUANTIZED_INPUTS,
     OPT_TOP_K,
     OPT_ROUTING,
     OPT_ROUTER_OUT,
@@ -85,6 +86,9 @@ static const tool_option OPTIONS[] = {
      "keep the weights on the device as stored (default: F16, BF16,\nQ8_0, Q4_0 as they are, "
      "others f32), or as f32, f16, bf16,\nq8_0 or q4_0 (converted on the host, GGUF's "
      "rounding)"},
+    {"quantized-inputs", OPT_QUANTIZED_INPUTS, TOOL_FLAG, NULL,
+     "round the inputs of q8_0 and q4_0 products to q8_0 first, as\nllama.cpp does: faster "
+     "for few tokens, less exact"},
     {"input", OPT_INPUT, TOOL_VALUE, "X.npy", "the input, [..., d_model]"},
     {"output", OPT_OUTPUT, TOOL_VALUE, "Y.npy", "where the output goes (same shape)"},
     {"preset", OPT_PRESET, TOOL_VALUE, "NAME",
@@ -170,6 +174,7 @@ static int take_option(int key, const char *val, options *o) {
     case OPT_TENSOR_PARALLEL: o->tensor_parallel = 1; break;
     case OPT_EXPERT_PARALLEL: o->expert_parallel = 1; break;
     case OPT_VERBOSE: o->verbose = 1; break;
+    case OPT_QUANTIZED_INPUTS: o->quantized_inputs = 1; break;
     case OPT_PRESET:
         if ((o->moe_preset = run_moe_preset_named(val))) { break; }
         if (!(o->preset = run_preset_named(val))) {
@@ -234,7 +239,8 @@ static int check_options(const options *o) {
                           o->seed || o->residual || o->verify || o->layer || o->grad_output ||
                           o->grads_out || o->preset != run_preset_default() || o->tensor_parallel ||
                           o->expert_parallel || o->verbose || o->moe_preset || o->top_k ||
-                          o->routing_given || o->router_out || o->expert_devices;
+                          o->routing_given || o->router_out || o->expert_devices ||
+                          o->quantized_inputs;
     const char *why = NULL;
     if (!o->weights && ckpt_only) {
         why = "these options apply to --weights runs (the demo takes only --device)";
@@ -255,6 +261,9 @@ static int check_options(const options *o) {
               "--expert-parallel split over MPI ranks: take one";
     } else if (o->expert_devices && o->device) {
         why = "--expert-devices names the layer's devices: leave out --device";
+    } else if (o->quantized_inputs && o->verify) {
+        why = "--verify compares with the reference on x itself; --quantized-inputs rounds the "
+              "inputs first, so it would not pass: take one";
     } else if (o->tensor_parallel && o->expert_parallel) {
         why = "--tensor-parallel and --expert-parallel split a layer two ways: take one";
     }

@@ -10,7 +10,7 @@
 /* The layer's contexts: one for each of --expert-devices' SPECs (a device may repeat), else
  * --device's. Their count, or -1 (reported; those opened are in ctx). */
 int run_moe_open_devices(const options *o, clffn_context **ctx) {
-    if (!o->expert_devices) { return run_open_device(o->device, &ctx[0]) == 0 ? 1 : -1; }
+    if (!o->expert_devices) { return run_open_device(o, o->device, &ctx[0]) == 0 ? 1 : -1; }
     char *specs[RUN_MAX_DEVICES] = {NULL};
     const int n = run_device_list(o->expert_devices, specs);
     if (n < 0) {
@@ -18,7 +18,7 @@ int run_moe_open_devices(const options *o, clffn_context **ctx) {
         return -1;
     }
     int ok = 1;
-    for (int i = 0; ok && i < n; ++i) { ok = run_open_device(specs[i], &ctx[i]) == 0; }
+    for (int i = 0; ok && i < n; ++i) { ok = run_open_device(o, specs[i], &ctx[i]) == 0; }
     for (int i = 0; i < n; ++i) { free(specs[i]); }
     return ok ? n : -1;
 }

@@ -88,8 +88,9 @@ typedef struct options {
     int train, residual, verify;
     int tensor_parallel, expert_parallel, verbose;
     uint64_t seed;
-    int dtype_stored;  /* --weights-dtype stored (the default) */
-    clffn_dtype dtype; /* else the type asked for */
+    int dtype_stored;     /* --weights-dtype stored (the default) */
+    clffn_dtype dtype;    /* else the type asked for */
+    int quantized_inputs; /* --quantized-inputs (clffn_context_set_quantized_inputs) */
     /* mixture of experts (moe.c) */
     const moe_preset *moe_preset; /* --preset mixtral or qwen_moe */
     uint64_t top_k;               /* --top-k; 0: the file's, else 2 */
@@ -170,7 +171,7 @@ int run_write_grads(const options *o, const ckpt_tensor *const t[6], float *cons
                     const clffn_npy *x, const float *dx);
 /* Opens the device spec names (NULL: the default one); 0 or -1 (reported, a missing platform
  * with what to install). */
-int run_open_device(const char *spec, clffn_context **ctx);
+int run_open_device(const options *o, const char *spec, clffn_context **ctx);
 /* --expert-devices' list (comma-separated SPECs as --device takes them): the count, 1 to
  * RUN_MAX_DEVICES, or -1 for an empty SPEC or too many. With specs (room for RUN_MAX_DEVICES),
  * each SPEC is copied into specs[i], malloc'd (the caller frees them; -1 when out of memory). */

@@ -37,7 +37,7 @@ int tp_step(const tp_rank *R, int ok) {
 }
 
 int tp_open_device(const options *o, const tp_rank *R, clffn_context **ctx) {
-    if (o->device) { return run_open_device(o->device, ctx); }
+    if (o->device) { return run_open_device(o, o->device, ctx); }
     size_t n = 0;
     clffn_status s = clffn_devices_list(NULL, 0, &n);
     clffn_device_info *all = s == CLFFN_SUCCESS && n ? calloc(n, sizeof *all) : NULL;
@@ -64,7 +64,7 @@ int tp_open_device(const options *o, const tp_rank *R, clffn_context **ctx) {
         run_fail("listing the devices", s);
         return -1;
     }
-    return run_open_device(spec[0] ? spec : NULL, ctx);
+    return run_open_device(o, spec[0] ? spec : NULL, ctx);
 }
 
 /* A slice's gradients as one packed block, the layout every rank sends and rank 0 unpacks:
