@@ -718,7 +718,7 @@ __kernel void clffn_xquant(__global const float *restrict x, const ulong x_off, 
 // magnitudes (unsigned, at most 128) times x's quants with the weights' signs, 2·128·127.
 // Elsewhere each block is summed in int arithmetic, value by value.
 #ifndef CLFFN_QX_AVX512
-  #if defined(__clang__) && defined(__AVX512BW__)
+  #if defined(__clang__) && defined(__AVX512BW__) && CLFFN_NATIVE_HALF
     #define CLFFN_QX_AVX512 1
   #else
     #define CLFFN_QX_AVX512 0
@@ -784,7 +784,10 @@ inline CLFFN_ALWAYS_INLINE clffn_qx_w clffn_qx_pair(__global const uchar *ba, co
   r.w = neg;            // -1 where negative, else 0: x's quants are negated there (below)
   r.off = (clffn_v16si)((int16)0);
   #endif
-  const float2 d2 = (float2)(clffn_whalf(ba), two ? clffn_whalf(bb) : 0.0f);
+  // both scales in one conversion (clang's __fp16, as clffn_whalf takes one)
+  const ushort2 h2 =
+      (ushort2)(*(__global const ushort *)ba, two ? *(__global const ushort *)bb : (ushort)0);
+  const float2 d2 = __builtin_convertvector(__builtin_bit_cast(clffn_fp16x2, h2), float2);
   r.d = CLFFN_PAIR_LANES(d2);
   return r;
 }
