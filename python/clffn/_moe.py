@@ -30,7 +30,8 @@ class MoE:
 
     MoE(d_model, d_ff, experts, top_k=2, activation="swiglu", bias=False,
     routing="normalized", router_bias=False, shared_expert=False, device=None,
-    weight_dtype="f32", aux_loss_coef=0.0, shared_d_ff=None, shared_gate=False). Each expert is
+    weight_dtype="f32", aux_loss_coef=0.0, shared_d_ff=None, shared_gate=False,
+    quantized_inputs=False). Each expert is
     an FFN of (d_model, d_ff, activation, bias); the router [experts, d_model] scores each
     token, the top_k best experts (ties to the lower index) run it, and their outputs are
     summed with the softmax probabilities renormalised over the chosen ("normalized",
@@ -42,12 +43,14 @@ class MoE:
     experts.{e}.gate_proj/up_proj/down_proj, shared_expert.*, shared_expert_gate.weight).
 
     layer(x) takes [..., d_model] and returns float32 of the same shape; last_experts and
-    last_weights then hold each token's choice [..., top_k] and its weights.
+    last_weights then hold each token's choice [..., top_k] and its weights. quantized_inputs
+    as FFN takes it: q8_0 and q4_0 experts round their rows to q8_0 first, as llama.cpp does.
     """
 
     def __init__(self, d_model, d_ff, experts, top_k=2, activation="swiglu", bias=False,
                  routing="normalized", router_bias=False, shared_expert=False, device=None,
-                 weight_dtype="f32", aux_loss_coef=0.0, shared_d_ff=None, shared_gate=False):
+                 weight_dtype="f32", aux_loss_coef=0.0, shared_d_ff=None, shared_gate=False,
+                 quantized_inputs=False):
         shared_d_ff = d_ff if shared_d_ff is None else shared_d_ff
         for name, v in (("d_model", d_model), ("d_ff", d_ff), ("experts", experts),
                         ("top_k", top_k), ("shared_d_ff", shared_d_ff)):
@@ -64,7 +67,7 @@ class MoE:
         act, gated = _parse_activation(activation, False)
         dtype = _parse_dtype(weight_dtype)
         self._handle = None
-        self._ctx = _context(device)
+        self._ctx = _context(device, quantized_inputs)
         mc = _lib.moe_config_default(int(d_model), int(d_ff), int(experts), int(top_k))
         mc.expert.activation, mc.expert.gated = act, int(gated)
         mc.expert.bias1 = mc.expert.bias2 = mc.expert.bias_gate = int(bool(bias))
