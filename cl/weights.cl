@@ -664,12 +664,19 @@ void clffn_wgemv_rows4(__global const uchar *restrict w, const ulong w_off, cons
 // integers: each block's 32 products summed exactly, times the weight's and the input's scales
 // in f32. clffn_xquant writes each token's row at xs = CLFFN_XQ_BYTES(blocks) apart, P =
 // ⌈blocks / 2⌉ pairs of blocks, the block past the last (where blocks is odd) all zero:
-//   q  char[64·P]  the quants; for q4_0 weights q + 128 as unsigned bytes (below)
+//   q  char[64·P]  the quants; for q4_0 weights from 2 tokens on q + 128 as unsigned bytes
 //   s  float[2·P]  each block's scale, d rounded to f16 as GGUF stores it (then 64-byte padding)
+//   c  int[2·P]    q4_0 at one token only (CLFFN_XQ_C): each block's -Σq, q4_0's offset of 8
+//                  taken off each of its eight 32-bit sums of four products (below; padded)
 // Each row's quants take a byte a value, not the four of an f32 x: at 4 tokens, 16 KB against
 // 64 KB for 4096 values, so the rows stay in a CPU's first-level cache beside the weights.
 #if CLFFN_QUANTIZED
-  #if CLFFN_WTYPE == CLFFN_WTYPE_Q4_0
+  #if CLFFN_WTYPE == CLFFN_WTYPE_Q4_0 && CLFFN_WTOKENS == 1
+    #define CLFFN_XQ_C 1
+  #else
+    #define CLFFN_XQ_C 0
+  #endif
+  #if CLFFN_WTYPE == CLFFN_WTYPE_Q4_0 && !CLFFN_XQ_C
     #define CLFFN_XQ_OFFSET 128
   #else
     #define CLFFN_XQ_OFFSET 0
@@ -707,6 +714,14 @@ __kernel void clffn_xquant(__global const float *restrict x, const ulong x_off, 
     vstore16(convert_uchar16(lo + CLFFN_XQ_OFFSET), 0, q); // two's complement where 0
     vstore16(convert_uchar16(hi + CLFFN_XQ_OFFSET), 1, q);
     ((__global float *)(row + 64 * pairs))[b] = d;
+  #if CLFFN_XQ_C // through private memory: Oclgrind 21.10 mistracks swizzles of upper lanes
+    int v[32];
+    vstore16(lo, 0, v);
+    vstore16(hi, 1, v);
+    int sum = 0;
+    for (uint i = 0; i < 32; ++i) { sum += v[i]; }
+    ((__global int *)(row + CLFFN_XQ_BYTES(blocks)))[b] = -sum;
+  #endif
   }
 }
 
@@ -761,7 +776,19 @@ inline CLFFN_ALWAYS_INLINE clffn_qx_w clffn_qx_pair(__global const uchar *ba, co
   const clffn_v32hi ones = (clffn_v32hi)((clffn_s16x32)(short)1);
   __global const uchar *bb = ba + CLFFN_BLOCK_BYTES;
   clffn_qx_w r;
-  #if CLFFN_WTYPE == CLFFN_WTYPE_Q4_0
+  #if CLFFN_WTYPE == CLFFN_WTYPE_Q4_0 && CLFFN_XQ_C
+  // one token: the nibbles themselves, unsigned, times x's signed quants; x's rows carry the
+  // offset (c), which saves a subtraction a nibble and the row's own offset sums
+  const uchar16 qa = vload16(0, ba + 2), qb = two ? vload16(0, bb + 2) : (uchar16)0;
+  const clffn_s8x32 both = __builtin_shufflevector(as_char16(qa), as_char16(qb), CLFFN_I32);
+  const clffn_s8x32 lo = both & (char)15, hi = (both >> (char)4) & (char)15;
+  r.u = __builtin_shufflevector(lo, hi, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 32,
+                                33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 16, 17,
+                                18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 48, 49, 50,
+                                51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63);
+  r.w = (clffn_s8x64)0;
+  r.off = (clffn_v16si)((int16)0);
+  #elif CLFFN_WTYPE == CLFFN_WTYPE_Q4_0
   const uchar16 qa = vload16(0, ba + 2), qb = two ? vload16(0, bb + 2) : (uchar16)0x88;
   const clffn_s8x32 both = __builtin_shufflevector(as_char16(qa), as_char16(qb), CLFFN_I32);
   const clffn_s8x32 lo = (both & (char)15) - (char)8, hi = ((both >> (char)4) & (char)15) - (char)8;
@@ -802,7 +829,13 @@ inline CLFFN_ALWAYS_INLINE void clffn_qx_dot(const clffn_qx_w *pw, __global cons
     if (t < tokens) {
       __global const uchar *xt = xq + t * xs;
       const clffn_s8x64 xv = clffn_load64((__global const char *)xt + 64 * p);
-  #if CLFFN_WTYPE == CLFFN_WTYPE_Q4_0
+  #if CLFFN_WTYPE == CLFFN_WTYPE_Q4_0 && CLFFN_XQ_C
+      const int2 c2 = vload2(p, (__global const int *)(xt + CLFFN_XQ_BYTES(2 * pairs)));
+      const clffn_v16si d = __builtin_ia32_pmaddwd512(
+                                __builtin_ia32_pmaddubsw512((clffn_v64qi)pw->u, (clffn_v64qi)xv),
+                                ones) +
+                            (clffn_v16si)CLFFN_PAIR_LANES(c2);
+  #elif CLFFN_WTYPE == CLFFN_WTYPE_Q4_0
       const clffn_v16si d = __builtin_ia32_pmaddwd512(
                                 __builtin_ia32_pmaddubsw512((clffn_v64qi)xv, (clffn_v64qi)pw->w),
                                 ones) -
@@ -825,7 +858,8 @@ inline int clffn_qx_block_isum(__global const uchar *blk, __global const uchar *
   for (uint j = 0; j < 16; ++j) {
 #if CLFFN_WTYPE == CLFFN_WTYPE_Q4_0
     const int qb = blk[2 + j];
-    isum += ((qb & 15) - 8) * (xb[j] - 128) + ((qb >> 4) - 8) * (xb[j + 16] - 128);
+    const int x0 = (char)(xb[j] ^ CLFFN_XQ_OFFSET), x1 = (char)(xb[j + 16] ^ CLFFN_XQ_OFFSET);
+    isum += ((qb & 15) - 8) * x0 + ((qb >> 4) - 8) * x1;
 #else
     __global const char *qw = (__global const char *)(blk + 2), *qx = (__global const char *)xb;
     isum += qw[j] * qx[j] + qw[j + 16] * qx[j + 16];

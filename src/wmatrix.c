@@ -105,7 +105,10 @@ static cl_int wgemv_quantized_inputs(clffn_wkernels *wk, const clffn_context *ct
                                      const clffn_wmatrix *w, int b, size_t tokens,
                                      const clffn_wcount *count, clffn_matrix x, float beta,
                                      clffn_matrix y, cl_command_queue queue) {
-    const size_t blocks = w->cols / 32, pairs = (blocks + 1) / 2, xs = CLFFN_XQ_BYTES(blocks);
+    const size_t blocks = w->cols / 32, pairs = (blocks + 1) / 2;
+    /* q4_0's one-token rows end in their offset sums (cl/weights.cl, CLFFN_XQ_C) */
+    const int c = w->dtype == CLFFN_DTYPE_Q4_0 && bucket_tokens[b] == 1;
+    const size_t xs = CLFFN_XQ_BYTES(blocks) + (c ? (8 * pairs + 63) / 64 * 64 : 0);
     cl_kernel *slot = &wk->rows_qx[b];
     cl_int err = kernel_for(ctx, w->dtype, bucket_tokens[b], "clffn_xquant", &wk->xquant[b]);
     if (err == CL_SUCCESS) {

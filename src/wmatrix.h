@@ -27,11 +27,12 @@ typedef struct clffn_wcount {
 #define CLFFN_WTOKEN_BUCKETS 5
 
 /* One owner's (an FFN's) kernels for its weights' type, made on first use with the context's
- * shapes (remade when they change), and its f32 scratch: the block a product dequantizes, or
- * the column GEMV's per-chunk sums (one product at a time uses it, in queue order). Kernel
- * arguments are state: one owner, one thread at a time. The scratch follows clffn_scratch's
- * plan-then-reserve: while planning, the products only record what they need and build what
- * they will run, so a failing allocation or build happens before any output is written. */
+ * shapes (remade when they change), and its scratch: the f32 block a product dequantizes, the
+ * column GEMV's per-chunk sums, or a product's quantized input rows (one product at a time uses
+ * it, in queue order). Kernel arguments are state: one owner, one thread at a time. The scratch
+ * follows clffn_scratch's plan-then-reserve: while planning, the products only record what they
+ * need and build what they will run, so a failing allocation or build happens before any output
+ * is written. */
 typedef struct clffn_wkernels {
     clffn_dtype dtype;
     size_t shapes[CLFFN_WGEMV_PARAMS]; /* the context's shapes the kernels were made with */

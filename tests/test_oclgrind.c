@@ -344,7 +344,8 @@ ParameterizedTest(int *type, oclgrind, typed_passes, .timeout = 600) {
     run_typed(&fours, t, wide, CLFFN_MAX_KERNEL_TOKENS);
     run_typed(&twos, t, wide, CLFFN_MAX_KERNEL_TOKENS);
     if (q) {
-        run_quantized_inputs(t, 3, 96, 160); /* 3 and 5 blocks: a lone last block */
+        run_quantized_inputs(t, 1, 96, 160); /* 3 and 5 blocks: a lone last block */
+        run_quantized_inputs(t, 3, 96, 160);
         run_quantized_inputs(t, 9, 64, 96);
         return;
     }
