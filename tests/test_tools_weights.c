@@ -210,9 +210,20 @@ Test(clffn_run_weights, gguf_quantized_inputs, .timeout = 120) {
         const uint64_t shape[2] = {T, D};
         cr_assert_eq(clffn_npy_save(x, xv, 2, shape, err), 0, "%s", err);
         snprintf(cmd, sizeof cmd,
-                 "'%s' --weights '%s' --input '%s' --output '%s' --layer 1 --quantized-inputs",
+                 "'%s' --weights '%s' --input '%s' --output '%s' --layer 1 --quantized-inputs "
+                 "--verbose",
                  CLFFN_RUN_PATH, w, x, y);
         cr_assert_eq(run(cmd, out, sizeof out), 0, "%s", out);
+        cr_assert(strstr(out, "inputs: rounded to q8_0") != NULL, "%s", out);
+        if (ti == 0) { /* kept in f16, the choice has nothing to round: said so */
+            snprintf(cmd, sizeof cmd,
+                     "'%s' --weights '%s' --input '%s' --output '%s/f16.npy' --layer 1 "
+                     "--quantized-inputs --weights-dtype f16",
+                     CLFFN_RUN_PATH, w, x, dir);
+            cr_assert_eq(run(cmd, out, sizeof out), 0, "%s", out);
+            cr_assert(strstr(out, "these weights are f16, so it changes nothing") != NULL, "%s",
+                      out);
+        }
         clffn_config c = clffn_config_default(D, F);
         c.gated = 1, c.activation = CLFFN_ACT_SILU;
         c.bias1 = c.bias2 = c.bias_gate = 0;

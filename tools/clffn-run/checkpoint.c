@@ -184,7 +184,20 @@ static int upload(const options *o, clffn_ffn *ffn, const loaded *w) {
         printf("weights on device: %zu bytes (%s)\n", clffn_ffn_weight_bytes(ffn),
                clffn_dtype_name(clffn_ffn_weight_dtype(ffn)));
     }
+    run_note_quantized_inputs(o, clffn_ffn_weight_dtype(ffn));
     return 0;
+}
+
+void run_note_quantized_inputs(const options *o, clffn_dtype dtype) {
+    if (!o->quantized_inputs) { return; }
+    if (dtype != CLFFN_DTYPE_Q8_0 && dtype != CLFFN_DTYPE_Q4_0) {
+        fprintf(stderr,
+                "clffn-run: --quantized-inputs rounds the inputs of q8_0 and q4_0 products; "
+                "these weights are %s, so it changes nothing\n",
+                clffn_dtype_name(dtype));
+    } else if (o->verbose) {
+        printf("inputs: rounded to q8_0 for clffn's few-token kernels (--quantized-inputs)\n");
+    }
 }
 
 /* The FFN on the device: forward (printed, verified), backward, output written. 0 or -1. */

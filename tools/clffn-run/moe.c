@@ -445,6 +445,7 @@ static int on_device(const options *o, const ckpt *c, const moe_layer *L, const 
         run_fail("setting up the layer", s);
     } else if (run_moe_upload(o, c, L, moe, NULL, run_moe_dtype(o, L), refs) == 0) {
         if (o->verbose) { run_moe_print_weights(L, moe, ctx, n); }
+        run_note_quantized_inputs(o, run_moe_dtype(o, L));
         if (run_moe_layer(o, L, moe, &mc, router, refs, x, dy, NULL) == 0) { rc = 0; }
     }
     for (size_t i = 0; refs && i < n_refs; ++i) { free(refs[i]); }

@@ -172,6 +172,9 @@ int run_write_grads(const options *o, const ckpt_tensor *const t[6], float *cons
 /* Opens the device spec names (NULL: the default one); 0 or -1 (reported, a missing platform
  * with what to install). */
 int run_open_device(const options *o, const char *spec, clffn_context **ctx);
+/* --quantized-inputs on weights of another type than q8_0 and q4_0: a note on stderr that it
+ * changes nothing; with --verbose on those types, a line saying it applies. */
+void run_note_quantized_inputs(const options *o, clffn_dtype dtype);
 /* --expert-devices' list (comma-separated SPECs as --device takes them): the count, 1 to
  * RUN_MAX_DEVICES, or -1 for an empty SPEC or too many. With specs (room for RUN_MAX_DEVICES),
  * each SPEC is copied into specs[i], malloc'd (the caller frees them; -1 when out of memory). */
