@@ -682,8 +682,9 @@ void clffn_wgemv_rows4(__global const uchar *restrict w, const ulong w_off, cons
     #define CLFFN_XQ_OFFSET 0
   #endif
 
-// NDRange (2·P, max_tokens), any work-group: one block of one token's row per work-item. x's
-// values must be finite (an infinity makes its block's quants meaningless, as in GGUF's).
+// NDRange (2·P, max_tokens), any work-group: one block of one token's row per work-item. A
+// block with a NaN or an infinity gets a NaN scale, so that token's outputs are NaN, as the f32
+// path's would be (GGUF's quantizer gives such a block finite quants and scale).
 __kernel void clffn_xquant(__global const float *restrict x, const ulong x_off, const ulong ldx,
                            const ulong cols, const uint max_tokens,
                            __global const uint *restrict count, const uint count_at,
@@ -698,16 +699,22 @@ __kernel void clffn_xquant(__global const float *restrict x, const ulong x_off, 
       __global const float *xb = x + x_off + t * ldx + b * CLFFN_QK;
       const float16 v0 = vload16(0, xb), v1 = vload16(1, xb);
       // eight lanes at a time: Oclgrind 21.10 loses a float16's upper lanes in .hi
-      const float8 a8 = fmax(fmax(fabs(vload8(0, xb)), fabs(vload8(1, xb))),
-                             fmax(fabs(vload8(2, xb)), fabs(vload8(3, xb))));
+      const float8 p0 = vload8(0, xb), p1 = vload8(1, xb), p2 = vload8(2, xb), p3 = vload8(3, xb);
+      const float8 a8 = fmax(fmax(fabs(p0), fabs(p1)), fmax(fabs(p2), fabs(p3)));
       const float4 a4 = fmax(a8.lo, a8.hi);
       const float amax = fmax(fmax(a4.s0, a4.s1), fmax(a4.s2, a4.s3));
+      // the largest exponent field: all ones where a value is a NaN or an infinity; the
+      // saturating conversions take a NaN to 0
+      const uint8 e8 = max(max(as_uint8(p0) & 0x7f800000u, as_uint8(p1) & 0x7f800000u),
+                           max(as_uint8(p2) & 0x7f800000u, as_uint8(p3) & 0x7f800000u));
+      const uint4 e4 = max(e8.lo, e8.hi);
+      const int finite = max(max(e4.s0, e4.s1), max(e4.s2, e4.s3)) != 0x7f800000u;
       const float dd = amax / 127.0f, id = dd != 0.0f ? 1.0f / dd : 0.0f;
-      lo = convert_int16(round(v0 * id));
-      hi = convert_int16(round(v1 * id));
+      lo = convert_int16_sat(round(v0 * id));
+      hi = convert_int16_sat(round(v1 * id));
       ushort h; // the scale as GGUF stores it: rounded to f16, to nearest even
       vstore_half_rte(dd, 0, (__private half *)&h);
-      d = vload_half(0, (__private const half *)&h);
+      d = finite ? vload_half(0, (__private const half *)&h) : NAN;
     }
     __global uchar *row = xq + t * xs;
     __global uchar *q = row + b * CLFFN_QK;

@@ -535,9 +535,10 @@ CLFFN_API size_t clffn_context_kernel_max_tokens(const clffn_context *ctx, int c
  *  with, and each block's 32 products are summed in integers. It trades accuracy for speed: the
  *  result is then that of the weights' values times the rounded inputs (each input off by up
  *  to half its block's step), within 1e-5 of the double reference on those, not on x itself.
- *  Inputs must be finite. On x86 CPUs with AVX-512BW (POCL) the products run on 8-bit integer
- *  multiply-adds; other devices compute the same sums with plain integer arithmetic, correct but
- *  not tuned. Takes effect on the next forward. Errors: NULL_ARGUMENT. */
+ *  A NaN or an infinity in a token's input makes that token's outputs NaN, as on the f32 path
+ *  (its block's scale is NaN). On x86 CPUs with AVX-512BW (POCL) the products run on 8-bit
+ *  integer multiply-adds; other devices compute the same sums with plain integer arithmetic,
+ *  correct but not tuned. Takes effect on the next forward. Errors: NULL_ARGUMENT. */
 CLFFN_API clffn_status clffn_context_set_quantized_inputs(clffn_context *ctx, int on);
 
 /** 1 where the context quantizes the inputs of q8_0 and q4_0 products, else 0 (also for

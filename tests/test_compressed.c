@@ -576,3 +576,42 @@ Test(compressed, quantized_inputs_in_a_mixture_of_experts, .timeout = 300) {
     }
     clffn_context_destroy(ctx);
 }
+
+/* A NaN or an infinity in a token's x makes that token's outputs NaN with quantized inputs, as
+ * on the f32 path, and leaves the other tokens' as they were: its block's scale is NaN. */
+Test(compressed, quantized_inputs_pass_non_finite_values_on, .timeout = 120) {
+    const size_t D = 64, F = 96, T = 3;
+    clffn_context *ctx = test_context();
+    ASSERT_OK(clffn_context_set_quantized_inputs(ctx, 1));
+    static const clffn_dtype types[] = {CLFFN_DTYPE_Q8_0, CLFFN_DTYPE_Q4_0};
+    static const size_t counts[] = {1, T}; /* the one-token form, and the one for more */
+    for (size_t ti = 0; ti < 2; ++ti) {
+        clffn_config c = clffn_config_default(D, F);
+        c.gated = 1, c.activation = CLFFN_ACT_SILU;
+        test_weights w;
+        typed_set s;
+        clffn_ffn *ffn = typed_ffn(ctx, &c, types[ti], CLFFN_LAYOUT_OUT_IN, 3, &w, &s);
+        for (size_t ci = 0; ci < 2; ++ci) {
+            const size_t n = counts[ci];
+            float x[3 * 64], clean[3 * 64], y[3 * 64];
+            fill_uniform(x, n * D, -1, 1, 8);
+            ASSERT_OK(clffn_forward_host(ffn, n, x, n * D, clean, n * D));
+            const size_t bad = n - 1; /* the last token: a NaN, and for 3 tokens an infinity */
+            x[bad * D + 5] = NAN;
+            if (n > 1) { x[1 * D + 40] = INFINITY; }
+            ASSERT_OK(clffn_forward_host(ffn, n, x, n * D, y, n * D));
+            for (size_t t = 0; t < n; ++t) {
+                for (size_t i = 0; i < D; ++i) {
+                    const int poisoned = t == bad || (n > 1 && t == 1);
+                    cr_assert(poisoned ? isnan(y[t * D + i]) : y[t * D + i] == clean[t * D + i],
+                              "%s, %zu tokens: token %zu, %zu: %g", clffn_dtype_name(types[ti]), n,
+                              t, i, (double)y[t * D + i]);
+                }
+            }
+        }
+        clffn_ffn_destroy(ffn);
+        typed_free(&s);
+        test_weights_free(&w);
+    }
+    clffn_context_destroy(ctx);
+}
