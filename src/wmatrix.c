@@ -109,10 +109,9 @@ static cl_int wgemv_quantized_inputs(clffn_wkernels *wk, const clffn_context *ct
     /* q4_0's one-token rows end in their offset sums (cl/weights.cl, CLFFN_XQ_C) */
     const int c = w->dtype == CLFFN_DTYPE_Q4_0 && bucket_tokens[b] == 1;
     const size_t xs = CLFFN_XQ_BYTES(blocks) + (c ? (8 * pairs + 63) / 64 * 64 : 0);
-    cl_kernel *slot = &wk->rows_qx[b];
     cl_int err = kernel_for(ctx, w->dtype, bucket_tokens[b], "clffn_xquant", &wk->xquant[b]);
     if (err == CL_SUCCESS) {
-        err = kernel_for(ctx, w->dtype, bucket_tokens[b], "clffn_wgemv_rows_qx", slot);
+        err = kernel_for(ctx, w->dtype, bucket_tokens[b], "clffn_wgemv_rows_qx", &wk->rows_qx[b]);
     }
     if (err == CL_SUCCESS) { err = need_scratch(wk, tokens * xs); }
     if (err != CL_SUCCESS || wk->planning) { return err; }
@@ -128,7 +127,7 @@ static cl_int wgemv_quantized_inputs(clffn_wkernels *wk, const clffn_context *ct
     if (err != CL_SUCCESS) { return err; }
     const cl_ulong w_off = w->offset, row_bytes = w->row_bytes, rows = w->rows;
     const cl_ulong y_off = y.off, ldy = y.ld;
-    a = clffn__args(*slot);
+    a = clffn__args(wk->rows_qx[b]);
     CLFFN_ARG(a, w->mem), CLFFN_ARG(a, w_off), CLFFN_ARG(a, row_bytes), CLFFN_ARG(a, rows);
     CLFFN_ARG(a, cols), CLFFN_ARG(a, wk->scratch), CLFFN_ARG(a, XS), CLFFN_ARG(a, t);
     CLFFN_ARG(a, count->mem), CLFFN_ARG(a, count->at), CLFFN_ARG(a, y.mem), CLFFN_ARG(a, y_off);
@@ -136,7 +135,7 @@ static cl_int wgemv_quantized_inputs(clffn_wkernels *wk, const clffn_context *ct
     if ((err = clffn__args_end(&a)) != CL_SUCCESS) { return err; }
     const size_t group = ctx->wgemv[1];
     const size_t global[2] = {1, round_up(w->rows, group)}, local[2] = {1, group};
-    return clEnqueueNDRangeKernel(queue, *slot, 2, NULL, global, local, 0, NULL, NULL);
+    return clEnqueueNDRangeKernel(queue, wk->rows_qx[b], 2, NULL, global, local, 0, NULL, NULL);
 }
 
 cl_int clffn__wgemv(clffn_wkernels *wk, const clffn_context *ctx, const clffn_wmatrix *w,

@@ -55,6 +55,10 @@ void host_quantized_rows(const float *x, size_t rows, size_t n, float *out);
 void assert_quantized_forward(clffn_ffn *ffn, const clffn_config *c, const typed_set *s, size_t T,
                               const float *x, int exact, const char *what);
 
+/* Asserts that rounding the inputs shows: max|rounded − plain| > 100·TOL_RTOL·max|plain|, so
+ * a check against the rounded reference could not pass on unrounded inputs. */
+void assert_rounding_shows(const double *rounded, const double *plain, size_t n, const char *what);
+
 clffn_context *test_context(void);
 /* Whether the device's profiling timestamps order three kernels that its in-order queue ran one
  * after the other (each starting at or after the last one's end): the tests' own probe, apart
