@@ -409,6 +409,23 @@ inline void clffn_row_lanes(__global const uchar *row, ulong cols, __global cons
 #endif
 }
 
+#if CLFFN_ROW_SPLIT > 1
+// A row's lanes' partial sums met in local memory (part: the row's CLFFN_WTOKENS ×
+// CLFFN_ROW_SPLIT floats), in a tree; every lane of the work-group must call it.
+inline void clffn_lanes_sum(__local float part[CLFFN_WTOKENS][CLFFN_ROW_SPLIT], uint s,
+                            float sum[CLFFN_WTOKENS]) {
+  for (uint t = 0; t < CLFFN_WTOKENS; ++t) { part[t][s] = sum[t]; }
+  for (uint half_n = CLFFN_ROW_SPLIT / 2; half_n > 0; half_n /= 2) {
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (s < half_n) {
+      for (uint t = 0; t < CLFFN_WTOKENS; ++t) { part[t][s] += part[t][s + half_n]; }
+    }
+  }
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (uint t = 0; t < CLFFN_WTOKENS; ++t) { sum[t] = part[t][0]; }
+}
+#endif
+
 // The pass's tokens: max_tokens, or count[count_at] where the count lives on the device (an
 // expert of a mixture-of-experts layer, whose rows the host does not read back: it launches for
 // the most it could have, and with a count of 0, live is 0 and no weight is read). count is NULL
@@ -492,16 +509,7 @@ void clffn_wgemv_rows(__global const uchar *restrict w, const ulong w_off, const
 #endif
 #if CLFFN_ROW_SPLIT > 1
   __local float part[CLFFN_ROW_ROWS][CLFFN_WTOKENS][CLFFN_ROW_SPLIT];
-  const uint lr = get_local_id(1);
-  for (uint t = 0; t < CLFFN_WTOKENS; ++t) { part[lr][t][s] = sum[t]; }
-  for (uint half_n = CLFFN_ROW_SPLIT / 2; half_n > 0; half_n /= 2) {
-    barrier(CLK_LOCAL_MEM_FENCE);
-    if (s < half_n) {
-      for (uint t = 0; t < CLFFN_WTOKENS; ++t) { part[lr][t][s] += part[lr][t][s + half_n]; }
-    }
-  }
-  barrier(CLK_LOCAL_MEM_FENCE);
-  for (uint t = 0; t < CLFFN_WTOKENS; ++t) { sum[t] = part[lr][t][0]; }
+  clffn_lanes_sum(part[get_local_id(1)], s, sum);
 #endif
   if (s == 0 && r < rows && live) {
     for (uint t = 0; t < CLFFN_WTOKENS; ++t) {
@@ -914,12 +922,63 @@ inline CLFFN_ALWAYS_INLINE void clffn_qx_row(__global const uchar *row, ulong bl
 #endif
 }
 
+#if CLFFN_ROW_SPLIT > 1
+// Several lanes a row (GPUs): lane s takes the half-blocks s, s + SPLIT, …, so that a warp's
+// loads fall on one run of the row, as in clffn_row_lanes. Half h of block b is quants 16h …
+// 16h + 15 for q8_0, and bytes 8h … 8h + 7 for q4_0 (values 8h … 8h + 7 in the low nibbles,
+// 8h + 16 … 8h + 23 in the high ones). Its 16 products are summed in int, exactly, then times
+// both scales into a float per token; eight lanes at a time (Oclgrind 21.10 loses a 16-lane
+// vector's upper lanes), and summed through private memory (it crashes on int8's .lo and .hi).
+inline int clffn_isum8(int8 p) {
+  int v[8];
+  vstore8(p, 0, v);
+  int sum = 0;
+  for (uint i = 0; i < 8; ++i) { sum += v[i]; }
+  return sum;
+}
+
+inline void clffn_qx_lanes(__global const uchar *row, ulong blocks, __global const uchar *xq,
+                           ulong xs, uint tokens, uint s, float sum[CLFFN_WTOKENS]) {
+  const ulong pairs = (blocks + 1) / 2;
+  for (uint t = 0; t < CLFFN_WTOKENS; ++t) { sum[t] = 0.0f; }
+  for (ulong u = s; u < 2 * blocks; u += CLFFN_ROW_SPLIT) {
+    const ulong b = u / 2, h = u % 2;
+    __global const uchar *blk = row + b * CLFFN_BLOCK_BYTES;
+    const float dw = clffn_whalf(blk);
+  #if CLFFN_WTYPE == CLFFN_WTYPE_Q4_0
+    const uchar8 qb = vload8(0, blk + 2 + 8 * h);
+    const int8 w0 = convert_int8(qb & (uchar)15) - 8, w1 = convert_int8(qb >> (uchar)4) - 8;
+  #else
+    __global const char *qw = (__global const char *)(blk + 2 + 16 * h);
+    const int8 w0 = convert_int8(vload8(0, qw)), w1 = convert_int8(vload8(1, qw));
+  #endif
+    for (uint t = 0; t < CLFFN_WTOKENS; ++t) {
+      if (t < tokens) {
+        __global const uchar *xt = xq + t * xs;
+  #if CLFFN_WTYPE == CLFFN_WTYPE_Q4_0 // x's values 8h … and 8h + 16 …, q + 128 from 2 tokens
+        __global const uchar *xb = xt + b * CLFFN_QK + 8 * h;
+        const int8 x0 = convert_int8(as_char8(vload8(0, xb) ^ (uchar)CLFFN_XQ_OFFSET));
+        const int8 x1 = convert_int8(as_char8(vload8(2, xb) ^ (uchar)CLFFN_XQ_OFFSET));
+  #else
+        __global const char *xb = (__global const char *)(xt + b * CLFFN_QK + 16 * h);
+        const int8 x0 = convert_int8(vload8(0, xb)), x1 = convert_int8(vload8(1, xb));
+  #endif
+        const int isum = clffn_isum8(w0 * x0 + w1 * x1);
+        const float dx = ((__global const float *)(xt + 64 * pairs))[b];
+        sum[t] = fma((float)isum, dw * dx, sum[t]);
+      }
+    }
+  }
+}
+#endif
+
 // y[t, r] = Σ_b dw[r, b]·dx[t, b]·Σ_j q_w[r, b, j]·q_x[t, b, j] (+ β·y) for the pass's tokens,
-// from clffn_xquant's rows (xq, xs bytes apart). NDRange (1, ⌈rows / CLFFN_ROW_ROWS⌉·
-// CLFFN_ROW_ROWS), work-group (1, CLFFN_ROW_ROWS), one row a work-item: the quantized rows fit
-// the first-level cache, and four rows side by side measured slower here (4096 -> 11008, one
-// token, 22016 rows of 4096: 2.4-2.6 ms against 1.2-1.3 one by one).
-__kernel __attribute__((reqd_work_group_size(1, CLFFN_ROW_ROWS, 1)))
+// from clffn_xquant's rows (xq, xs bytes apart). NDRange (CLFFN_ROW_SPLIT, ⌈rows /
+// CLFFN_ROW_ROWS⌉·CLFFN_ROW_ROWS), work-group (CLFFN_ROW_SPLIT, CLFFN_ROW_ROWS). On a CPU one row
+// a work-item: the quantized rows fit the first-level cache, and four rows side by side measured
+// slower there (4096 -> 11008, one token, 22016 rows of 4096: 2.4-2.6 ms against 1.2-1.3 one by
+// one). On a GPU the row's lanes share it (clffn_qx_lanes).
+__kernel __attribute__((reqd_work_group_size(CLFFN_ROW_SPLIT, CLFFN_ROW_ROWS, 1)))
 void clffn_wgemv_rows_qx(__global const uchar *restrict w, const ulong w_off,
                          const ulong row_bytes, const ulong rows, const ulong cols,
                          __global const uchar *restrict xq, const ulong xs,
@@ -930,8 +989,21 @@ void clffn_wgemv_rows_qx(__global const uchar *restrict w, const ulong w_off,
   CLFFN_PASS_TOKENS();
   const ulong r = get_global_id(1);
   float sum[CLFFN_WTOKENS];
+#if CLFFN_ROW_SPLIT > 1
+  const uint s = get_local_id(0);
+  for (uint t = 0; t < CLFFN_WTOKENS; ++t) { sum[t] = 0.0f; }
+  if (r < rows && live) {
+    clffn_qx_lanes(w + w_off + r * row_bytes, cols / CLFFN_QK, xq, xs, tokens, s, sum);
+  }
+  __local float part[CLFFN_ROW_ROWS][CLFFN_WTOKENS][CLFFN_ROW_SPLIT];
+  clffn_lanes_sum(part[get_local_id(1)], s, sum);
+#else
+  const uint s = 0;
   if (r < rows && live) {
     clffn_qx_row(w + w_off + r * row_bytes, cols / CLFFN_QK, xq, xs, tokens, sum);
+  }
+#endif
+  if (s == 0 && r < rows && live) {
     for (uint t = 0; t < CLFFN_WTOKENS; ++t) {
       if (t < tokens) {
         __global float *yt = y + y_off + t * ldy + r;

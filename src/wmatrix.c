@@ -100,7 +100,8 @@ static size_t col_chunk_rows(const clffn_context *ctx, const clffn_wmatrix *w, s
 }
 
 /* y = x̃·Wᵀ (+ β·y) with x̃ x's rows rounded to q8_0 blocks (clffn_xquant, into the scratch),
- * for q8_0 and q4_0 weights along their rows: clffn_wgemv_rows_qx, one row a work-item. */
+ * for q8_0 and q4_0 weights along their rows: clffn_wgemv_rows_qx, in the rows kernel's shape
+ * (one row a work-item on a CPU, a row's lanes side by side on a GPU). */
 static cl_int wgemv_quantized_inputs(clffn_wkernels *wk, const clffn_context *ctx,
                                      const clffn_wmatrix *w, int b, size_t tokens,
                                      const clffn_wcount *count, clffn_matrix x, float beta,
@@ -133,8 +134,8 @@ static cl_int wgemv_quantized_inputs(clffn_wkernels *wk, const clffn_context *ct
     CLFFN_ARG(a, count->mem), CLFFN_ARG(a, count->at), CLFFN_ARG(a, y.mem), CLFFN_ARG(a, y_off);
     CLFFN_ARG(a, ldy), CLFFN_ARG(a, beta);
     if ((err = clffn__args_end(&a)) != CL_SUCCESS) { return err; }
-    const size_t group = ctx->wgemv[1];
-    const size_t global[2] = {1, round_up(w->rows, group)}, local[2] = {1, group};
+    const size_t split = ctx->wgemv[0], group = ctx->wgemv[1];
+    const size_t global[2] = {split, round_up(w->rows, group)}, local[2] = {split, group};
     return clEnqueueNDRangeKernel(queue, wk->rows_qx[b], 2, NULL, global, local, 0, NULL, NULL);
 }
 

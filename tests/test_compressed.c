@@ -494,6 +494,25 @@ Test(compressed, quantized_inputs, .timeout = 600) {
     clffn_context_destroy(ctx);
 }
 
+/* The GPU form of the quantized-inputs product, which a CPU device runs only when given such
+ * shapes: a row's lanes taking its half-blocks in turn, fewer half-blocks than lanes (3 and 5
+ * blocks), and more (34 blocks: each lane walks several). */
+Test(compressed, quantized_inputs_split_shapes, .timeout = 600) {
+    clffn_context *ctx = test_context();
+    ASSERT_OK(clffn_context_set_kernel_max_tokens(ctx, 1, CLFFN_MAX_KERNEL_TOKENS));
+    ASSERT_OK(clffn_context_set_quantized_inputs(ctx, 1));
+    static const size_t shapes[2][CLFFN_WGEMV_PARAMS] = {{32, 4, 8, 16, 8}, {8, 16, 8, 32, 4}};
+    static const clffn_dtype types[] = {CLFFN_DTYPE_Q8_0, CLFFN_DTYPE_Q4_0};
+    for (int sh = 0; sh < 2; ++sh) {
+        ASSERT_OK(clffn_context_set_wgemv(ctx, shapes[sh]));
+        for (size_t t = 0; t < sizeof types / sizeof types[0]; ++t) {
+            quantized_inputs_case(ctx, types[t], sh, 96, 160);
+            quantized_inputs_case(ctx, types[t], !sh, 1088, 96);
+        }
+    }
+    clffn_context_destroy(ctx);
+}
+
 /* A mixture-of-experts layer whose context quantizes the inputs: its experts' products take the
  * same kernels over each expert's gathered rows, each token's rows summed on their own, so each
  * token's output is the sum, over the experts the layer chose for it, of the chosen weight times

@@ -277,14 +277,16 @@ static void run_typed(const sim_case *s, clffn_dtype t, const size_t wgemv[CLFFN
 }
 
 /* Quantized inputs (clffn_context_set_quantized_inputs): clffn_xquant and clffn_wgemv_rows_qx,
- * gated, T tokens, D → F, against the reference on the rounded inputs (test_compressed.c). */
-static void run_quantized_inputs(clffn_dtype t, size_t T, size_t D, size_t F) {
+ * gated, T tokens, D → F, against the reference on the rounded inputs (test_compressed.c), in
+ * the kernels' shape wgemv (NULL: the device's). */
+static void run_quantized_inputs(clffn_dtype t, size_t T, size_t D, size_t F, const size_t *wgemv) {
     clffn_config c = clffn_config_default(D, F);
     c.gated = 1;
     c.activation = CLFFN_ACT_SILU;
     clffn_context *ctx = test_context();
     ASSERT_OK(clffn_context_set_kernel_max_tokens(ctx, 1, CLFFN_MAX_KERNEL_TOKENS));
     ASSERT_OK(clffn_context_set_quantized_inputs(ctx, 1));
+    if (wgemv) { ASSERT_OK(clffn_context_set_wgemv(ctx, wgemv)); }
     test_weights w;
     test_weights_make(&w, &c, CLFFN_LAYOUT_OUT_IN, 43 + T + D + F);
     typed_set ts;
@@ -344,9 +346,11 @@ ParameterizedTest(int *type, oclgrind, typed_passes, .timeout = 600) {
     run_typed(&fours, t, wide, CLFFN_MAX_KERNEL_TOKENS);
     run_typed(&twos, t, wide, CLFFN_MAX_KERNEL_TOKENS);
     if (q) {
-        run_quantized_inputs(t, 1, 96, 160); /* 3 and 5 blocks: a lone last block */
-        run_quantized_inputs(t, 3, 96, 160);
-        run_quantized_inputs(t, 9, 64, 96);
+        run_quantized_inputs(t, 1, 96, 160, NULL); /* 3 and 5 blocks: a lone last block */
+        run_quantized_inputs(t, 3, 96, 160, NULL);
+        run_quantized_inputs(t, 9, 64, 96, NULL);
+        run_quantized_inputs(t, 1, 96, 160, split); /* a row's lanes: the GPU form */
+        run_quantized_inputs(t, 3, 96, 160, split);
         return;
     }
     const sim_case odd = {CLFFN_ACT_RELU, 1, CLFFN_LAYOUT_OUT_IN, 1, 0, 0, 0, 3, 13, 29, 0};
