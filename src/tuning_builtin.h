@@ -1,5 +1,5 @@
 /* Built-in tuning profiles (included by tuning.c): what clffn-tune found, applied on devices
- * that have no profile file of their own: POCL on AVX-512 CPUs and NVIDIA's H100.
+ * that have no profile file of their own: POCL on AVX-512 CPUs and NVIDIA's H100 and H200.
  *
  * POCL on AVX-512 x86-64: `CLFFN_NO_TUNING=1 clffn-tune --budget 600` on 2026-11-21 on the CI
  * machine (2 cores of a Xeon, "pthread-skylake-avx512"), FFN 640 tokens, 512 -> 2048: the two
@@ -106,10 +106,39 @@
     "\"clffn\":{\"GEMM_K_BLOCK\":0,\"GEMV_MAX_TOKENS\":1,\"WEIGHT_LAYOUT\":1,"                     \
     "\"KERNEL_MAX_TOKENS\":16,\"KERNEL_MAX_TOKENS_F32\":16,\"WGEMV_ROW_SPLIT\":32,"                \
     "\"WGEMV_ROW_ROWS\":4,\"WGEMV_COL_WIDTH\":8,\"WGEMV_COL_SPLIT\":16,\"WGEMV_COL_GROUPS\":8}}"
+
+/* NVIDIA H200 (the H100's chip, 132 SMs, with HBM3e; NVIDIA's driver 580.159.04): the H100's
+ * profile, which on 2026-11-26 made every shape measured there faster than no profile (one
+ * decoding token 0.60 -> 0.18 ms, BERT 1.32 -> 1.12, SwiGLU 1.19 -> 1.00; docs/PERFORMANCE.md,
+ * "NVIDIA H200"), with two changes from the same sitting. A few-rows Xgemm set below 2048 tokens,
+ * the best of `clffn-tune --tokens 640 --d-model 512 --d-ff 2048` (the seed shape; 64 x 64 tiles,
+ * 32-deep K steps), and the direct kernel below m·n·k = 768^3 instead of 1691^3: the H100 set's
+ * 64 x 128 tiles leave the seed shape's second product 40 work-groups for 132 SMs, so the direct
+ * kernel ran those shapes. Forwards against the H100 profile, 64-2048 tokens on 512 -> 2048 and
+ * 768 -> 3072: the seed shape 0.242 -> 0.200-0.204 ms (backward 0.445 -> 0.336), 1024 tokens of
+ * 768 -> 3072 0.69 -> 0.46, 2048 tokens of 512 -> 2048 0.585 -> 0.390; level or faster at
+ * 64-384 tokens of 512 -> 2048 and level at the BERT and SwiGLU shapes. */
+#define CLFFN_NVIDIA_H200_PROFILE                                                                  \
+    "{\"clblast\":{"                                                                               \
+    "\"Xgemm\":{\"GEMMK\":0,\"KREG\":1,\"KWG\":16,\"KWI\":2,\"MDIMA\":16,\"MDIMC\":16,\"MWG\":64," \
+    "\"NDIMB\":16,\"NDIMC\":8,\"NWG\":128,\"SA\":1,\"SB\":1,\"STRM\":1,\"STRN\":1,\"VWM\":4,"      \
+    "\"VWN\":4},"                                                                                  \
+    "\"GemmRoutine\":{\"XGEMM_MIN_INDIRECT_SIZE\":768},"                                           \
+    "\"XgemvFast\":{\"WGS2\":32,\"WPT2\":1,\"VW2\":1},"                                            \
+    "\"XgemvFastRot\":{\"WGS3\":16,\"WPT3\":16,\"VW3\":8}},"                                       \
+    "\"clblast_few_rows\":{"                                                                       \
+    "\"Xgemm\":{\"GEMMK\":0,\"KREG\":1,\"KWG\":32,\"KWI\":2,\"MDIMA\":16,\"MDIMC\":16,\"MWG\":64," \
+    "\"NDIMB\":16,\"NDIMC\":16,\"NWG\":64,\"SA\":1,\"SB\":1,\"STRM\":0,\"STRN\":1,\"VWM\":4,"      \
+    "\"VWN\":4}},"                                                                                 \
+    "\"clffn\":{\"GEMM_K_BLOCK\":0,\"GEMV_MAX_TOKENS\":1,\"WEIGHT_LAYOUT\":1,"                     \
+    "\"XGEMM_FEW_ROWS\":2048,\"KERNEL_MAX_TOKENS\":16,\"KERNEL_MAX_TOKENS_F32\":16,"               \
+    "\"WGEMV_ROW_SPLIT\":32,\"WGEMV_ROW_ROWS\":4,\"WGEMV_COL_WIDTH\":8,\"WGEMV_COL_SPLIT\":16,"    \
+    "\"WGEMV_COL_GROUPS\":8}}"
 // clang-format on
 
 static const builtin_profile builtin_profiles[] = {
     {"NVIDIA CUDA", "H100", CLFFN_NVIDIA_H100_PROFILE},
+    {"NVIDIA CUDA", "H200", CLFFN_NVIDIA_H200_PROFILE},
     {"Portable Computing Language", "avx512", CLFFN_POCL_AVX512_PROFILE},
     {"Portable Computing Language", "cascadelake", CLFFN_POCL_AVX512_PROFILE},
     {"Portable Computing Language", "cooperlake", CLFFN_POCL_AVX512_PROFILE},
