@@ -537,8 +537,10 @@ CLFFN_API size_t clffn_context_kernel_max_tokens(const clffn_context *ctx, int c
  *  to half its block's step), within 1e-5 of the double reference on those, not on x itself.
  *  A NaN or an infinity in a token's input makes that token's outputs NaN, as on the f32 path
  *  (its block's scale is NaN). On x86 CPUs with AVX-512BW (POCL) the products run on 8-bit
- *  integer multiply-adds; other devices compute the same sums with plain integer arithmetic,
- *  correct but not tuned. Takes effect on the next forward. Errors: NULL_ARGUMENT. */
+ *  integer multiply-adds and are faster than f32 inputs; other devices compute the same sums
+ *  in plain integer arithmetic, a GPU with a row's work-items side by side, where one token's
+ *  product, bound by the weights' bytes, gains nothing (docs/PERFORMANCE.md, "NVIDIA H200").
+ *  Takes effect on the next forward. Errors: NULL_ARGUMENT. */
 CLFFN_API clffn_status clffn_context_set_quantized_inputs(clffn_context *ctx, int on);
 
 /** 1 where the context quantizes the inputs of q8_0 and q4_0 products, else 0 (also for
