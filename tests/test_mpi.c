@@ -279,6 +279,17 @@ Test(mpi, gguf_q8_0_slices, .init = setup, .fini = teardown, .timeout = 300) {
     write_inputs(D);
     split_equals_single_on("w.gguf", "", 1, 3, 3); /* input alone: q8_0 has no gradients */
     char cmd[1024];
+    /* --quantized-inputs: said once for all ranks, whether it applies or not */
+    static const char *const said[2] = {"inputs: rounded to q8_0", "so it changes nothing"};
+    for (int f16 = 0; f16 < 2; ++f16) {
+        snprintf(cmd, sizeof cmd,
+                 "%s -np 3 %s --tensor-parallel --weights w.gguf --input x.npy --output yq.npy "
+                 "--quantized-inputs --verbose%s",
+                 CLFFN_MPIEXEC, CLFFN_RUN_PATH, f16 ? " --weights-dtype f16" : "");
+        cr_assert_eq(run(cmd), 0, "%s", out);
+        const char *at = strstr(out, said[f16]);
+        cr_assert(at && !strstr(at + 1, said[f16]), "once: %s\n%s", said[f16], out);
+    }
     snprintf(cmd, sizeof cmd,
              "%s -np 2 %s --tensor-parallel --weights w.gguf --input x.npy --output y.npy",
              CLFFN_MPIEXEC, CLFFN_RUN_PATH);

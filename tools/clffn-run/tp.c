@@ -234,6 +234,8 @@ static int tp_setup(const options *o, tp_run *t) {
         }
         ok = 0;
     }
+    /* every rank's weights are of one type: rank 0 speaks for them */
+    if (ok && t->R.rank == 0) { run_note_quantized_inputs(o, t->dtype); }
     /* the device has the slice now: the host copy goes, so a rank holds it twice at most (the
      * mapped pages and the device's buffers) */
     run_loaded_free(&t->L);
