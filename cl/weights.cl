@@ -672,19 +672,54 @@ void clffn_wgemv_rows4(__global const uchar *restrict w, const ulong w_off, cons
 // integers: each block's 32 products summed exactly, times the weight's and the input's scales
 // in f32. clffn_xquant writes each token's row at xs = CLFFN_XQ_BYTES(blocks) apart, P =
 // ⌈blocks / 2⌉ pairs of blocks, the block past the last (where blocks is odd) all zero:
-//   q  char[64·P]  the quants; for q4_0 weights from 2 tokens on q + 128 as unsigned bytes
+//   q  char[64·P]  the quants; for q4_0 weights from 2 tokens on, and q8_0 ones with VNNI,
+//                  q + 128 as unsigned bytes
 //   s  float[2·P]  each block's scale, d rounded to f16 as GGUF stores it (then 64-byte padding)
 //   c  int[2·P]    q4_0 at one token only (CLFFN_XQ_C): each block's -Σq, q4_0's offset of 8
 //                  taken off each of its eight 32-bit sums of four products (below; padded)
 // Each row's quants take a byte a value, not the four of an f32 x: at 4 tokens, 16 KB against
 // 64 KB for 4096 values, so the rows stay in a CPU's first-level cache beside the weights.
 #if CLFFN_QUANTIZED
+// Where the compiler is clang targeting x86 with AVX-512BW (POCL on such CPUs), a pair of blocks
+// goes through vpmaddubsw (unsigned by signed bytes, pairs summed into 16 bits) and vpmaddwd
+// (pairs of those into 32 bits): 64 products in two instructions. No pair sum passes 16 bits:
+// q4_0 takes x's quants as q + 128 (unsigned, at most 255) times q_w - 8 (at least -8), 2·255·8,
+// and takes 128·Σ(q_w - 8) off once a row's pair serves every token; q8_0 takes the weights'
+// magnitudes (unsigned, at most 128) times x's quants with the weights' signs, 2·128·127.
+// Where the CPU also has AVX-512 VNNI (CLFFN_QX_VNNI, which the host sets from its own CPU, a
+// CPU device's; POCL's compiler targets a CPU model that may lack it), vpdpbusd does both steps
+// and the add in one, with no 16-bit stage: q8_0 then takes x as q + 128 like q4_0, against the
+// signed weights, less 128·Σq_w. Elsewhere each block is summed in int arithmetic, value by
+// value.
+#ifndef CLFFN_QX_AVX512
+  #if defined(__clang__) && defined(__AVX512BW__) && CLFFN_NATIVE_HALF
+    #define CLFFN_QX_AVX512 1
+  #else
+    #define CLFFN_QX_AVX512 0
+  #endif
+#endif
+#ifndef CLFFN_QX_VNNI
+  #define CLFFN_QX_VNNI 0
+#endif
+#if CLFFN_QX_AVX512 && CLFFN_QX_VNNI
+  #define CLFFN_QX_DPBUSD 1
+  // the functions that use it, and the row function not inlined: POCL's work-group function,
+  // which would take its body, is compiled for the target's features alone
+  #define CLFFN_QX_TARGET __attribute__((target("avx512vnni")))
+  #define CLFFN_QX_ROW_INLINE __attribute__((noinline)) CLFFN_QX_TARGET
+#else
+  #define CLFFN_QX_DPBUSD 0
+  #define CLFFN_QX_TARGET
+  #define CLFFN_QX_ROW_INLINE inline CLFFN_ALWAYS_INLINE
+#endif
+
   #if CLFFN_WTYPE == CLFFN_WTYPE_Q4_0 && CLFFN_WTOKENS == 1
     #define CLFFN_XQ_C 1
   #else
     #define CLFFN_XQ_C 0
   #endif
-  #if CLFFN_WTYPE == CLFFN_WTYPE_Q4_0 && !CLFFN_XQ_C
+  #if (CLFFN_WTYPE == CLFFN_WTYPE_Q4_0 && !CLFFN_XQ_C) || \
+      (CLFFN_WTYPE == CLFFN_WTYPE_Q8_0 && CLFFN_QX_DPBUSD)
     #define CLFFN_XQ_OFFSET 128
   #else
     #define CLFFN_XQ_OFFSET 0
@@ -740,21 +775,6 @@ __kernel void clffn_xquant(__global const float *restrict x, const ulong x_off, 
   }
 }
 
-// Where the compiler is clang targeting x86 with AVX-512BW (POCL on such CPUs), a pair of blocks
-// goes through vpmaddubsw (unsigned by signed bytes, pairs summed into 16 bits) and vpmaddwd
-// (pairs of those into 32 bits): 64 products in two instructions. No pair sum passes 16 bits:
-// q4_0 takes x's quants as q + 128 (unsigned, at most 255) times q_w - 8 (at least -8), 2·255·8,
-// and takes 128·Σ(q_w - 8) off once a row's pair serves every token; q8_0 takes the weights'
-// magnitudes (unsigned, at most 128) times x's quants with the weights' signs, 2·128·127.
-// Elsewhere each block is summed in int arithmetic, value by value.
-#ifndef CLFFN_QX_AVX512
-  #if defined(__clang__) && defined(__AVX512BW__) && CLFFN_NATIVE_HALF
-    #define CLFFN_QX_AVX512 1
-  #else
-    #define CLFFN_QX_AVX512 0
-  #endif
-#endif
-
 #if CLFFN_QX_AVX512
 typedef char clffn_v64qi __attribute__((__vector_size__(64)));
 typedef short clffn_v32hi __attribute__((__vector_size__(64)));
@@ -787,7 +807,8 @@ typedef struct clffn_qx_w {
   float16 d;
 } clffn_qx_w;
 
-inline CLFFN_ALWAYS_INLINE clffn_qx_w clffn_qx_pair(__global const uchar *ba, const int two) {
+inline CLFFN_ALWAYS_INLINE CLFFN_QX_TARGET clffn_qx_w clffn_qx_pair(__global const uchar *ba,
+                                                                    const int two) {
   const clffn_v32hi ones = (clffn_v32hi)((clffn_s16x32)(short)1);
   __global const uchar *bb = ba + CLFFN_BLOCK_BYTES;
   clffn_qx_w r;
@@ -821,10 +842,17 @@ inline CLFFN_ALWAYS_INLINE clffn_qx_w clffn_qx_pair(__global const uchar *ba, co
   const clffn_s8x32 b = two ? __builtin_shufflevector(vload16(0, qb), vload16(1, qb), CLFFN_I32)
                             : (clffn_s8x32)0;
   const clffn_s8x64 wq = __builtin_shufflevector(a, b, CLFFN_I64);
+    #if CLFFN_QX_DPBUSD // x as q + 128 against the signed weights, less 128·Σq_w a lane
+  r.w = wq;
+  r.u = (clffn_s8x64)0;
+  const clffn_v16si c128 = (clffn_v16si)((int16)(int)0x80808080);
+  r.off = __builtin_ia32_vpdpbusd512((clffn_v16si)((int16)0), c128, (clffn_v16si)wq);
+    #else
   const clffn_s8x64 neg = wq < (char)0;
   r.u = neg ? -wq : wq; // -(-128) wraps to the byte 128, the magnitude read unsigned
   r.w = neg;            // -1 where negative, else 0: x's quants are negated there (below)
   r.off = (clffn_v16si)((int16)0);
+    #endif
   #endif
   // both scales in one conversion (clang's __fp16, as clffn_whalf takes one)
   const ushort2 h2 =
@@ -835,16 +863,24 @@ inline CLFFN_ALWAYS_INLINE clffn_qx_w clffn_qx_pair(__global const uchar *ba, co
 }
 
 // acc[t] += the pair's products with token t's quantized row (pair p), for the pass's tokens.
-inline CLFFN_ALWAYS_INLINE void clffn_qx_dot(const clffn_qx_w *pw, __global const uchar *xq,
-                                             ulong xs, ulong pairs, ulong p, uint tokens,
-                                             float16 acc[CLFFN_WTOKENS]) {
+inline CLFFN_ALWAYS_INLINE CLFFN_QX_TARGET void clffn_qx_dot(const clffn_qx_w *pw,
+                                                             __global const uchar *xq, ulong xs,
+                                                             ulong pairs, ulong p, uint tokens,
+                                                             float16 acc[CLFFN_WTOKENS]) {
   const clffn_v32hi ones = (clffn_v32hi)((clffn_s16x32)(short)1);
   #pragma unroll
   for (uint t = 0; t < CLFFN_WTOKENS; ++t) {
     if (t < tokens) {
       __global const uchar *xt = xq + t * xs;
       const clffn_s8x64 xv = clffn_load64((__global const char *)xt + 64 * p);
-  #if CLFFN_WTYPE == CLFFN_WTYPE_Q4_0 && CLFFN_XQ_C
+  #if CLFFN_WTYPE == CLFFN_WTYPE_Q4_0 && CLFFN_XQ_C && CLFFN_QX_DPBUSD
+      const int2 c2 = vload2(p, (__global const int *)(xt + CLFFN_XQ_BYTES(2 * pairs)));
+      const clffn_v16si d = __builtin_ia32_vpdpbusd512((clffn_v16si)CLFFN_PAIR_LANES(c2),
+                                                       (clffn_v16si)pw->u, (clffn_v16si)xv);
+  #elif CLFFN_QX_DPBUSD // q4_0 from 2 tokens on, q8_0: x as q + 128
+      const clffn_v16si d =
+          __builtin_ia32_vpdpbusd512(-pw->off, (clffn_v16si)xv, (clffn_v16si)pw->w);
+  #elif CLFFN_WTYPE == CLFFN_WTYPE_Q4_0 && CLFFN_XQ_C
       const int2 c2 = vload2(p, (__global const int *)(xt + CLFFN_XQ_BYTES(2 * pairs)));
       const clffn_v16si d = __builtin_ia32_pmaddwd512(
                                 __builtin_ia32_pmaddubsw512((clffn_v64qi)pw->u, (clffn_v64qi)xv),
@@ -876,8 +912,9 @@ inline int clffn_qx_block_isum(__global const uchar *blk, __global const uchar *
     const int x0 = (char)(xb[j] ^ CLFFN_XQ_OFFSET), x1 = (char)(xb[j + 16] ^ CLFFN_XQ_OFFSET);
     isum += ((qb & 15) - 8) * x0 + ((qb >> 4) - 8) * x1;
 #else
-    __global const char *qw = (__global const char *)(blk + 2), *qx = (__global const char *)xb;
-    isum += qw[j] * qx[j] + qw[j + 16] * qx[j + 16];
+    __global const char *qw = (__global const char *)(blk + 2);
+    const int x0 = (char)(xb[j] ^ CLFFN_XQ_OFFSET), x1 = (char)(xb[j + 16] ^ CLFFN_XQ_OFFSET);
+    isum += qw[j] * x0 + qw[j + 16] * x1;
 #endif
   }
   return isum;
@@ -885,7 +922,7 @@ inline int clffn_qx_block_isum(__global const uchar *blk, __global const uchar *
 
 // sum[t] (+)= row's products with the pass's quantized rows; the portable form adds each
 // block's sum in block order, the AVX-512 form pairs of blocks in 16 lanes.
-inline CLFFN_ALWAYS_INLINE void clffn_qx_row(__global const uchar *row, ulong blocks,
+CLFFN_QX_ROW_INLINE void clffn_qx_row(__global const uchar *row, ulong blocks,
                                              __global const uchar *xq, ulong xs, uint tokens,
                                              float sum[CLFFN_WTOKENS]) {
   const ulong pairs = (blocks + 1) / 2;
@@ -959,9 +996,10 @@ inline void clffn_qx_lanes(__global const uchar *row, ulong blocks, __global con
         __global const uchar *xb = xt + b * CLFFN_QK + 8 * h;
         const int8 x0 = convert_int8(as_char8(vload8(0, xb) ^ (uchar)CLFFN_XQ_OFFSET));
         const int8 x1 = convert_int8(as_char8(vload8(2, xb) ^ (uchar)CLFFN_XQ_OFFSET));
-  #else
-        __global const char *xb = (__global const char *)(xt + b * CLFFN_QK + 16 * h);
-        const int8 x0 = convert_int8(vload8(0, xb)), x1 = convert_int8(vload8(1, xb));
+  #else // q + 128 where the CPU form takes it so (CLFFN_QX_DPBUSD)
+        __global const uchar *xb = xt + b * CLFFN_QK + 16 * h;
+        const int8 x0 = convert_int8(as_char8(vload8(0, xb) ^ (uchar)CLFFN_XQ_OFFSET));
+        const int8 x1 = convert_int8(as_char8(vload8(1, xb) ^ (uchar)CLFFN_XQ_OFFSET));
   #endif
         const int isum = clffn_isum8(w0 * x0 + w1 * x1);
         const float dx = ((__global const float *)(xt + 64 * pairs))[b];

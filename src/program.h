@@ -76,6 +76,12 @@ const char *clffn__programs_build_log(const clffn_programs *p);
  * Caller frees. Errors: KERNEL_SOURCE (a file unreadable), OUT_OF_HOST_MEMORY. */
 clffn_status clffn__kernel_source(const char *only, char **out);
 
+/* Whether the weight kernels on a CPU device may use AVX-512 VNNI (cl/weights.cl, CLFFN_QX_VNNI):
+ * the host's CPU is a CPU device's, and POCL's compiler may target a model without it. -1, the
+ * default: where the host's CPU has it; 0: never, for the tests of the other form. Programs
+ * built before a change keep theirs. */
+void clffn__set_cpu_vnni(int mode);
+
 /* Builds (or finds in the cache) the program for key. A failed build leaves the device
  * compiler's log in the cache (clffn__programs_build_log). */
 clffn_status clffn__get_program(clffn_programs *p, const clffn_program_key *key, cl_program *out);

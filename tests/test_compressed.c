@@ -3,6 +3,7 @@
  * (both sides of the few-token crossover), against the double reference run on the dequantized
  * weights; the backward's dx and bias gradients; the refusals. */
 #include "common.h"
+#include "program.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -490,6 +491,21 @@ Test(compressed, quantized_inputs, .timeout = 600) {
             quantized_inputs_case(ctx, types[t], gated, 96, 160);
             quantized_inputs_case(ctx, types[t], !gated, 128, 64);
         }
+    }
+    clffn_context_destroy(ctx);
+}
+
+/* On a CPU with AVX-512 VNNI the products take vpdpbusd (the test above); this runs the form of
+ * CPUs without it there, too. */
+Test(compressed, quantized_inputs_without_vnni, .timeout = 600) {
+    clffn__set_cpu_vnni(0);
+    clffn_context *ctx = test_context();
+    ASSERT_OK(clffn_context_set_kernel_max_tokens(ctx, 1, CLFFN_MAX_KERNEL_TOKENS));
+    ASSERT_OK(clffn_context_set_quantized_inputs(ctx, 1));
+    static const clffn_dtype types[] = {CLFFN_DTYPE_Q8_0, CLFFN_DTYPE_Q4_0};
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; ++t) {
+        quantized_inputs_case(ctx, types[t], 1, 96, 160);
+        quantized_inputs_case(ctx, types[t], 0, 128, 64);
     }
     clffn_context_destroy(ctx);
 }
