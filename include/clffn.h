@@ -412,6 +412,12 @@ CLFFN_API clffn_status clffn_tuning_profile_path(cl_device_id device, char *buf,
 /** 1 when the device has a profile file, 2 when only a built-in profile matches, 0 otherwise. */
 CLFFN_API int clffn_tuning_has_profile(cl_device_id device);
 
+/** The built-in profile that matches the device (by platform and device name), as the JSON text
+ *  a profile file holds, or NULL where none matches (or device is NULL). A context applies it
+ *  when the device has no profile file; saved at clffn_tuning_profile_path() it is a starting
+ *  point to edit. The text is the library's own: not to be freed or changed. */
+CLFFN_API const char *clffn_tuning_builtin_profile(cl_device_id device);
+
 /** What the context applied when it opened its device: "profile <path>", "built-in profile", or
  *  "none (…)". The parameters go to CLBlast for the whole process (CLBlastOverrideParameters),
  *  so the caller's own CLBlast SGEMMs on that device use them too; CLFFN_NO_TUNING=1 skips it. */

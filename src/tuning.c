@@ -376,6 +376,10 @@ const char *clffn__builtin_profile_at(size_t i) {
                                                                     : NULL;
 }
 
+const char *clffn_tuning_builtin_profile(cl_device_id device) {
+    return device ? clffn__builtin_profile(device) : NULL;
+}
+
 int clffn_tuning_has_profile(cl_device_id device) {
     if (!device) { return 0; }
     char path[1200];

@@ -624,6 +624,24 @@ Test(api, xgemm_few_rows_profile) {
     unsetenv("CLFFN_TUNE_DIR");
 }
 
+/* The built-in profile a device matches: what a context applies where no profile file is. */
+Test(api, builtin_profile_of_the_device) {
+    char dir[] = "/tmp/clffn-builtin-XXXXXX";
+    cr_assert(mkdtemp(dir));
+    setenv("CLFFN_TUNE_DIR", dir, 1);
+    unsetenv("CLFFN_NO_TUNING");
+    cr_assert_null(clffn_tuning_builtin_profile(NULL));
+    clffn_context *ctx = test_context();
+    const cl_device_id dev = clffn_context_cl_device(ctx);
+    const char *b = clffn_tuning_builtin_profile(dev);
+    cr_assert_eq(b != NULL, clffn_tuning_has_profile(dev) == 2);
+    cr_assert_eq(b != NULL, !strcmp(clffn_context_tuning(ctx), "built-in profile"), "%s",
+                 clffn_context_tuning(ctx));
+    cr_assert_eq(b, clffn__builtin_profile(dev));
+    clffn_context_destroy(ctx);
+    rmdir(dir);
+}
+
 /* Every built-in profile (POCL's, the H100's, ...) is accepted whole by CLBlast and computes the
  * FFN right on the device at hand, so a typo or a parameter set that breaks a kernel shows on
  * POCL in CI, not first on the machine the profile is for. Each text is written as this device's

@@ -536,6 +536,22 @@ Test(clffn_tune, profile_file_is_applied) {
     remove_dir();
 }
 
+/* --print with no profile file: the path, what is applied, and the built-in profile whole. */
+Test(clffn_tune, print_shows_the_builtin_profile) {
+    make_dir();
+    setenv("CLFFN_TUNE_DIR", dir, 1);
+    clffn_context *ctx = test_context();
+    const char *builtin = clffn_tuning_builtin_profile(clffn_context_cl_device(ctx));
+    char cmd[1024], out[16384];
+    snprintf(cmd, sizeof cmd, "CLFFN_TUNE_DIR='%s' '%s' --print", dir, CLFFN_TUNE_PATH);
+    cr_assert_eq(run(cmd, out, sizeof out), 0, "%s", out);
+    cr_assert(strncmp(out, dir, strlen(dir)) == 0, "the path first: %s", out);
+    cr_assert(strstr(out, clffn_context_tuning(ctx)) != NULL, "%s", out);
+    cr_assert(builtin ? strstr(out, builtin) != NULL : strchr(out, '{') == NULL, "%s", out);
+    clffn_context_destroy(ctx);
+    remove_dir();
+}
+
 /* A short search runs its phases and either writes a profile that beats what was applied
  * or says that it found nothing better; a written one holds all three kernels. */
 Test(clffn_tune, short_search, .timeout = 400) {

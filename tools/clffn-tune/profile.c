@@ -99,7 +99,12 @@ int device_facts(search *r, int print_only) {
             while ((ch = fgetc(f)) != EOF) { putchar(ch); }
             fclose(f);
         } else {
+            /* the built-in one, whole: saved at the path, a profile to start from */
+            const char *builtin = clffn_tuning_builtin_profile(dev);
             printf("(none yet; applied now: %s)\n", clffn_context_tuning(cctx));
+            if (builtin && !strncmp(clffn_context_tuning(cctx), "built-in", 8)) {
+                printf("%s\n", builtin);
+            }
         }
         clffn_context_destroy(cctx);
         return 0;
