@@ -16,7 +16,12 @@
 # fp32, fp16 and bf16), kernels (clffn-tune's own children: the few-token kernels' shapes at one
 # token and their crossovers, on that shape), moe (Mixtral's layer, D 4096, F 14336, 8 experts,
 # top-2, at 1 and 512 tokens in f32, f16 and q8_0, then scripts/torch-moe-bench.py), prefill (the
-# seed and SwiGLU shapes with each stored type).
+# seed and SwiGLU shapes with each stored type), fewrows (a few-rows Xgemm set of the device's
+# own, as the H200's profile has: clffn-tune's Xgemm search on the seed shape, stopped after
+# FEW_BUDGET seconds (default 115), its winner set below FEW_ROWS tokens (2048) over the profile
+# that applies now, with the direct kernel below FEW_CROSS³ (768); that profile in
+# OUT/fewrows-profile.json, timed against the one applied now from 64 to 2048 tokens on the seed
+# and BERT widths and on the BERT and SwiGLU shapes, then PyTorch).
 # Every step has its own time limit; a failing step does not stop the others.
 set -uo pipefail
 build=${1:?usage: gpu-report.sh BUILD OUT STEPS...}
@@ -172,6 +177,55 @@ for step in "$@"; do
             done
         done
         timeout 120 python3 scripts/torch-ffn-bench.py --reps "$reps" 640,512,2048,relu 2048,1024,2816,swiglu
+        ;;
+    fewrows)
+        rm -rf /tmp/gr-seed /tmp/gr-few /tmp/gr-now && mkdir -p /tmp/gr-seed /tmp/gr-few /tmp/gr-now
+        CLFFN_TUNE_DIR=/tmp/gr-seed timeout -s INT "${FEW_BUDGET:-115}" "$build/clffn-tune" \
+            --budget 150 --tokens 640 --d-model 512 --d-ff 2048 >"$out/fewrows-tune.log" 2>&1
+        progress=$(ls /tmp/gr-seed/*.progress 2>/dev/null | head -1)
+        if [[ -z $progress ]]; then
+            echo "fewrows: the search saved no progress (OUT/fewrows-tune.log)"
+            continue
+        fi
+        # the profile that applies now: a file under the usual folder, else the built-in one (an
+        # empty folder applies it; --print shows its text on its third line)
+        now=$("$build/clffn-tune" --print | sed -n '1p')
+        if [[ -f $now ]]; then
+            nowdir=$(dirname "$now") && cp "$now" /tmp/gr-now.json
+        else
+            nowdir=/tmp/gr-now
+            CLFFN_TUNE_DIR=$nowdir "$build/clffn-tune" --print | sed -n '3p' >/tmp/gr-now.json
+        fi
+        few=$(CLFFN_TUNE_DIR=/tmp/gr-few "$build/clffn-tune" --print | sed -n '1p')
+        if [[ -z $few ]]; then
+            echo "fewrows: clffn-tune --print gave no profile path"
+            continue
+        fi
+        FEW_ROWS=${FEW_ROWS:-2048} FEW_CROSS=${FEW_CROSS:-768} python3 - "$progress" \
+            /tmp/gr-now.json >"$few" <<'PY' || { echo "fewrows: no profile made"; continue; }
+import json, os, sys
+won = json.load(open(sys.argv[1]))["xgemm"]
+text = open(sys.argv[2]).read().strip()
+p = json.loads(text) if text else {"clblast": {"Xgemm": won}}
+p["clblast"].setdefault("Xgemm", won)
+p["clblast"].setdefault("GemmRoutine", {})["XGEMM_MIN_INDIRECT_SIZE"] = int(os.environ["FEW_CROSS"])
+p.setdefault("clffn", {})["XGEMM_FEW_ROWS"] = int(os.environ["FEW_ROWS"])
+p["clblast_few_rows"] = {"Xgemm": won}
+print(json.dumps(p))
+PY
+        cp "$few" "$out/fewrows-profile.json"
+        for t in 64 128 256 512 640 1024 2048; do
+            for s in "512 2048 relu" "768 3072 gelu"; do
+                read -r d f a <<<"$s"
+                CLFFN_TUNE_DIR=$nowdir clffn_bench "$t" "$d" "$f" "$a"
+                CLFFN_TUNE_DIR=/tmp/gr-few clffn_bench "$t" "$d" "$f" "$a"
+            done
+        done
+        for s in "4096 768 3072 gelu" "2048 1024 2816 swiglu"; do
+            CLFFN_TUNE_DIR=$nowdir clffn_bench $s
+            CLFFN_TUNE_DIR=/tmp/gr-few clffn_bench $s
+        done
+        torch_bench "640 512 2048 relu" "1024 768 3072 gelu" "4096 768 3072 gelu" "2048 1024 2816 swiglu"
         ;;
     *) echo "gpu-report: unknown step $step" >&2 ;;
     esac
