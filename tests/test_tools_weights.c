@@ -75,18 +75,26 @@ static void write_gguf(const char *path, const gguf_layer *L, clffn_dtype type, 
     free(img);
 }
 
+/* The layer as m.gguf and T tokens of uniform x (seed) as x.npy under dir: their paths into w
+ * and x, the values into xv. */
+static void write_case(const gguf_layer *L, clffn_dtype type, int gated, int biases, uint64_t seed,
+                       char w[128], char x[128], float xv[T * D]) {
+    char err[CLFFN_IO_ERR];
+    snprintf(w, 128, "%s/m.gguf", dir), snprintf(x, 128, "%s/x.npy", dir);
+    write_gguf(w, L, type, gated, biases);
+    fill_uniform(xv, T * D, -1, 1, seed);
+    const uint64_t shape[2] = {T, D};
+    cr_assert_eq(clffn_npy_save(x, xv, 2, shape, err), 0, "%s", err);
+}
+
 /* clffn-run --layer 1 on the file with --verify --verbose and a backward: exit 0, the output
  * against the reference on the dequantized weights, the gradient file's tensors counted. */
 static void run_gguf(const gguf_layer *L, clffn_dtype type, int gated, int biases,
                      const char *extra, size_t want_grads, const char *want_line) {
     char w[128], x[128], y[128], g[128], cmd[1024], out[8192], err[CLFFN_IO_ERR];
-    snprintf(w, sizeof w, "%s/m.gguf", dir), snprintf(x, sizeof x, "%s/x.npy", dir);
-    snprintf(y, sizeof y, "%s/y.npy", dir), snprintf(g, sizeof g, "%s/g.safetensors", dir);
-    write_gguf(w, L, type, gated, biases);
     float xv[T * D];
-    fill_uniform(xv, T * D, -1, 1, 60);
-    const uint64_t shape[2] = {T, D};
-    cr_assert_eq(clffn_npy_save(x, xv, 2, shape, err), 0, "%s", err);
+    write_case(L, type, gated, biases, 60, w, x, xv);
+    snprintf(y, sizeof y, "%s/y.npy", dir), snprintf(g, sizeof g, "%s/g.safetensors", dir);
     snprintf(cmd, sizeof cmd,
              "'%s' --weights '%s' --input '%s' --output '%s' --layer 1 --verify --verbose "
              "--grad-output '%s' --grads-out '%s' %s",
@@ -202,13 +210,9 @@ Test(clffn_run_weights, gguf_quantized_inputs, .timeout = 120) {
         gguf_layer L;
         gguf_layer_make(&L, t);
         char w[128], x[128], y[128], cmd[1024], out[4096], err[CLFFN_IO_ERR];
-        snprintf(w, sizeof w, "%s/m.gguf", dir), snprintf(x, sizeof x, "%s/x.npy", dir);
-        snprintf(y, sizeof y, "%s/y.npy", dir);
-        write_gguf(w, &L, t, 1, 0);
         float xv[T * D], yl[T * D];
-        fill_uniform(xv, T * D, -1, 1, 61);
-        const uint64_t shape[2] = {T, D};
-        cr_assert_eq(clffn_npy_save(x, xv, 2, shape, err), 0, "%s", err);
+        write_case(&L, t, 1, 0, 61, w, x, xv);
+        snprintf(y, sizeof y, "%s/y.npy", dir);
         snprintf(cmd, sizeof cmd,
                  "'%s' --weights '%s' --input '%s' --output '%s' --layer 1 --quantized-inputs "
                  "--verbose",
