@@ -55,6 +55,16 @@
 #define CLFFN_XQ_BYTES(blocks)                                                                  \
     (64 * (((blocks) + 1) / 2) + (8 * (((blocks) + 1) / 2) + 63) / 64 * 64)
 
+/* Bytes of one token's row of bf16-rounded inputs for rows of `cols` bf16 weights (clffn_xquant
+ * of the bf16 program, cl/weights.cl): ⌈cols / 32⌉ chunks of 32 values, 64 bytes each, zeros
+ * past cols. */
+#define CLFFN_XB_BYTES(cols) ((((cols) + 31) / 32) * 64)
+
+/* Rows a work-item of the bf16-input row kernel takes on a CPU with AVX-512 BF16 (cl/weights.cl,
+ * clffn_bx_rows), by the pass's tokens: each chunk of x read then serves every row, with rows ×
+ * tokens accumulators of 16 lanes kept at 16 registers or fewer. */
+#define CLFFN_BX_ROWS(tokens) ((tokens) <= 2 ? 1 : 4)
+
 /* Rows per chunk of the column GEMV on a CPU device: each chunk's partial sums go to scratch and
  * are added by clffn_wgemv_sum, so a work-item walks a few pages rather than one per row. */
 #define CLFFN_WCOL_CHUNK_ROWS 128

@@ -679,6 +679,16 @@ void clffn_wgemv_rows4(__global const uchar *restrict w, const ulong w_off, cons
 //                  taken off each of its eight 32-bit sums of four products (below; padded)
 // Each row's quants take a byte a value, not the four of an f32 x: at 4 tokens, 16 KB against
 // 64 KB for 4096 values, so the rows stay in a CPU's first-level cache beside the weights.
+// The row kernel's head, the same for q8_0 inputs and bf16 ones (below), which the host
+// launches alike.
+#define CLFFN_ROWS_QX_KERNEL                                                                   \
+  __kernel __attribute__((reqd_work_group_size(CLFFN_ROW_SPLIT, CLFFN_ROW_ROWS, 1))) void      \
+  clffn_wgemv_rows_qx(__global const uchar *restrict w, const ulong w_off,                     \
+                      const ulong row_bytes, const ulong rows, const ulong cols,               \
+                      __global const uchar *restrict xq, const ulong xs,                       \
+                      const uint max_tokens, __global const uint *restrict count,              \
+                      const uint count_at, __global float *restrict y, const ulong y_off,      \
+                      const ulong ldy, const float beta)
 #if CLFFN_QUANTIZED
 // Where the compiler is clang targeting x86 with AVX-512BW (POCL on such CPUs), a pair of blocks
 // goes through vpmaddubsw (unsigned by signed bytes, pairs summed into 16 bits) and vpmaddwd
@@ -1016,14 +1026,7 @@ inline void clffn_qx_lanes(__global const uchar *row, ulong blocks, __global con
 // a work-item: the quantized rows fit the first-level cache, and four rows side by side measured
 // slower there (4096 -> 11008, one token, 22016 rows of 4096: 2.4-2.6 ms against 1.2-1.3 one by
 // one). On a GPU the row's lanes share it (clffn_qx_lanes).
-__kernel __attribute__((reqd_work_group_size(CLFFN_ROW_SPLIT, CLFFN_ROW_ROWS, 1)))
-void clffn_wgemv_rows_qx(__global const uchar *restrict w, const ulong w_off,
-                         const ulong row_bytes, const ulong rows, const ulong cols,
-                         __global const uchar *restrict xq, const ulong xs,
-                         const uint max_tokens, __global const uint *restrict count,
-                         const uint count_at,
-                         __global float *restrict y, const ulong y_off, const ulong ldy,
-                         const float beta) {
+CLFFN_ROWS_QX_KERNEL {
   CLFFN_PASS_TOKENS();
   const ulong r = get_global_id(1);
   float sum[CLFFN_WTOKENS];
@@ -1051,6 +1054,257 @@ void clffn_wgemv_rows_qx(__global const uchar *restrict w, const ulong w_off,
   }
 }
 
+#endif
+
+// ---- y = x̃·Wᵀ, each input row rounded to bf16 first (bf16 weights, on request) ---------------
+//
+// The bf16 program's form of quantized inputs: each input row is rounded to bf16 (to nearest
+// even, as clffn_convert_weights rounds f32 to bf16), the input type ggml's dot products take
+// for bf16 weights, and each product of two bf16 values is exact in f32. clffn_xquant writes
+// each token's row at xs = CLFFN_XB_BYTES(cols) apart: ⌈cols / 32⌉ chunks of 32 values, zeros
+// past cols. Where the compiler is clang targeting x86 with AVX-512 and the CPU has AVX-512
+// BF16 (CLFFN_CPU_BF16, which the host sets from its own CPU, a CPU device's), vdpbf16ps
+// takes 32 pairs of values into 16 f32 sums in one instruction, where f32 inputs take a
+// widening, a shift and two multiply-adds a token; it treats subnormal values and sums as zero
+// (below 2^-126, far under the 1e-5 the results keep). Elsewhere each value is widened to f32
+// (a shift) and multiplied in f32.
+#if CLFFN_WTYPE == CLFFN_WTYPE_BF16
+#ifndef CLFFN_CPU_BF16
+  #define CLFFN_CPU_BF16 0
+#endif
+#if defined(__clang__) && defined(__AVX512BW__) && CLFFN_NATIVE_HALF && CLFFN_CPU_BF16 && \
+    CLFFN_ROW_SPLIT == 1
+  #define CLFFN_BX_DPBF16 1
+  // as CLFFN_QX_TARGET and CLFFN_QX_ROW_INLINE are for VNNI (the quantized programs' section)
+  #define CLFFN_BX_TARGET __attribute__((target("avx512bf16")))
+  #define CLFFN_BX_ROW_INLINE __attribute__((noinline)) CLFFN_BX_TARGET
+#else
+  #define CLFFN_BX_DPBF16 0
+#endif
+// rows a work-item: the host launches ⌈rows / CLFFN_BX_R⌉ where a row has one lane
+#if CLFFN_ROW_SPLIT == 1
+  #define CLFFN_BX_R CLFFN_BX_ROWS(CLFFN_WTOKENS)
+#else
+  #define CLFFN_BX_R 1
+#endif
+#ifndef CLFFN_BX_TT
+  #define CLFFN_BX_TT 4
+#endif
+
+// f32 to bf16, to nearest even; a NaN stays a (quiet) NaN, an infinity an infinity.
+inline uint8 clffn_to_bf16x8(float8 v) {
+  const uint8 u = as_uint8(v);
+  const int8 nan = (u & 0x7fffffffu) > 0x7f800000u;
+  const uint8 rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  return select(rounded, (u >> 16) | 0x40u, as_uint8(nan));
+}
+
+// NDRange (⌈cols / 32⌉, max_tokens), any work-group: 32 values of one token's row a work-item.
+__kernel void clffn_xquant(__global const float *restrict x, const ulong x_off, const ulong ldx,
+                           const ulong cols, const uint max_tokens,
+                           __global const uint *restrict count, const uint count_at,
+                           __global uchar *restrict xq, const ulong xs) {
+  CLFFN_PASS_TOKENS();
+  const ulong b = get_global_id(0), c0 = b * 32;
+  const uint t = get_global_id(1);
+  if (live && t < tokens && c0 < cols) {
+    __global const float *xr = x + x_off + t * ldx;
+    __global ushort *q = (__global ushort *)(xq + t * xs) + c0;
+    for (uint i = 0; i < 4; ++i) {
+      const ulong c = c0 + 8 * i;
+      float8 v = (float8)0.0f;
+      if (c + 8 <= cols) {
+        v = vload8(0, xr + c);
+      } else {
+        float p[8];
+        for (uint j = 0; j < 8; ++j) { p[j] = c + j < cols ? xr[c + j] : 0.0f; }
+        v = vload8(0, p);
+      }
+      vstore8(convert_ushort8(clffn_to_bf16x8(v)), 0, q + 8 * i);
+    }
+  }
+}
+
+#if CLFFN_BX_DPBF16
+typedef float clffn_v16sf __attribute__((__vector_size__(64)));
+typedef short clffn_v32hi __attribute__((__vector_size__(64)));
+typedef int clffn_v16si __attribute__((__vector_size__(64))); // the builtin's type for 32 bf16
+
+// 32 bf16 values at p (64 bytes), through two 32-byte loads that the compiler joins.
+inline CLFFN_ALWAYS_INLINE clffn_v32hi clffn_bload32(__global const ushort *p) {
+  const short16 a = as_short16(vload16(0, p)), b = as_short16(vload16(1, p));
+  return (clffn_v32hi)__builtin_shufflevector(a, b, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13,
+                                              14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26,
+                                              27, 28, 29, 30, 31);
+}
+
+// acc[t] += the 32 values at w times token t's chunk k, for the pass's tokens.
+inline CLFFN_ALWAYS_INLINE CLFFN_BX_TARGET void clffn_bx_dot(clffn_v32hi wv,
+                                                             __global const uchar *xq, ulong xs,
+                                                             ulong k, uint tokens,
+                                                             float16 acc[CLFFN_WTOKENS]) {
+  #pragma unroll
+  for (uint t = 0; t < CLFFN_WTOKENS; ++t) {
+    if (t < tokens) {
+      const clffn_v32hi xv = clffn_bload32((__global const ushort *)(xq + t * xs) + 32 * k);
+      acc[t] = as_float16(
+          __builtin_ia32_dpbf16ps_512((clffn_v16sf)acc[t], (clffn_v16si)wv, (clffn_v16si)xv));
+    }
+  }
+}
+
+// sum[i][t] = row i's products with the pass's rounded rows (rows ≤ CLFFN_BX_R of them from
+// row0, row_bytes apart; the others repeat the last and are not stored): whole chunks of 32
+// through vdpbf16ps, each chunk of x read once for all the rows; two chains where one row and
+// few tokens would leave the instruction's latency exposed. Then the values past the last whole
+// chunk one by one.
+CLFFN_BX_ROW_INLINE void clffn_bx_rows(__global const uchar *row0, ulong row_bytes, uint rows,
+                                       ulong cols, __global const uchar *xq, ulong xs,
+                                       uint tokens, float sum[CLFFN_BX_R][CLFFN_WTOKENS]) {
+  __global const ushort *wr[CLFFN_BX_R];
+  for (uint i = 0; i < CLFFN_BX_R; ++i) {
+    wr[i] = (__global const ushort *)(row0 + min(i, rows - 1) * row_bytes);
+  }
+  const ulong chunks = cols / 32;
+#if CLFFN_BX_R == 1
+  float16 acc[CLFFN_WTOKENS];
+  for (uint t = 0; t < CLFFN_WTOKENS; ++t) { acc[t] = (float16)0.0f; }
+  ulong k = 0;
+  #if CLFFN_WTOKENS <= 4
+  float16 acc2[CLFFN_WTOKENS];
+  for (uint t = 0; t < CLFFN_WTOKENS; ++t) { acc2[t] = (float16)0.0f; }
+  for (; k + 1 < chunks; k += 2) {
+    const clffn_v32hi w0 = clffn_bload32(wr[0] + 32 * k), w1 = clffn_bload32(wr[0] + 32 * k + 32);
+    clffn_bx_dot(w0, xq, xs, k, tokens, acc);
+    clffn_bx_dot(w1, xq, xs, k + 1, tokens, acc2);
+  }
+  for (uint t = 0; t < CLFFN_WTOKENS; ++t) { acc[t] += acc2[t]; }
+  #endif
+  for (; k < chunks; ++k) { clffn_bx_dot(clffn_bload32(wr[0] + 32 * k), xq, xs, k, tokens, acc); }
+  for (uint t = 0; t < CLFFN_WTOKENS; ++t) {
+    const float8 h = acc[t].lo + acc[t].hi;
+    sum[0][t] = dot(h.lo + h.hi, (float4)1.0f);
+  }
+#else
+  // the tokens in groups of CLFFN_BX_TT, each group a pass over the rows (from the caches
+  // after the first)
+  for (uint t0 = 0; t0 < tokens; t0 += CLFFN_BX_TT) {
+    float16 acc[CLFFN_BX_R][CLFFN_BX_TT];
+    for (uint i = 0; i < CLFFN_BX_R; ++i) {
+      for (uint j = 0; j < CLFFN_BX_TT; ++j) { acc[i][j] = (float16)0.0f; }
+    }
+    __global const uchar *xg = xq + t0 * xs;
+    const uint n = min((uint)CLFFN_BX_TT, tokens - t0);
+    for (ulong k = 0; k < chunks; ++k) {
+      clffn_v32hi wv[CLFFN_BX_R];
+  #pragma unroll
+      for (uint i = 0; i < CLFFN_BX_R; ++i) { wv[i] = clffn_bload32(wr[i] + 32 * k); }
+  #pragma unroll
+      for (uint j = 0; j < CLFFN_BX_TT; ++j) {
+        if (j < n) {
+          const clffn_v32hi xv = clffn_bload32((__global const ushort *)(xg + j * xs) + 32 * k);
+  #pragma unroll
+          for (uint i = 0; i < CLFFN_BX_R; ++i) {
+            acc[i][j] = as_float16(__builtin_ia32_dpbf16ps_512(
+                (clffn_v16sf)acc[i][j], (clffn_v16si)wv[i], (clffn_v16si)xv));
+          }
+        }
+      }
+    }
+    for (uint i = 0; i < CLFFN_BX_R; ++i) {
+      for (uint j = 0; j < CLFFN_BX_TT; ++j) {
+        const float8 h = acc[i][j].lo + acc[i][j].hi;
+        if (j < n) { sum[i][t0 + j] = dot(h.lo + h.hi, (float4)1.0f); }
+      }
+    }
+  }
+#endif
+  for (uint i = 0; i < CLFFN_BX_R; ++i) {
+    for (ulong c = chunks * 32; c < cols; ++c) {
+      const float v = as_float((uint)wr[i][c] << 16);
+      for (uint t = 0; t < CLFFN_WTOKENS; ++t) {
+        if (t < tokens) {
+          const ushort xb = ((__global const ushort *)(xq + t * xs))[c];
+          sum[i][t] = fma(v, as_float((uint)xb << 16), sum[i][t]);
+        }
+      }
+    }
+  }
+}
+#endif
+
+// The portable form, lane s of CLFFN_ROW_SPLIT (one lane on a CPU): the row's eight-value chunks
+// s, s + SPLIT, …, as in clffn_row_lanes, each value widened to f32; then the values past the
+// last whole eight.
+inline void clffn_bx_lanes(__global const uchar *row, ulong cols, __global const uchar *xq,
+                           ulong xs, uint tokens, uint s, float sum[CLFFN_WTOKENS]) {
+  float4 acc[CLFFN_WTOKENS];
+  for (uint t = 0; t < CLFFN_WTOKENS; ++t) { acc[t] = (float4)0.0f; }
+  const ulong chunks = cols / 8;
+  for (ulong j = s; j < chunks; j += CLFFN_ROW_SPLIT) {
+    float d;
+    const float8 wv = clffn_wload8_wide(row, 8 * j, &d);
+    for (uint t = 0; t < CLFFN_WTOKENS; ++t) {
+      if (t < tokens) {
+        __global const ushort *xt = (__global const ushort *)(xq + t * xs) + 8 * j;
+        const float8 xv = as_float8(convert_uint8(vload8(0, xt)) << 16);
+        acc[t] = fma(wv.lo, xv.lo, acc[t]);
+        acc[t] = fma(wv.hi, xv.hi, acc[t]);
+      }
+    }
+  }
+  for (uint t = 0; t < CLFFN_WTOKENS; ++t) { sum[t] = dot(acc[t], (float4)1.0f); }
+  for (ulong c = chunks * 8 + s; c < cols; c += CLFFN_ROW_SPLIT) {
+    const float v = clffn_wvalue(row, c);
+    for (uint t = 0; t < CLFFN_WTOKENS; ++t) {
+      if (t < tokens) {
+        const ushort xb = ((__global const ushort *)(xq + t * xs))[c];
+        sum[t] = fma(v, as_float((uint)xb << 16), sum[t]);
+      }
+    }
+  }
+}
+
+// y[t, r] = Σ_c W[r, c]·x̃[t, c] (+ β·y) for the pass's tokens, from clffn_xquant's rows (xq, xs
+// bytes apart). NDRange (CLFFN_ROW_SPLIT, ⌈⌈rows / CLFFN_BX_R⌉ / CLFFN_ROW_ROWS⌉·CLFFN_ROW_ROWS),
+// work-group (CLFFN_ROW_SPLIT, CLFFN_ROW_ROWS): CLFFN_BX_R rows a work-item where a row has one
+// lane (CPUs), a row's lanes side by side where it has several (GPUs).
+CLFFN_ROWS_QX_KERNEL {
+  CLFFN_PASS_TOKENS();
+  const ulong g = get_global_id(1), r0 = g * CLFFN_BX_R;
+  const uint s = get_local_id(0);
+#if CLFFN_BX_DPBF16
+  float sum[CLFFN_BX_R][CLFFN_WTOKENS];
+  if (r0 < rows && live) {
+    clffn_bx_rows(w + w_off + r0 * row_bytes, row_bytes, (uint)min((ulong)CLFFN_BX_R, rows - r0),
+                  cols, xq, xs, tokens, sum);
+  }
+#else
+  float sum[CLFFN_BX_R][CLFFN_WTOKENS];
+  for (uint i = 0; i < CLFFN_BX_R; ++i) {
+    for (uint t = 0; t < CLFFN_WTOKENS; ++t) { sum[i][t] = 0.0f; }
+    if (r0 + i < rows && live) {
+      clffn_bx_lanes(w + w_off + (r0 + i) * row_bytes, cols, xq, xs, tokens, s, sum[i]);
+    }
+  }
+  #if CLFFN_ROW_SPLIT > 1
+  __local float part[CLFFN_ROW_ROWS][CLFFN_WTOKENS][CLFFN_ROW_SPLIT];
+  clffn_lanes_sum(part[get_local_id(1)], s, sum[0]);
+  #endif
+#endif
+  if (s == 0 && live) {
+    for (uint i = 0; i < CLFFN_BX_R; ++i) {
+      if (r0 + i < rows) {
+        for (uint t = 0; t < CLFFN_WTOKENS; ++t) {
+          if (t < tokens) {
+            __global float *yt = y + y_off + t * ldy + r0 + i;
+            *yt = beta != 0.0f ? fma(beta, *yt, sum[i][t]) : sum[i][t];
+          }
+        }
+      }
+    }
+  }
+}
 #endif
 
 // ---- y = x·W: down the columns ------------------------------------------------------------------

@@ -532,24 +532,28 @@ CLFFN_API clffn_status clffn_context_set_kernel_max_tokens(clffn_context *ctx, i
 /** The context's few-token crossover for compressed (1) or f32 (0) weights; 0 for NULL. */
 CLFFN_API size_t clffn_context_kernel_max_tokens(const clffn_context *ctx, int compressed);
 
-/** Turns quantized inputs on (on ≠ 0) or off (0, the default) for products over q8_0 and q4_0
- *  weights on clffn's few-token kernels (up to clffn_context_kernel_max_tokens(ctx, 1) token
- *  rows, forward; the backward's ∂x and the dequantized SGEMMs of more tokens keep f32). Each
- *  product's input rows (x for W1 and V, the hidden layer for W2, an expert's gathered rows)
- *  are first rounded to q8_0 blocks as GGUF's reference quantizer rounds them (d = amax / 127
- *  rounded to f16, q = round(x / d)), which is what llama.cpp's ggml multiplies these weights
- *  with, and each block's 32 products are summed in integers. It trades accuracy for speed: the
- *  result is then that of the weights' values times the rounded inputs (each input off by up
- *  to half its block's step), within 1e-5 of the double reference on those, not on x itself.
- *  A NaN or an infinity in a token's input makes that token's outputs NaN, as on the f32 path
- *  (its block's scale is NaN). On x86 CPUs with AVX-512BW (POCL) the products run on 8-bit
- *  integer multiply-adds and are faster than f32 inputs; other devices compute the same sums
- *  in plain integer arithmetic, a GPU with a row's work-items side by side, where one token's
+/** Turns quantized inputs on (on ≠ 0) or off (0, the default) for products over q8_0, q4_0
+ *  and bf16 weights on clffn's few-token kernels (up to clffn_context_kernel_max_tokens(ctx, 1)
+ *  token rows, forward; the backward's ∂x and the dequantized SGEMMs of more tokens keep f32).
+ *  Each product's input rows (x for W1 and V, the hidden layer for W2, an expert's gathered
+ *  rows) are first rounded to the type llama.cpp's ggml multiplies such weights with:
+ *   - q8_0 and q4_0 weights: q8_0 blocks, as GGUF's reference quantizer rounds them (d = amax /
+ *     127 rounded to f16, q = round(x / d)), each block's 32 products summed in integers; each
+ *     input is off by up to half its block's step. A NaN or an infinity in a token's input
+ *     makes that token's outputs NaN, as on the f32 path (its block's scale is NaN).
+ *   - bf16 weights: bf16, to nearest even (each input off by up to 2^-9 of itself), each
+ *     product of two bf16 values exact in f32. NaNs and infinities pass as on the f32 path.
+ *  It trades accuracy for speed: the result is then that of the weights' values times the
+ *  rounded inputs, within 1e-5 of the double reference on those, not on x itself. On x86 CPUs
+ *  with AVX-512BW (POCL) the q8_0 products run on 8-bit integer multiply-adds, and bf16 ones on
+ *  AVX-512 BF16's dot products where the CPU has them (which treat values and sums below 2^-126
+ *  as zero); both are faster than f32 inputs from a few tokens on. Other devices compute the
+ *  same sums in plain arithmetic, a GPU with a row's work-items side by side, where one token's
  *  product, bound by the weights' bytes, gains nothing (docs/PERFORMANCE.md, "NVIDIA H200").
- *  Takes effect on the next forward. Errors: NULL_ARGUMENT. */
+ *  f16 weights keep f32 inputs. Takes effect on the next forward. Errors: NULL_ARGUMENT. */
 CLFFN_API clffn_status clffn_context_set_quantized_inputs(clffn_context *ctx, int on);
 
-/** 1 where the context quantizes the inputs of q8_0 and q4_0 products, else 0 (also for
+/** 1 where the context quantizes the inputs of q8_0, q4_0 and bf16 products, else 0 (also for
  *  NULL). */
 CLFFN_API int clffn_context_quantized_inputs(const clffn_context *ctx);
 

@@ -39,7 +39,8 @@ struct clffn_context {
      * weights, [1] with compressed ones; from the tuning profile, or
      * clffn_context_set_kernel_max_tokens() */
     size_t kernel_max_tokens[2];
-    /* clffn_context_set_quantized_inputs(): q8_0 and q4_0 products round their inputs to q8_0 */
+    /* clffn_context_set_quantized_inputs(): q8_0 and q4_0 products round their inputs to q8_0,
+     * bf16 ones to bf16 */
     int quantized_inputs;
     size_t max_wg;                    /* CL_DEVICE_MAX_WORK_GROUP_SIZE */
     cl_uint compute_units;            /* CL_DEVICE_MAX_COMPUTE_UNITS */

@@ -148,15 +148,17 @@ static int enum_defines(char *buf, size_t size, int n, const char *prefix, int c
 }
 
 static const char *act_name(int a) { return clffn_activation_name((clffn_activation)a); }
-static atomic_int cpu_vnni_mode = -1;
+static atomic_int cpu_dot_mode = -1;
 
-void clffn__set_cpu_vnni(int mode) { atomic_store(&cpu_vnni_mode, mode); }
+void clffn__set_cpu_dot_products(int mode) { atomic_store(&cpu_dot_mode, mode); }
 
-static int cpu_vnni(void) {
-    if (atomic_load(&cpu_vnni_mode) == 0) { return 0; }
+/* Whether the host's CPU has AVX-512 VNNI (bf16 0) or AVX-512 BF16 (bf16 1). */
+static int cpu_has(int bf16) {
+    if (atomic_load(&cpu_dot_mode) == 0) { return 0; }
 #if defined(__x86_64__) && defined(__GNUC__)
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512vnni") != 0;
+    return (bf16 ? __builtin_cpu_supports("avx512bf16") : __builtin_cpu_supports("avx512vnni")) !=
+           0;
 #else
     return 0;
 #endif
@@ -167,7 +169,8 @@ static const char *dtype_name(int t) { return clffn_dtype_name((clffn_dtype)t); 
 /* -cl-std=CL1.2 and no fast-math (results must match the reference, see activation.cl); IEEE
  * division where the device offers it (erf's one quotient is corrected by hand elsewhere, see
  * activation.cl); the key's choices, and for the weight kernels the device's half decoding
- * (cl/weights.cl, CLFFN_SOFT_HALF) and, on a CPU, whether it has AVX-512 VNNI (CLFFN_QX_VNNI);
+ * (cl/weights.cl, CLFFN_SOFT_HALF) and, on a CPU, whether it has AVX-512 VNNI and BF16
+ * (CLFFN_QX_VNNI, CLFFN_CPU_BF16);
  * every activation's id as -DCLFFN_ACT_<NAME>=<value> and
  * every weight type's as -DCLFFN_WTYPE_<NAME>=<value>. */
 static void build_options(cl_device_id device, const clffn_program_key *key, char *buf,
@@ -191,9 +194,11 @@ static void build_options(cl_device_id device, const clffn_program_key *key, cha
         n += snprintf(buf + n, size - (size_t)n,
                       " -DCLFFN_WTYPE=%d -DCLFFN_WTOKENS=%d -DCLFFN_ROW_SPLIT=%d"
                       " -DCLFFN_ROW_ROWS=%d -DCLFFN_COL_WIDTH=%d -DCLFFN_COL_SPLIT=%d"
-                      " -DCLFFN_COL_GROUPS=%d -DCLFFN_SOFT_HALF=%d -DCLFFN_QX_VNNI=%d",
+                      " -DCLFFN_COL_GROUPS=%d -DCLFFN_SOFT_HALF=%d -DCLFFN_QX_VNNI=%d"
+                      " -DCLFFN_CPU_BF16=%d",
                       key->weights - 1, key->tokens, p->row_split, p->row_rows, p->col_width,
-                      p->col_split, p->col_groups, soft_half, soft_half && cpu_vnni());
+                      p->col_split, p->col_groups, soft_half, soft_half && cpu_has(0),
+                      soft_half && cpu_has(1));
     }
     n = enum_defines(buf, size, n, "CLFFN_ACT", (int)CLFFN_ACT_COUNT_, act_name);
     enum_defines(buf, size, n, "CLFFN_WTYPE", (int)CLFFN_DTYPE_COUNT_, dtype_name);

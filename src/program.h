@@ -76,11 +76,11 @@ const char *clffn__programs_build_log(const clffn_programs *p);
  * Caller frees. Errors: KERNEL_SOURCE (a file unreadable), OUT_OF_HOST_MEMORY. */
 clffn_status clffn__kernel_source(const char *only, char **out);
 
-/* Whether the weight kernels on a CPU device may use AVX-512 VNNI (cl/weights.cl, CLFFN_QX_VNNI):
- * the host's CPU is a CPU device's, and POCL's compiler may target a model without it. -1, the
- * default: where the host's CPU has it; 0: never, for the tests of the other form. Programs
- * built before a change keep theirs. */
-void clffn__set_cpu_vnni(int mode);
+/* Whether the weight kernels on a CPU device may use AVX-512 VNNI and AVX-512 BF16 (cl/weights.cl,
+ * CLFFN_QX_VNNI and CLFFN_CPU_BF16): the host's CPU is a CPU device's, and POCL's compiler may
+ * target a model without them. -1, the default: each where the host's CPU has it; 0: neither,
+ * for the tests of the other forms. Programs built before a change keep theirs. */
+void clffn__set_cpu_dot_products(int mode);
 
 /* Builds (or finds in the cache) the program for key. A failed build leaves the device
  * compiler's log in the cache (clffn__programs_build_log). */

@@ -99,17 +99,20 @@ static size_t col_chunk_rows(const clffn_context *ctx, const clffn_wmatrix *w, s
     return (w->rows + chunks - 1) / chunks;
 }
 
-/* y = x̃·Wᵀ (+ β·y) with x̃ x's rows rounded to q8_0 blocks (clffn_xquant, into the scratch),
- * for q8_0 and q4_0 weights along their rows: clffn_wgemv_rows_qx, in the rows kernel's shape
- * (one row a work-item on a CPU, a row's lanes side by side on a GPU). */
+/* y = x̃·Wᵀ (+ β·y) with x̃ x's rows rounded to the weights' dot-product type (clffn_xquant,
+ * into the scratch): q8_0 blocks for q8_0 and q4_0 weights, bf16 for bf16 ones; then
+ * clffn_wgemv_rows_qx along the weights' rows, in the rows kernel's shape (one row a work-item
+ * on a CPU, a row's lanes side by side on a GPU). */
 static cl_int wgemv_quantized_inputs(clffn_wkernels *wk, const clffn_context *ctx,
                                      const clffn_wmatrix *w, int b, size_t tokens,
                                      const clffn_wcount *count, clffn_matrix x, float beta,
                                      clffn_matrix y, cl_command_queue queue) {
+    const bool bf16 = w->dtype == CLFFN_DTYPE_BF16;
     const size_t blocks = w->cols / 32, pairs = (blocks + 1) / 2;
     /* q4_0's one-token rows end in their offset sums (cl/weights.cl, CLFFN_XQ_C) */
     const int c = w->dtype == CLFFN_DTYPE_Q4_0 && bucket_tokens[b] == 1;
-    const size_t xs = CLFFN_XQ_BYTES(blocks) + (c ? (8 * pairs + 63) / 64 * 64 : 0);
+    const size_t xs = bf16 ? CLFFN_XB_BYTES(w->cols)
+                           : CLFFN_XQ_BYTES(blocks) + (c ? (8 * pairs + 63) / 64 * 64 : 0);
     cl_int err = kernel_for(ctx, w->dtype, bucket_tokens[b], "clffn_xquant", &wk->xquant[b]);
     if (err == CL_SUCCESS) {
         err = kernel_for(ctx, w->dtype, bucket_tokens[b], "clffn_wgemv_rows_qx", &wk->rows_qx[b]);
@@ -123,7 +126,7 @@ static cl_int wgemv_quantized_inputs(clffn_wkernels *wk, const clffn_context *ct
     CLFFN_ARG(a, t), CLFFN_ARG(a, count->mem), CLFFN_ARG(a, count->at);
     CLFFN_ARG(a, wk->scratch), CLFFN_ARG(a, XS);
     if ((err = clffn__args_end(&a)) != CL_SUCCESS) { return err; }
-    const size_t qglobal[2] = {2 * pairs, tokens};
+    const size_t qglobal[2] = {bf16 ? (w->cols + 31) / 32 : 2 * pairs, tokens};
     err = clffn__enqueue_items(&ctx->programs, queue, wk->xquant[b], 2, qglobal, NULL);
     if (err != CL_SUCCESS) { return err; }
     const cl_ulong w_off = w->offset, row_bytes = w->row_bytes, rows = w->rows;
@@ -135,7 +138,10 @@ static cl_int wgemv_quantized_inputs(clffn_wkernels *wk, const clffn_context *ct
     CLFFN_ARG(a, ldy), CLFFN_ARG(a, beta);
     if ((err = clffn__args_end(&a)) != CL_SUCCESS) { return err; }
     const size_t split = ctx->wgemv[0], group = ctx->wgemv[1];
-    const size_t global[2] = {split, round_up(w->rows, group)}, local[2] = {split, group};
+    /* bf16 rows go several to a work-item where a row has one lane (CLFFN_BX_ROWS) */
+    const size_t per_item = bf16 && split == 1 ? CLFFN_BX_ROWS(bucket_tokens[b]) : 1;
+    const size_t items = (w->rows + per_item - 1) / per_item;
+    const size_t global[2] = {split, round_up(items, group)}, local[2] = {split, group};
     return clEnqueueNDRangeKernel(queue, wk->rows_qx[b], 2, NULL, global, local, 0, NULL, NULL);
 }
 
@@ -150,7 +156,8 @@ cl_int clffn__wgemv(clffn_wkernels *wk, const clffn_context *ctx, const clffn_wm
     while (b + 1 < CLFFN_WTOKEN_BUCKETS && bucket_tokens[b] < built_for) { ++b; }
     if (built_for > bucket_tokens[b]) { return (cl_int)CLFFN_ERROR_INVALID_SIZE; }
     if (along_rows && ctx->quantized_inputs &&
-        (w->dtype == CLFFN_DTYPE_Q8_0 || w->dtype == CLFFN_DTYPE_Q4_0)) {
+        (w->dtype == CLFFN_DTYPE_Q8_0 || w->dtype == CLFFN_DTYPE_Q4_0 ||
+         w->dtype == CLFFN_DTYPE_BF16)) {
         return wgemv_quantized_inputs(wk, ctx, w, b, tokens, count, x, beta, y, queue);
     }
     const size_t *p = ctx->wgemv;

@@ -258,28 +258,29 @@ void assert_host_forward(clffn_ffn *ffn, const clffn_config *c, const test_weigh
     free(ref);
 }
 
-/* Rows of n values (a multiple of 32) rounded to q8_0 on the host, as GGUF's reference quantizer
- * rounds them (clffn_convert_weights), and back: the inputs a product with quantized inputs
- * multiplies. */
-void host_quantized_rows(const float *x, size_t rows, size_t n, float *out) {
+/* Rows of n values rounded on the host as the library's converters round them
+ * (clffn_convert_weights: GGUF's reference quantizer for q8_0), and back: the inputs a product
+ * with quantized inputs multiplies. */
+void host_quantized_rows(clffn_dtype w, const float *x, size_t rows, size_t n, float *out) {
+    const clffn_dtype xt = w == CLFFN_DTYPE_BF16 ? CLFFN_DTYPE_BF16 : CLFFN_DTYPE_Q8_0;
     size_t bytes = 0;
-    ASSERT_OK(clffn_dtype_bytes(CLFFN_DTYPE_Q8_0, n, &bytes));
+    ASSERT_OK(clffn_dtype_bytes(xt, n, &bytes));
     unsigned char *q = malloc(bytes);
     cr_assert(q);
     for (size_t r = 0; r < rows; ++r) {
-        ASSERT_OK(clffn_convert_weights(CLFFN_DTYPE_Q8_0, x + r * n, n, q, bytes));
-        ASSERT_OK(clffn_convert_to_f32(CLFFN_DTYPE_Q8_0, q, bytes, n, out + r * n, n));
+        ASSERT_OK(clffn_convert_weights(xt, x + r * n, n, q, bytes));
+        ASSERT_OK(clffn_convert_to_f32(xt, q, bytes, n, out + r * n, n));
     }
     free(q);
 }
 
-/* T tokens of x through an FFN whose context quantizes the inputs of q8_0 and q4_0 products:
- * the hidden layer against the double reference run on the weights' values and x rounded on
- * the host, and y against the second product in double over the device's own hidden layer
- * rounded on the host (so a hidden value a rounding boundary apart on the two sides does not
- * move the check). A quantization that differed from GGUF's by one step anywhere would miss by
- * some 1e-3 of the largest value. `exact` (more tokens than the kernels take): the dequantized
- * SGEMMs, whose inputs stay f32, against the plain reference. */
+/* T tokens of x through an FFN whose context quantizes the inputs of q8_0, q4_0 and bf16
+ * products: the hidden layer against the double reference run on the weights' values and x
+ * rounded on the host, and y against the second product in double over the device's own hidden
+ * layer rounded on the host (so a hidden value a rounding boundary apart on the two sides does
+ * not move the check). A quantization that differed from GGUF's by one step anywhere would miss
+ * by some 1e-3 of the largest value. `exact` (more tokens than the kernels take): the
+ * dequantized SGEMMs, whose inputs stay f32, against the plain reference. */
 void assert_quantized_forward(clffn_ffn *ffn, const clffn_config *c, const typed_set *s, size_t T,
                               const float *x, int exact, const char *what) {
     const size_t D = c->d_model, F = c->d_ff;
@@ -294,10 +295,10 @@ void assert_quantized_forward(clffn_ffn *ffn, const clffn_config *c, const typed
         assert_close(y, plain, T * D, act_rtol(c->activation), what);
     } else {
         ASSERT_OK(clffn_ffn_read_hidden(ffn, CLFFN_HIDDEN_OUT, h, T * F, NULL));
-        host_quantized_rows(x, T, D, xq);
+        host_quantized_rows(s->dtype, x, T, D, xq);
         ASSERT_OK(clffn_reference_forward(c, s->layout, &s->ref, T, xq, 0, 0, 0, ref, href));
         assert_close(h, href, T * F, act_rtol(c->activation), what);
-        host_quantized_rows(h, T, F, hq);
+        host_quantized_rows(s->dtype, h, T, F, hq);
         for (size_t t = 0; t < T; ++t) {
             for (size_t i = 0; i < D; ++i) { /* W2 [D, F] as the out_in layout keeps it */
                 double acc = c->bias2 ? s->ref.b2[i] : 0.0;
@@ -307,17 +308,18 @@ void assert_quantized_forward(clffn_ffn *ffn, const clffn_config *c, const typed
         }
         assert_mostly_nonzero(ref, T * D, 0.9, what);
         assert_close(y, ref, T * D, TOL_RTOL, what);
-        assert_rounding_shows(ref, plain, T * D, what);
+        assert_rounding_shows(ref, plain, T * D, s->dtype == CLFFN_DTYPE_BF16 ? 10 : 100, what);
     }
     free(y), free(h), free(xq), free(hq), free(ref), free(href), free(plain);
 }
 
-void assert_rounding_shows(const double *rounded, const double *plain, size_t n, const char *what) {
+void assert_rounding_shows(const double *rounded, const double *plain, size_t n, double margin,
+                           const char *what) {
     double worst = 0, top = 0;
     for (size_t i = 0; i < n; ++i) {
         worst = fabs(rounded[i] - plain[i]) > worst ? fabs(rounded[i] - plain[i]) : worst;
         top = fabs(plain[i]) > top ? fabs(plain[i]) : top;
     }
-    cr_assert_gt(worst, 100 * TOL_RTOL * top, "%s: rounding the inputs moves y by only %g", what,
-                 worst);
+    cr_assert_gt(worst, margin * TOL_RTOL * top, "%s: rounding the inputs moves y by only %g of %g",
+                 what, worst, top);
 }

@@ -45,19 +45,23 @@ void typed_make(typed_set *s, const clffn_config *c, const test_weights *w, clff
                 clffn_layout layout);
 void typed_free(typed_set *s);
 
-/* Rows of n values (a multiple of 32) rounded to q8_0 as GGUF's reference quantizer rounds them,
- * and back (out: rows × n). */
-void host_quantized_rows(const float *x, size_t rows, size_t n, float *out);
+/* Rows of n values rounded to the inputs' type of a product over weights of type w, and back
+ * (out: rows × n): q8_0 (n a multiple of 32) as GGUF's reference quantizer rounds them for q8_0
+ * and q4_0 weights, bf16 for bf16 ones (clffn_convert_weights). */
+void host_quantized_rows(clffn_dtype w, const float *x, size_t rows, size_t n, float *out);
 
-/* T tokens of x through an FFN (OUT_IN layout, q8_0 or q4_0 weights s) whose context quantizes
- * the inputs: the hidden layer and y against the double reference on the rounded inputs, and
- * that the rounding moved y past the tolerance; with `exact`, y against the plain reference. */
+/* T tokens of x through an FFN (OUT_IN layout, q8_0, q4_0 or bf16 weights s) whose context
+ * quantizes the inputs: the hidden layer and y against the double reference on the rounded
+ * inputs, and that the rounding moved y past the tolerance; with `exact`, y against the plain
+ * reference. */
 void assert_quantized_forward(clffn_ffn *ffn, const clffn_config *c, const typed_set *s, size_t T,
                               const float *x, int exact, const char *what);
 
-/* Asserts that rounding the inputs shows: max|rounded − plain| > 100·TOL_RTOL·max|plain|, so
- * a check against the rounded reference could not pass on unrounded inputs. */
-void assert_rounding_shows(const double *rounded, const double *plain, size_t n, const char *what);
+/* Asserts that rounding the inputs shows: max|rounded − plain| > margin·TOL_RTOL·max|plain|,
+ * so a check against the rounded reference could not pass on unrounded inputs (any margin past
+ * 2 ensures it; q8_0's rounding clears 100, bf16's, 16 times finer, 10). */
+void assert_rounding_shows(const double *rounded, const double *plain, size_t n, double margin,
+                           const char *what);
 
 clffn_context *test_context(void);
 /* Whether the device's profiling timestamps order three kernels that its in-order queue ran one

@@ -485,28 +485,33 @@ Test(compressed, quantized_inputs, .timeout = 600) {
     ASSERT_OK(clffn_context_set_kernel_max_tokens(ctx, 1, CLFFN_MAX_KERNEL_TOKENS));
     ASSERT_OK(clffn_context_set_quantized_inputs(ctx, 1));
     cr_assert_eq(clffn_context_quantized_inputs(ctx), 1);
-    static const clffn_dtype types[] = {CLFFN_DTYPE_Q8_0, CLFFN_DTYPE_Q4_0};
+    static const clffn_dtype types[] = {CLFFN_DTYPE_Q8_0, CLFFN_DTYPE_Q4_0, CLFFN_DTYPE_BF16};
     for (size_t t = 0; t < sizeof types / sizeof types[0]; ++t) {
         for (int gated = 0; gated < 2; ++gated) {
             quantized_inputs_case(ctx, types[t], gated, 96, 160);
             quantized_inputs_case(ctx, types[t], !gated, 128, 64);
         }
     }
+    /* bf16 rows of any length: 3 chunks of 32 and 4 values past them, 2 and 6; 70 and 102 rows
+     * end in a short group of rows where several go to a work-item */
+    quantized_inputs_case(ctx, CLFFN_DTYPE_BF16, 1, 100, 70);
+    quantized_inputs_case(ctx, CLFFN_DTYPE_BF16, 0, 102, 70);
     clffn_context_destroy(ctx);
 }
 
-/* On a CPU with AVX-512 VNNI the products take vpdpbusd (the test above); this runs the form of
- * CPUs without it there, too. */
+/* On a CPU with AVX-512 VNNI and BF16 the products take vpdpbusd and vdpbf16ps (the test above);
+ * this runs the forms of CPUs without them there, too. */
 Test(compressed, quantized_inputs_without_vnni, .timeout = 600) {
-    clffn__set_cpu_vnni(0);
+    clffn__set_cpu_dot_products(0);
     clffn_context *ctx = test_context();
     ASSERT_OK(clffn_context_set_kernel_max_tokens(ctx, 1, CLFFN_MAX_KERNEL_TOKENS));
     ASSERT_OK(clffn_context_set_quantized_inputs(ctx, 1));
-    static const clffn_dtype types[] = {CLFFN_DTYPE_Q8_0, CLFFN_DTYPE_Q4_0};
+    static const clffn_dtype types[] = {CLFFN_DTYPE_Q8_0, CLFFN_DTYPE_Q4_0, CLFFN_DTYPE_BF16};
     for (size_t t = 0; t < sizeof types / sizeof types[0]; ++t) {
         quantized_inputs_case(ctx, types[t], 1, 96, 160);
         quantized_inputs_case(ctx, types[t], 0, 128, 64);
     }
+    quantized_inputs_case(ctx, CLFFN_DTYPE_BF16, 1, 100, 70);
     clffn_context_destroy(ctx);
 }
 
@@ -518,7 +523,7 @@ Test(compressed, quantized_inputs_split_shapes, .timeout = 600) {
     ASSERT_OK(clffn_context_set_kernel_max_tokens(ctx, 1, CLFFN_MAX_KERNEL_TOKENS));
     ASSERT_OK(clffn_context_set_quantized_inputs(ctx, 1));
     static const size_t shapes[2][CLFFN_WGEMV_PARAMS] = {{32, 4, 8, 16, 8}, {8, 16, 8, 32, 4}};
-    static const clffn_dtype types[] = {CLFFN_DTYPE_Q8_0, CLFFN_DTYPE_Q4_0};
+    static const clffn_dtype types[] = {CLFFN_DTYPE_Q8_0, CLFFN_DTYPE_Q4_0, CLFFN_DTYPE_BF16};
     for (int sh = 0; sh < 2; ++sh) {
         ASSERT_OK(clffn_context_set_wgemv(ctx, shapes[sh]));
         for (size_t t = 0; t < sizeof types / sizeof types[0]; ++t) {
@@ -541,7 +546,7 @@ Test(compressed, quantized_inputs_in_a_mixture_of_experts, .timeout = 300) {
     ASSERT_OK(clffn_context_set_kernel_max_tokens(ctx, 1, CLFFN_MAX_KERNEL_TOKENS));
     ASSERT_OK(clffn_context_set_quantized_inputs(ctx, 1));
     const clffn_moe_config mc = clffn_moe_config_default(D, F, E, K);
-    static const clffn_dtype types[] = {CLFFN_DTYPE_Q8_0, CLFFN_DTYPE_Q4_0};
+    static const clffn_dtype types[] = {CLFFN_DTYPE_Q8_0, CLFFN_DTYPE_Q4_0, CLFFN_DTYPE_BF16};
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ++ti) {
         test_weights w[E];
         typed_set s[E];
@@ -592,7 +597,8 @@ Test(compressed, quantized_inputs_in_a_mixture_of_experts, .timeout = 300) {
             assert_close(y, ref, T * D, TOL_RTOL, what);
             ASSERT_OK(clffn_moe_reference_forward(&mc, CLFFN_LAYOUT_OUT_IN, router, NULL, deq, T, x,
                                                   plain, NULL, NULL));
-            assert_rounding_shows(ref, plain, T * D, what);
+            assert_rounding_shows(ref, plain, T * D, types[ti] == CLFFN_DTYPE_BF16 ? 10 : 100,
+                                  what);
             free(x), free(y), free(ye), free(wt), free(ch), free(ref), free(plain);
         }
         for (size_t e = 0; e < E; ++e) {
@@ -607,14 +613,15 @@ Test(compressed, quantized_inputs_in_a_mixture_of_experts, .timeout = 300) {
 }
 
 /* A NaN or an infinity in a token's x makes that token's outputs NaN with quantized inputs, as
- * on the f32 path, and leaves the other tokens' as they were: its block's scale is NaN. */
+ * on the f32 path, and leaves the other tokens' as they were: its block's scale is NaN (q8_0),
+ * or the value stays a NaN or an infinity (bf16). */
 Test(compressed, quantized_inputs_pass_non_finite_values_on, .timeout = 120) {
     const size_t D = 64, F = 96, T = 3;
     clffn_context *ctx = test_context();
     ASSERT_OK(clffn_context_set_quantized_inputs(ctx, 1));
-    static const clffn_dtype types[] = {CLFFN_DTYPE_Q8_0, CLFFN_DTYPE_Q4_0};
+    static const clffn_dtype types[] = {CLFFN_DTYPE_Q8_0, CLFFN_DTYPE_Q4_0, CLFFN_DTYPE_BF16};
     static const size_t counts[] = {1, T}; /* the one-token form, and the one for more */
-    for (size_t ti = 0; ti < 2; ++ti) {
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ++ti) {
         clffn_config c = clffn_config_default(D, F);
         c.gated = 1, c.activation = CLFFN_ACT_SILU;
         test_weights w;

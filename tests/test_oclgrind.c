@@ -276,9 +276,9 @@ static void run_typed(const sim_case *s, clffn_dtype t, const size_t wgemv[CLFFN
     release(ctx);
 }
 
-/* Quantized inputs (clffn_context_set_quantized_inputs): clffn_xquant and clffn_wgemv_rows_qx,
- * gated, T tokens, D → F, against the reference on the rounded inputs (test_compressed.c), in
- * the kernels' shape wgemv (NULL: the device's). */
+/* Quantized inputs (clffn_context_set_quantized_inputs): clffn_xquant and clffn_wgemv_rows_qx
+ * (q8_0 and q4_0 weights, or bf16 ones), gated, T tokens, D → F, against the reference on the
+ * rounded inputs (test_compressed.c), in the kernels' shape wgemv (NULL: the device's). */
 static void run_quantized_inputs(clffn_dtype t, size_t T, size_t D, size_t F, const size_t *wgemv) {
     clffn_config c = clffn_config_default(D, F);
     c.gated = 1;
@@ -352,6 +352,11 @@ ParameterizedTest(int *type, oclgrind, typed_passes, .timeout = 600) {
         run_quantized_inputs(t, 1, 96, 160, split); /* a row's lanes: the GPU form */
         run_quantized_inputs(t, 3, 96, 160, split);
         return;
+    }
+    if (t == CLFFN_DTYPE_BF16) { /* bf16 inputs: a row's tail, rows in fours, a row's lanes */
+        run_quantized_inputs(t, 1, 100, 70, NULL);
+        run_quantized_inputs(t, 5, 100, 70, cpu);
+        run_quantized_inputs(t, 3, 96, 160, split);
     }
     const sim_case odd = {CLFFN_ACT_RELU, 1, CLFFN_LAYOUT_OUT_IN, 1, 0, 0, 0, 3, 13, 29, 0};
     const sim_case odd_in = {CLFFN_ACT_SILU, 0, CLFFN_LAYOUT_IN_OUT, 1, 0, 0, 0, 3, 13, 29, 0};

@@ -203,9 +203,10 @@ Test(clffn_run_weights, gguf_refusals) {
  * inputs (test_compressed.c checks those against the double reference), and not the plain
  * reference's: the rounding moves it past the tolerance. */
 Test(clffn_run_weights, gguf_quantized_inputs, .timeout = 120) {
-    static const clffn_dtype types[] = {CLFFN_DTYPE_Q8_0, CLFFN_DTYPE_Q4_0};
-    for (size_t ti = 0; ti < 2; ++ti) {
+    static const clffn_dtype types[] = {CLFFN_DTYPE_Q8_0, CLFFN_DTYPE_Q4_0, CLFFN_DTYPE_BF16};
+    for (size_t ti = 0; ti < 3; ++ti) {
         const clffn_dtype t = types[ti];
+        const int bf16 = t == CLFFN_DTYPE_BF16; /* its inputs rounded to bf16, not q8_0 */
         make_dir();
         gguf_layer L;
         gguf_layer_make(&L, t);
@@ -218,7 +219,8 @@ Test(clffn_run_weights, gguf_quantized_inputs, .timeout = 120) {
                  "--verbose",
                  CLFFN_RUN_PATH, w, x, y);
         cr_assert_eq(run(cmd, out, sizeof out), 0, "%s", out);
-        cr_assert(strstr(out, "inputs: rounded to q8_0") != NULL, "%s", out);
+        cr_assert(strstr(out, bf16 ? "inputs: rounded to bf16" : "inputs: rounded to q8_0") != NULL,
+                  "%s", out);
         if (ti == 0) { /* kept in f16, the choice has nothing to round: said so */
             snprintf(cmd, sizeof cmd,
                      "'%s' --weights '%s' --input '%s' --output '%s/f16.npy' --layer 1 "
@@ -246,7 +248,7 @@ Test(clffn_run_weights, gguf_quantized_inputs, .timeout = 120) {
         cr_assert_eq(clffn_npy_load(y, &got, err), 0, "%s", err);
         assert_close(got.data, lib, T * D, TOL_RTOL, "clffn-run --quantized-inputs");
         clffn_npy_free(&got);
-        assert_rounding_shows(lib, ref, T * D, clffn_dtype_name(t));
+        assert_rounding_shows(lib, ref, T * D, bf16 ? 10 : 100, clffn_dtype_name(t));
         clffn_ffn_destroy(ffn);
         clffn_context_destroy(ctx);
         gguf_layer_free(&L);

@@ -241,9 +241,9 @@ class FFN:
     Input that is not float32 or not C-contiguous is converted with a copy (float64, float16 and
     non-contiguous views are accepted); any other dtype is refused.
 
-    quantized_inputs=True (with weight_dtype "q8_0" or "q4_0") rounds each product's input rows
-    to q8_0 blocks first, as llama.cpp multiplies these types: faster for few tokens, exact only
-    to the rounded inputs (clffn_context_set_quantized_inputs).
+    quantized_inputs=True (with weight_dtype "q8_0", "q4_0" or "bf16") rounds each product's
+    input rows to q8_0 blocks first (bf16 for bf16 weights), as llama.cpp multiplies these types:
+    faster for few tokens, exact only to the rounded inputs (clffn_context_set_quantized_inputs).
     """
 
     def __init__(self, d_model, d_ff, activation="relu", gated=False, bias1=True, bias2=True,

@@ -44,7 +44,8 @@ class MoE:
 
     layer(x) takes [..., d_model] and returns float32 of the same shape; last_experts and
     last_weights then hold each token's choice [..., top_k] and its weights. quantized_inputs
-    as FFN takes it: q8_0 and q4_0 experts round their rows to q8_0 first, as llama.cpp does.
+    as FFN takes it: q8_0 and q4_0 experts round their rows to q8_0 first (bf16 ones to bf16),
+    as llama.cpp does.
     """
 
     def __init__(self, d_model, d_ff, experts, top_k=2, activation="swiglu", bias=False,

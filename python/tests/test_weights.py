@@ -144,12 +144,13 @@ def test_load_gguf(tmp_path):
         clffn.load(path, layer=3)
 
 
-@pytest.mark.parametrize("dtype", ["q8_0", "q4_0"])
+@pytest.mark.parametrize("dtype", ["q8_0", "q4_0", "bf16"])
 def test_quantized_inputs(dtype):
     """quantized_inputs=True: the hidden layer is the reference's on x rounded to q8_0 (numpy's
-    port of GGUF's rounding above), y the second product over the device's own hidden layer
-    rounded so; the rounding moves y well past the tolerance; an FFN without it on the same
-    device keeps x exact."""
+    port of GGUF's rounding above; bf16 for bf16 weights), y the second product over the
+    device's own hidden layer rounded so; the rounding moves y well past the tolerance; an FFN
+    without it on the same device keeps x exact."""
+    rounded = bf16 if dtype == "bf16" else q8_0
     w = weights(5)
     x = np.random.default_rng(6).uniform(-1, 1, (3, D)).astype(np.float32)
     ffn = clffn.FFN(D, F, activation="silu", gated=True, bias_gate=False, weight_dtype=dtype,
@@ -161,9 +162,10 @@ def test_quantized_inputs(dtype):
     dq = {k: (DEQUANT[dtype](a) if a.ndim == 2 else a).astype(np.float64) for k, a in w.items()}
     y = ffn(x)
     h = ffn.hidden("out")
-    ref.close(h, ref.forward(q8_0(x), dq, "silu", True)[1]["h"])
-    yref = q8_0(h).astype(np.float64) @ dq["w2"].T + dq["b2"]
+    ref.close(h, ref.forward(rounded(x), dq, "silu", True)[1]["h"])
+    yref = rounded(h).astype(np.float64) @ dq["w2"].T + dq["b2"]
     ref.close(y, yref)
     plain = ref.forward(x, dq, "silu", True)[0]
     ref.close(exact(x), plain)
-    assert np.abs(yref - plain).max() > 100 * 1e-5 * np.abs(plain).max()
+    margin = 10 if dtype == "bf16" else 100  # bf16's rounding is 16 times finer than q8_0's
+    assert np.abs(yref - plain).max() > margin * 1e-5 * np.abs(plain).max()

@@ -121,8 +121,8 @@ static const tool_option OPTIONS[] = {
      "run up to N tokens through clffn's own kernels for the\nweights' type instead of the "
      "profile's crossover (0: never)"},
     {"quantized-inputs", OPT_QUANTIZED_INPUTS, TOOL_FLAG, NULL,
-     "round the inputs of q8_0 and q4_0 products to q8_0 first,\nas llama.cpp does "
-     "(clffn_context_set_quantized_inputs)"},
+     "round the inputs of q8_0 and q4_0 products to q8_0 first\n(of bf16 ones to bf16), as "
+     "llama.cpp does\n(clffn_context_set_quantized_inputs)"},
     {"experts", OPT_EXPERTS, TOOL_VALUE, "E",
      "a mixture-of-experts layer of E such FFNs with a router,\nbeside the dense FFN doing the "
      "same rows per expert"},

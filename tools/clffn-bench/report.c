@@ -132,7 +132,8 @@ static void text_choices(const args *a, clffn_context *ctx) {
            clffn_context_kernel_max_tokens(ctx, compressed),
            a->set_kernel_max ? "--kernel-max" : tuning);
     if (clffn_context_quantized_inputs(ctx)) {
-        printf("inputs:        rounded to q8_0 for q8_0 and q4_0 products (--quantized-inputs)\n");
+        printf("inputs:        rounded to q8_0 for q8_0 and q4_0 products, to bf16 for bf16 "
+               "ones (--quantized-inputs)\n");
     }
 }
 

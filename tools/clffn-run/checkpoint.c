@@ -190,13 +190,14 @@ static int upload(const options *o, clffn_ffn *ffn, const loaded *w) {
 
 void run_note_quantized_inputs(const options *o, clffn_dtype dtype) {
     if (!o->quantized_inputs) { return; }
-    if (dtype != CLFFN_DTYPE_Q8_0 && dtype != CLFFN_DTYPE_Q4_0) {
+    if (dtype != CLFFN_DTYPE_Q8_0 && dtype != CLFFN_DTYPE_Q4_0 && dtype != CLFFN_DTYPE_BF16) {
         fprintf(stderr,
-                "clffn-run: --quantized-inputs rounds the inputs of q8_0 and q4_0 products; "
-                "these weights are %s, so it changes nothing\n",
+                "clffn-run: --quantized-inputs rounds the inputs of q8_0, q4_0 and bf16 "
+                "products; these weights are %s, so it changes nothing\n",
                 clffn_dtype_name(dtype));
     } else if (o->verbose) {
-        printf("inputs: rounded to q8_0 for clffn's few-token kernels (--quantized-inputs)\n");
+        printf("inputs: rounded to %s for clffn's few-token kernels (--quantized-inputs)\n",
+               dtype == CLFFN_DTYPE_BF16 ? "bf16" : "q8_0");
     }
 }
 

@@ -87,8 +87,8 @@ static const tool_option OPTIONS[] = {
      "others f32), or as f32, f16, bf16,\nq8_0 or q4_0 (converted on the host, GGUF's "
      "rounding)"},
     {"quantized-inputs", OPT_QUANTIZED_INPUTS, TOOL_FLAG, NULL,
-     "round the inputs of q8_0 and q4_0 products to q8_0 first, as\nllama.cpp does: faster "
-     "for few tokens, less exact"},
+     "round the inputs of q8_0 and q4_0 products to q8_0 first (of\nbf16 ones to bf16), as "
+     "llama.cpp does: faster for few\ntokens, less exact"},
     {"input", OPT_INPUT, TOOL_VALUE, "X.npy", "the input, [..., d_model]"},
     {"output", OPT_OUTPUT, TOOL_VALUE, "Y.npy", "where the output goes (same shape)"},
     {"preset", OPT_PRESET, TOOL_VALUE, "NAME",
