@@ -969,6 +969,64 @@ CLFFN_QX_ROW_INLINE void clffn_qx_row(__global const uchar *row, ulong blocks,
 #endif
 }
 
+#if CLFFN_ROW_SPLIT == 1
+  #define CLFFN_QX_R CLFFN_QX_ROWS(CLFFN_WTOKENS) // rows a work-item (the host launches alike)
+#else
+  #define CLFFN_QX_R 1
+#endif
+#ifndef CLFFN_QX_TT // tokens a group: groups of 4 cost q4_0 20-25% at 8 and 16 tokens
+  #define CLFFN_QX_TT 8
+#endif
+#if CLFFN_QX_DPBUSD && CLFFN_QX_R > 1
+// sum[i][t] = row i's products with the pass's quantized rows (rows ≤ CLFFN_QX_R of them from
+// row0, row_bytes apart; the others repeat the last and are not stored), the tokens in groups of
+// CLFFN_QX_TT: each pair of x's blocks read once for all the rows, each row's pair taken apart
+// once for the group's tokens.
+CLFFN_QX_ROW_INLINE void clffn_qx_rows(__global const uchar *row0, ulong row_bytes, uint rows,
+                                       ulong blocks, __global const uchar *xq, ulong xs,
+                                       uint tokens, float sum[CLFFN_QX_R][CLFFN_WTOKENS]) {
+  const ulong pairs = (blocks + 1) / 2;
+  __global const uchar *wr[CLFFN_QX_R];
+  for (uint i = 0; i < CLFFN_QX_R; ++i) { wr[i] = row0 + min(i, rows - 1) * row_bytes; }
+  for (uint t0 = 0; t0 < tokens; t0 += CLFFN_QX_TT) {
+    const uint n = min((uint)CLFFN_QX_TT, tokens - t0);
+    float16 acc[CLFFN_QX_R][CLFFN_QX_TT];
+    for (uint i = 0; i < CLFFN_QX_R; ++i) {
+      for (uint j = 0; j < CLFFN_QX_TT; ++j) { acc[i][j] = (float16)0.0f; }
+    }
+    for (ulong p = 0; p < pairs; ++p) {
+      const int two = 2 * p + 1 < blocks;
+      clffn_qx_w pw[CLFFN_QX_R];
+  #pragma unroll
+      for (uint i = 0; i < CLFFN_QX_R; ++i) {
+        pw[i] = clffn_qx_pair(wr[i] + 2 * p * CLFFN_BLOCK_BYTES, two);
+      }
+  #pragma unroll
+      for (uint j = 0; j < CLFFN_QX_TT; ++j) {
+        if (j < n) {
+          __global const uchar *xt = xq + (t0 + j) * xs;
+          const clffn_s8x64 xv = clffn_load64((__global const char *)xt + 64 * p);
+          const float2 s2 = vload2(p, (__global const float *)(xt + 64 * pairs));
+          const float16 sx = CLFFN_PAIR_LANES(s2);
+  #pragma unroll
+          for (uint i = 0; i < CLFFN_QX_R; ++i) {
+            const clffn_v16si d =
+                __builtin_ia32_vpdpbusd512(-pw[i].off, (clffn_v16si)xv, (clffn_v16si)pw[i].w);
+            acc[i][j] = fma(__builtin_convertvector(d, float16), pw[i].d * sx, acc[i][j]);
+          }
+        }
+      }
+    }
+    for (uint i = 0; i < CLFFN_QX_R; ++i) {
+      for (uint j = 0; j < CLFFN_QX_TT; ++j) {
+        const float8 h = acc[i][j].lo + acc[i][j].hi;
+        if (j < n) { sum[i][t0 + j] = dot(h.lo + h.hi, (float4)1.0f); }
+      }
+    }
+  }
+}
+#endif
+
 #if CLFFN_ROW_SPLIT > 1
 // Several lanes a row (GPUs): lane s takes the half-blocks s, s + SPLIT, …, so that a warp's
 // loads fall on one run of the row, as in clffn_row_lanes. Half h of block b is quants 16h …
@@ -1021,34 +1079,45 @@ inline void clffn_qx_lanes(__global const uchar *row, ulong blocks, __global con
 #endif
 
 // y[t, r] = Σ_b dw[r, b]·dx[t, b]·Σ_j q_w[r, b, j]·q_x[t, b, j] (+ β·y) for the pass's tokens,
-// from clffn_xquant's rows (xq, xs bytes apart). NDRange (CLFFN_ROW_SPLIT, ⌈rows /
+// from clffn_xquant's rows (xq, xs bytes apart). NDRange (CLFFN_ROW_SPLIT, ⌈⌈rows / CLFFN_QX_R⌉ /
 // CLFFN_ROW_ROWS⌉·CLFFN_ROW_ROWS), work-group (CLFFN_ROW_SPLIT, CLFFN_ROW_ROWS). On a CPU one row
-// a work-item: the quantized rows fit the first-level cache, and four rows side by side measured
-// slower there (4096 -> 11008, one token, 22016 rows of 4096: 2.4-2.6 ms against 1.2-1.3 one by
-// one). On a GPU the row's lanes share it (clffn_qx_lanes).
+// a work-item up to 4 tokens: the quantized rows fit the first-level cache, and four rows side by
+// side measured slower there (4096 -> 11008, one token, 22016 rows of 4096: 2.4-2.6 ms against
+// 1.2-1.3 one by one); from 8 tokens two (CLFFN_QX_ROWS). On a GPU the row's lanes share it
+// (clffn_qx_lanes).
 CLFFN_ROWS_QX_KERNEL {
   CLFFN_PASS_TOKENS();
-  const ulong r = get_global_id(1);
-  float sum[CLFFN_WTOKENS];
+  const ulong r0 = get_global_id(1) * CLFFN_QX_R;
+  float sum[CLFFN_QX_R][CLFFN_WTOKENS];
 #if CLFFN_ROW_SPLIT > 1
   const uint s = get_local_id(0);
-  for (uint t = 0; t < CLFFN_WTOKENS; ++t) { sum[t] = 0.0f; }
-  if (r < rows && live) {
-    clffn_qx_lanes(w + w_off + r * row_bytes, cols / CLFFN_QK, xq, xs, tokens, s, sum);
+  for (uint t = 0; t < CLFFN_WTOKENS; ++t) { sum[0][t] = 0.0f; }
+  if (r0 < rows && live) {
+    clffn_qx_lanes(w + w_off + r0 * row_bytes, cols / CLFFN_QK, xq, xs, tokens, s, sum[0]);
   }
   __local float part[CLFFN_ROW_ROWS][CLFFN_WTOKENS][CLFFN_ROW_SPLIT];
-  clffn_lanes_sum(part[get_local_id(1)], s, sum);
+  clffn_lanes_sum(part[get_local_id(1)], s, sum[0]);
+#elif CLFFN_QX_R > 1 && CLFFN_QX_DPBUSD
+  const uint s = 0;
+  if (r0 < rows && live) {
+    clffn_qx_rows(w + w_off + r0 * row_bytes, row_bytes, (uint)min((ulong)CLFFN_QX_R, rows - r0),
+                  cols / CLFFN_QK, xq, xs, tokens, sum);
+  }
 #else
   const uint s = 0;
-  if (r < rows && live) {
-    clffn_qx_row(w + w_off + r * row_bytes, cols / CLFFN_QK, xq, xs, tokens, sum);
+  for (uint i = 0; i < CLFFN_QX_R; ++i) {
+    if (r0 + i < rows && live) {
+      clffn_qx_row(w + w_off + (r0 + i) * row_bytes, cols / CLFFN_QK, xq, xs, tokens, sum[i]);
+    }
   }
 #endif
-  if (s == 0 && r < rows && live) {
-    for (uint t = 0; t < CLFFN_WTOKENS; ++t) {
-      if (t < tokens) {
-        __global float *yt = y + y_off + t * ldy + r;
-        *yt = beta != 0.0f ? fma(beta, *yt, sum[t]) : sum[t];
+  if (s == 0 && live) {
+    for (uint i = 0; i < CLFFN_QX_R; ++i) {
+      for (uint t = 0; t < CLFFN_WTOKENS; ++t) {
+        if (t < tokens && r0 + i < rows) {
+          __global float *yt = y + y_off + t * ldy + r0 + i;
+          *yt = beta != 0.0f ? fma(beta, *yt, sum[i][t]) : sum[i][t];
+        }
       }
     }
   }

@@ -138,8 +138,10 @@ static cl_int wgemv_quantized_inputs(clffn_wkernels *wk, const clffn_context *ct
     CLFFN_ARG(a, ldy), CLFFN_ARG(a, beta);
     if ((err = clffn__args_end(&a)) != CL_SUCCESS) { return err; }
     const size_t split = ctx->wgemv[0], group = ctx->wgemv[1];
-    /* bf16 rows go several to a work-item where a row has one lane (CLFFN_BX_ROWS) */
-    const size_t per_item = bf16 && split == 1 ? CLFFN_BX_ROWS(bucket_tokens[b]) : 1;
+    /* rows go several to a work-item where a row has one lane (CLFFN_BX_ROWS, CLFFN_QX_ROWS) */
+    const size_t per_item = split > 1 ? 1
+                            : bf16    ? CLFFN_BX_ROWS(bucket_tokens[b])
+                                      : CLFFN_QX_ROWS(bucket_tokens[b]);
     const size_t items = (w->rows + per_item - 1) / per_item;
     const size_t global[2] = {split, round_up(items, group)}, local[2] = {split, group};
     return clEnqueueNDRangeKernel(queue, wk->rows_qx[b], 2, NULL, global, local, 0, NULL, NULL);
