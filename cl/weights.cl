@@ -675,8 +675,8 @@ void clffn_wgemv_rows4(__global const uchar *restrict w, const ulong w_off, cons
 //   q  char[64·P]  the quants; for q4_0 weights from 2 tokens on, and q8_0 ones with VNNI,
 //                  q + 128 as unsigned bytes
 //   s  float[2·P]  each block's scale, d rounded to f16 as GGUF stores it (then 64-byte padding)
-//   c  int[2·P]    q4_0 at one token only (CLFFN_XQ_C): each block's -Σq, q4_0's offset of 8
-//                  taken off each of its eight 32-bit sums of four products (below; padded)
+//   c  int[2·P]    q4_0 at one token and in the 16-row form (CLFFN_XQ_C): each block's -Σq,
+//                  q4_0's offset of 8 taken off its sums of the nibbles' products (padded)
 // Each row's quants take a byte a value, not the four of an f32 x: at 4 tokens, 16 KB against
 // 64 KB for 4096 values, so the rows stay in a CPU's first-level cache beside the weights.
 // The row kernel's head, the same for q8_0 inputs and bf16 ones (below), which the host
@@ -723,7 +723,15 @@ void clffn_wgemv_rows4(__global const uchar *restrict w, const ulong w_off, cons
   #define CLFFN_QX_ROW_INLINE inline CLFFN_ALWAYS_INLINE
 #endif
 
-  #if CLFFN_WTYPE == CLFFN_WTYPE_Q4_0 && CLFFN_WTOKENS == 1
+  // q4_0's 16-row form (clffn_q4_rows16): where a row has one lane, from 4 tokens on
+  #if CLFFN_WTYPE == CLFFN_WTYPE_Q4_0 && CLFFN_QX_DPBUSD && \
+      CLFFN_Q4_WIDE(CLFFN_ROW_SPLIT, CLFFN_WTOKENS)
+    #define CLFFN_Q4_R16 1
+  #else
+    #define CLFFN_Q4_R16 0
+  #endif
+  #if CLFFN_WTYPE == CLFFN_WTYPE_Q4_0 && \
+      (CLFFN_WTOKENS == 1 || CLFFN_Q4_WIDE(CLFFN_ROW_SPLIT, CLFFN_WTOKENS))
     #define CLFFN_XQ_C 1
   #else
     #define CLFFN_XQ_C 0
@@ -969,7 +977,9 @@ CLFFN_QX_ROW_INLINE void clffn_qx_row(__global const uchar *row, ulong blocks,
 #endif
 }
 
-#if CLFFN_ROW_SPLIT == 1
+#if CLFFN_ROW_SPLIT == 1 && CLFFN_WTYPE == CLFFN_WTYPE_Q4_0 && CLFFN_Q4_WIDE(1, CLFFN_WTOKENS)
+  #define CLFFN_QX_R 16
+#elif CLFFN_ROW_SPLIT == 1
   #define CLFFN_QX_R CLFFN_QX_ROWS(CLFFN_WTOKENS) // rows a work-item (the host launches alike)
 #else
   #define CLFFN_QX_R 1
@@ -1021,6 +1031,69 @@ CLFFN_QX_ROW_INLINE void clffn_qx_rows(__global const uchar *row0, ulong row_byt
       for (uint j = 0; j < CLFFN_QX_TT; ++j) {
         const float8 h = acc[i][j].lo + acc[i][j].hi;
         if (j < n) { sum[i][t0 + j] = dot(h.lo + h.hi, (float4)1.0f); }
+      }
+    }
+  }
+}
+#endif
+
+#if CLFFN_Q4_R16
+// acc[t] (lane i: row i of 16 from row0, row_bytes apart; rows past `rows` repeat the last) =
+// the rows' products with the pass's quantized rows. Each block's quants are transposed a dword
+// (4 values) a lane for the 16 rows, so that one vpdpbusd, x's dword broadcast, adds 4 products
+// to each of 16 outputs, and one conversion and multiply-add of 16 lanes a block and token take
+// every row's scale, where one row a work-item takes three instructions a pair of blocks, row and
+// token. ggml's repacked q4_0_8x8 reaches the same by storing the weights interleaved; these are
+// the stored bytes, transposed in registers: 16 loads and three shuffles per dword, paid once
+// for the pass's tokens (vpgatherdd measured twice as slow at 4 tokens). The nibbles q
+// (unsigned) times x's signed quants, plus 8·(-Σx) from x's rows (CLFFN_XQ_C), are Σ(q - 8)·x.
+CLFFN_QX_ROW_INLINE void clffn_q4_rows16(__global const uchar *row0, ulong row_bytes, uint rows,
+                                         ulong blocks, __global const uchar *xq, ulong xs,
+                                         uint tokens, float16 acc[CLFFN_WTOKENS]) {
+  const ulong pairs = (blocks + 1) / 2;
+  for (uint t = 0; t < CLFFN_WTOKENS; ++t) { acc[t] = (float16)0.0f; }
+  const clffn_v16si m4 = (clffn_v16si)((int16)0x0f0f0f0f);
+  __global const uchar *rp[16];
+  for (uint i = 0; i < 16; ++i) { rp[i] = row0 + min(i, rows - 1) * row_bytes; }
+  for (ulong b = 0; b < blocks; ++b) {
+    const ulong o = b * CLFFN_BLOCK_BYTES;
+    ushort sc[16];
+    uint4 a[16];
+  #pragma unroll
+    for (uint i = 0; i < 16; ++i) {
+      sc[i] = *(__global const ushort *)(rp[i] + o);
+      a[i] = as_uint4(vload16(0, rp[i] + o + 2));
+    }
+    const float16 dw = clffn_halves16(vload16(0, sc));
+    const uint16 p0 = (uint16)(a[0], a[1], a[2], a[3]), p1 = (uint16)(a[4], a[5], a[6], a[7]);
+    const uint16 p2 = (uint16)(a[8], a[9], a[10], a[11]);
+    const uint16 p3 = (uint16)(a[12], a[13], a[14], a[15]);
+    clffn_v16si w[8];
+  #define CLFFN_Q4_Z(j)                                                                          \
+    {                                                                                            \
+      const uint8 l0 = __builtin_shufflevector(p0, p1, j, 4 + j, 8 + j, 12 + j, 16 + j, 20 + j,   \
+                                               24 + j, 28 + j);                                   \
+      const uint8 l1 = __builtin_shufflevector(p2, p3, j, 4 + j, 8 + j, 12 + j, 16 + j, 20 + j,   \
+                                               24 + j, 28 + j);                                   \
+      const clffn_v16si q = (clffn_v16si)(uint16)(l0, l1);                                       \
+      w[j] = q & m4;                                                                             \
+      w[j + 4] = (q >> 4) & m4;                                                                  \
+    }
+    CLFFN_Q4_Z(0) CLFFN_Q4_Z(1) CLFFN_Q4_Z(2) CLFFN_Q4_Z(3)
+  #undef CLFFN_Q4_Z
+  #pragma unroll
+    for (uint t = 0; t < CLFFN_WTOKENS; ++t) {
+      if (t < tokens) {
+        __global const uchar *xt = xq + t * xs;
+        __global const int *xd = (__global const int *)(xt + b * CLFFN_QK);
+        const int c = ((__global const int *)(xt + CLFFN_XQ_BYTES(2 * pairs)))[b];
+        clffn_v16si sum = (clffn_v16si)((int16)(8 * c));
+  #pragma unroll
+        for (uint k = 0; k < 8; ++k) {
+          sum = __builtin_ia32_vpdpbusd512(sum, w[k], (clffn_v16si)((int16)xd[k]));
+        }
+        const float dx = ((__global const float *)(xt + 64 * pairs))[b];
+        acc[t] = fma(__builtin_convertvector(sum, float16), dw * dx, acc[t]);
       }
     }
   }
@@ -1097,6 +1170,22 @@ CLFFN_ROWS_QX_KERNEL {
   }
   __local float part[CLFFN_ROW_ROWS][CLFFN_WTOKENS][CLFFN_ROW_SPLIT];
   clffn_lanes_sum(part[get_local_id(1)], s, sum[0]);
+#elif CLFFN_Q4_R16
+  const uint s = 1; // stores its 16 rows' outputs here, not below
+  if (r0 < rows && live) {
+    float16 acc[CLFFN_WTOKENS];
+    const uint n = (uint)min((ulong)16, rows - r0);
+    clffn_q4_rows16(w + w_off + r0 * row_bytes, row_bytes, n, cols / CLFFN_QK, xq, xs, tokens,
+                    acc);
+    for (uint t = 0; t < CLFFN_WTOKENS; ++t) {
+      if (t < tokens) {
+        float v[16];
+        vstore16(acc[t], 0, v);
+        __global float *yt = y + y_off + t * ldy + r0;
+        for (uint i = 0; i < n; ++i) { yt[i] = beta != 0.0f ? fma(beta, yt[i], v[i]) : v[i]; }
+      }
+    }
+  }
 #elif CLFFN_QX_R > 1 && CLFFN_QX_DPBUSD
   const uint s = 0;
   if (r0 < rows && live) {
