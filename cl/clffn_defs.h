@@ -55,15 +55,11 @@
 #define CLFFN_XQ_BYTES(blocks)                                                                  \
     (64 * (((blocks) + 1) / 2) + (8 * (((blocks) + 1) / 2) + 63) / 64 * 64)
 
-/* Rows a work-item of the quantized-input row kernel takes where a row has one lane (CPUs), by
- * the pass's tokens (cl/weights.cl, clffn_qx_rows): two from 8 tokens on, each pair of x's blocks
- * then read once for both; at 2 and 4 tokens two rows measured up to twice as slow. */
-#define CLFFN_QX_ROWS(tokens) ((tokens) >= 8 ? 2 : 1)
-
-/* Whether q4_0's quantized-input rows go sixteen to a work-item (cl/weights.cl,
- * clffn_q4_rows16): where a row has one lane (split 1, CPUs) and from 4 tokens on. Their input
- * rows then carry each block's -Σq, as at one token (CLFFN_XQ_C). */
-#define CLFFN_Q4_WIDE(split, tokens) ((split) == 1 && (tokens) >= 4)
+/* Whether q8_0's and q4_0's quantized-input rows go sixteen to a work-item (cl/weights.cl,
+ * clffn_qx_rows16): where a row has one lane (split 1, CPUs) and from 4 tokens on; at 2 tokens
+ * the form measured no faster. Their input rows then carry each block's -Σq, as q4_0's do at one
+ * token (CLFFN_XQ_C). */
+#define CLFFN_QX_WIDE(split, tokens) ((split) == 1 && (tokens) >= 4)
 
 /* Bytes of one token's row of bf16-rounded inputs for rows of `cols` bf16 weights (clffn_xquant
  * of the bf16 program, cl/weights.cl): ⌈cols / 32⌉ chunks of 32 values, 64 bytes each, zeros

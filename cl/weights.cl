@@ -672,11 +672,12 @@ void clffn_wgemv_rows4(__global const uchar *restrict w, const ulong w_off, cons
 // integers: each block's 32 products summed exactly, times the weight's and the input's scales
 // in f32. clffn_xquant writes each token's row at xs = CLFFN_XQ_BYTES(blocks) apart, P =
 // ⌈blocks / 2⌉ pairs of blocks, the block past the last (where blocks is odd) all zero:
-//   q  char[64·P]  the quants; for q4_0 weights from 2 tokens on, and q8_0 ones with VNNI,
-//                  q + 128 as unsigned bytes
+//   q  char[64·P]  the quants; q + 128 as unsigned bytes where the row kernel takes them so
+//                  (q4_0 weights at 2 tokens, and beyond where the 16-row form does not run;
+//                  q8_0 ones with VNNI, likewise; CLFFN_XQ_OFFSET)
 //   s  float[2·P]  each block's scale, d rounded to f16 as GGUF stores it (then 64-byte padding)
-//   c  int[2·P]    q4_0 at one token and in the 16-row form (CLFFN_XQ_C): each block's -Σq,
-//                  q4_0's offset of 8 taken off its sums of the nibbles' products (padded)
+//   c  int[2·P]    q4_0 at one token, and both types in the 16-row form (CLFFN_XQ_C): each
+//                  block's -Σq, for the offset of the weights' unsigned form (padded)
 // Each row's quants take a byte a value, not the four of an f32 x: at 4 tokens, 16 KB against
 // 64 KB for 4096 values, so the rows stay in a CPU's first-level cache beside the weights.
 // The row kernel's head, the same for q8_0 inputs and bf16 ones (below), which the host
@@ -723,21 +724,20 @@ void clffn_wgemv_rows4(__global const uchar *restrict w, const ulong w_off, cons
   #define CLFFN_QX_ROW_INLINE inline CLFFN_ALWAYS_INLINE
 #endif
 
-  // q4_0's 16-row form (clffn_q4_rows16): where a row has one lane, from 4 tokens on
-  #if CLFFN_WTYPE == CLFFN_WTYPE_Q4_0 && CLFFN_QX_DPBUSD && \
-      CLFFN_Q4_WIDE(CLFFN_ROW_SPLIT, CLFFN_WTOKENS)
-    #define CLFFN_Q4_R16 1
+  // the 16-row form (clffn_qx_rows16): where a row has one lane, from 4 tokens on
+  #if CLFFN_QX_DPBUSD && CLFFN_QX_WIDE(CLFFN_ROW_SPLIT, CLFFN_WTOKENS)
+    #define CLFFN_QX_R16 1
   #else
-    #define CLFFN_Q4_R16 0
+    #define CLFFN_QX_R16 0
   #endif
-  #if CLFFN_WTYPE == CLFFN_WTYPE_Q4_0 && \
-      (CLFFN_WTOKENS == 1 || CLFFN_Q4_WIDE(CLFFN_ROW_SPLIT, CLFFN_WTOKENS))
+  #if (CLFFN_WTYPE == CLFFN_WTYPE_Q4_0 && CLFFN_WTOKENS == 1) || \
+      CLFFN_QX_WIDE(CLFFN_ROW_SPLIT, CLFFN_WTOKENS)
     #define CLFFN_XQ_C 1
   #else
     #define CLFFN_XQ_C 0
   #endif
   #if (CLFFN_WTYPE == CLFFN_WTYPE_Q4_0 && !CLFFN_XQ_C) || \
-      (CLFFN_WTYPE == CLFFN_WTYPE_Q8_0 && CLFFN_QX_DPBUSD)
+      (CLFFN_WTYPE == CLFFN_WTYPE_Q8_0 && CLFFN_QX_DPBUSD && !CLFFN_XQ_C)
     #define CLFFN_XQ_OFFSET 128
   #else
     #define CLFFN_XQ_OFFSET 0
@@ -977,67 +977,13 @@ CLFFN_QX_ROW_INLINE void clffn_qx_row(__global const uchar *row, ulong blocks,
 #endif
 }
 
-#if CLFFN_ROW_SPLIT == 1 && CLFFN_WTYPE == CLFFN_WTYPE_Q4_0 && CLFFN_Q4_WIDE(1, CLFFN_WTOKENS)
-  #define CLFFN_QX_R 16
-#elif CLFFN_ROW_SPLIT == 1
-  #define CLFFN_QX_R CLFFN_QX_ROWS(CLFFN_WTOKENS) // rows a work-item (the host launches alike)
+#if CLFFN_ROW_SPLIT == 1 && CLFFN_QX_WIDE(1, CLFFN_WTOKENS)
+  #define CLFFN_QX_R 16 // rows a work-item (the host launches alike)
 #else
   #define CLFFN_QX_R 1
 #endif
-#ifndef CLFFN_QX_TT // tokens a group: groups of 4 cost q4_0 20-25% at 8 and 16 tokens
-  #define CLFFN_QX_TT 8
-#endif
-#if CLFFN_QX_DPBUSD && CLFFN_QX_R > 1
-// sum[i][t] = row i's products with the pass's quantized rows (rows ≤ CLFFN_QX_R of them from
-// row0, row_bytes apart; the others repeat the last and are not stored), the tokens in groups of
-// CLFFN_QX_TT: each pair of x's blocks read once for all the rows, each row's pair taken apart
-// once for the group's tokens.
-CLFFN_QX_ROW_INLINE void clffn_qx_rows(__global const uchar *row0, ulong row_bytes, uint rows,
-                                       ulong blocks, __global const uchar *xq, ulong xs,
-                                       uint tokens, float sum[CLFFN_QX_R][CLFFN_WTOKENS]) {
-  const ulong pairs = (blocks + 1) / 2;
-  __global const uchar *wr[CLFFN_QX_R];
-  for (uint i = 0; i < CLFFN_QX_R; ++i) { wr[i] = row0 + min(i, rows - 1) * row_bytes; }
-  for (uint t0 = 0; t0 < tokens; t0 += CLFFN_QX_TT) {
-    const uint n = min((uint)CLFFN_QX_TT, tokens - t0);
-    float16 acc[CLFFN_QX_R][CLFFN_QX_TT];
-    for (uint i = 0; i < CLFFN_QX_R; ++i) {
-      for (uint j = 0; j < CLFFN_QX_TT; ++j) { acc[i][j] = (float16)0.0f; }
-    }
-    for (ulong p = 0; p < pairs; ++p) {
-      const int two = 2 * p + 1 < blocks;
-      clffn_qx_w pw[CLFFN_QX_R];
-  #pragma unroll
-      for (uint i = 0; i < CLFFN_QX_R; ++i) {
-        pw[i] = clffn_qx_pair(wr[i] + 2 * p * CLFFN_BLOCK_BYTES, two);
-      }
-  #pragma unroll
-      for (uint j = 0; j < CLFFN_QX_TT; ++j) {
-        if (j < n) {
-          __global const uchar *xt = xq + (t0 + j) * xs;
-          const clffn_s8x64 xv = clffn_load64((__global const char *)xt + 64 * p);
-          const float2 s2 = vload2(p, (__global const float *)(xt + 64 * pairs));
-          const float16 sx = CLFFN_PAIR_LANES(s2);
-  #pragma unroll
-          for (uint i = 0; i < CLFFN_QX_R; ++i) {
-            const clffn_v16si d =
-                __builtin_ia32_vpdpbusd512(-pw[i].off, (clffn_v16si)xv, (clffn_v16si)pw[i].w);
-            acc[i][j] = fma(__builtin_convertvector(d, float16), pw[i].d * sx, acc[i][j]);
-          }
-        }
-      }
-    }
-    for (uint i = 0; i < CLFFN_QX_R; ++i) {
-      for (uint j = 0; j < CLFFN_QX_TT; ++j) {
-        const float8 h = acc[i][j].lo + acc[i][j].hi;
-        if (j < n) { sum[i][t0 + j] = dot(h.lo + h.hi, (float4)1.0f); }
-      }
-    }
-  }
-}
-#endif
 
-#if CLFFN_Q4_R16
+#if CLFFN_QX_R16
 // acc[t] (lane i: row i of 16 from row0, row_bytes apart; rows past `rows` repeat the last) =
 // the rows' products with the pass's quantized rows. Each block's quants are transposed a dword
 // (4 values) a lane for the 16 rows, so that one vpdpbusd, x's dword broadcast, adds 4 products
@@ -1045,9 +991,10 @@ CLFFN_QX_ROW_INLINE void clffn_qx_rows(__global const uchar *row0, ulong row_byt
 // every row's scale, where one row a work-item takes three instructions a pair of blocks, row and
 // token. ggml's repacked q4_0_8x8 reaches the same by storing the weights interleaved; these are
 // the stored bytes, transposed in registers: 16 loads and three shuffles per dword, paid once
-// for the pass's tokens (vpgatherdd measured twice as slow at 4 tokens). The nibbles q
-// (unsigned) times x's signed quants, plus 8·(-Σx) from x's rows (CLFFN_XQ_C), are Σ(q - 8)·x.
-CLFFN_QX_ROW_INLINE void clffn_q4_rows16(__global const uchar *row0, ulong row_bytes, uint rows,
+// for the pass's tokens (vpgatherdd measured twice as slow at 4 tokens). x's signed quants go on
+// the side vpdpbusd broadcasts, so the weights go unsigned: q4_0's nibbles q, whose products plus
+// 8·(-Σx) from x's rows (CLFFN_XQ_C) are Σ(q - 8)·x; q8_0's quants + 128, less 128·Σx.
+CLFFN_QX_ROW_INLINE void clffn_qx_rows16(__global const uchar *row0, ulong row_bytes, uint rows,
                                          ulong blocks, __global const uchar *xq, ulong xs,
                                          uint tokens, float16 acc[CLFFN_WTOKENS]) {
   const ulong pairs = (blocks + 1) / 2;
@@ -1069,25 +1016,41 @@ CLFFN_QX_ROW_INLINE void clffn_q4_rows16(__global const uchar *row0, ulong row_b
     const uint16 p2 = (uint16)(a[8], a[9], a[10], a[11]);
     const uint16 p3 = (uint16)(a[12], a[13], a[14], a[15]);
     clffn_v16si w[8];
-  #define CLFFN_Q4_Z(j)                                                                          \
+  #define CLFFN_QX_T(j, p0, p1, p2, p3)                                                          \
+    (clffn_v16si)(uint16)(__builtin_shufflevector(p0, p1, j, 4 + j, 8 + j, 12 + j, 16 + j,       \
+                                                  20 + j, 24 + j, 28 + j),                       \
+                          __builtin_shufflevector(p2, p3, j, 4 + j, 8 + j, 12 + j, 16 + j,       \
+                                                  20 + j, 24 + j, 28 + j))
+  #if CLFFN_WTYPE == CLFFN_WTYPE_Q4_0
+  #define CLFFN_QX_Z(j)                                                                          \
     {                                                                                            \
-      const uint8 l0 = __builtin_shufflevector(p0, p1, j, 4 + j, 8 + j, 12 + j, 16 + j, 20 + j,   \
-                                               24 + j, 28 + j);                                   \
-      const uint8 l1 = __builtin_shufflevector(p2, p3, j, 4 + j, 8 + j, 12 + j, 16 + j, 20 + j,   \
-                                               24 + j, 28 + j);                                   \
-      const clffn_v16si q = (clffn_v16si)(uint16)(l0, l1);                                       \
+      const clffn_v16si q = CLFFN_QX_T(j, p0, p1, p2, p3);                                       \
       w[j] = q & m4;                                                                             \
       w[j + 4] = (q >> 4) & m4;                                                                  \
     }
-    CLFFN_Q4_Z(0) CLFFN_Q4_Z(1) CLFFN_Q4_Z(2) CLFFN_Q4_Z(3)
-  #undef CLFFN_Q4_Z
+    CLFFN_QX_Z(0) CLFFN_QX_Z(1) CLFFN_QX_Z(2) CLFFN_QX_Z(3)
+  #else // q8_0: the signed quants made unsigned (+ 128), less 128·Σx below
+    uint4 e[16];
+  #pragma unroll
+    for (uint i = 0; i < 16; ++i) { e[i] = as_uint4(vload16(0, rp[i] + o + 18)); }
+    const uint16 q0 = (uint16)(e[0], e[1], e[2], e[3]), q1 = (uint16)(e[4], e[5], e[6], e[7]);
+    const uint16 q2 = (uint16)(e[8], e[9], e[10], e[11]);
+    const uint16 q3 = (uint16)(e[12], e[13], e[14], e[15]);
+    const clffn_v16si flip = (clffn_v16si)((int16)(int)0x80808080);
+  #define CLFFN_QX_Z(j)                                                                          \
+    w[j] = CLFFN_QX_T(j, p0, p1, p2, p3) ^ flip;                                                 \
+    w[j + 4] = CLFFN_QX_T(j, q0, q1, q2, q3) ^ flip;
+    CLFFN_QX_Z(0) CLFFN_QX_Z(1) CLFFN_QX_Z(2) CLFFN_QX_Z(3)
+  #endif
+  #undef CLFFN_QX_Z
+  #undef CLFFN_QX_T
   #pragma unroll
     for (uint t = 0; t < CLFFN_WTOKENS; ++t) {
       if (t < tokens) {
         __global const uchar *xt = xq + t * xs;
         __global const int *xd = (__global const int *)(xt + b * CLFFN_QK);
         const int c = ((__global const int *)(xt + CLFFN_XQ_BYTES(2 * pairs)))[b];
-        clffn_v16si sum = (clffn_v16si)((int16)(8 * c));
+        clffn_v16si sum = (clffn_v16si)((int16)((CLFFN_WTYPE == CLFFN_WTYPE_Q4_0 ? 8 : 128) * c));
   #pragma unroll
         for (uint k = 0; k < 8; ++k) {
           sum = __builtin_ia32_vpdpbusd512(sum, w[k], (clffn_v16si)((int16)xd[k]));
@@ -1154,10 +1117,10 @@ inline void clffn_qx_lanes(__global const uchar *row, ulong blocks, __global con
 // y[t, r] = Σ_b dw[r, b]·dx[t, b]·Σ_j q_w[r, b, j]·q_x[t, b, j] (+ β·y) for the pass's tokens,
 // from clffn_xquant's rows (xq, xs bytes apart). NDRange (CLFFN_ROW_SPLIT, ⌈⌈rows / CLFFN_QX_R⌉ /
 // CLFFN_ROW_ROWS⌉·CLFFN_ROW_ROWS), work-group (CLFFN_ROW_SPLIT, CLFFN_ROW_ROWS). On a CPU one row
-// a work-item up to 4 tokens: the quantized rows fit the first-level cache, and four rows side by
+// a work-item up to 2 tokens: the quantized rows fit the first-level cache, and four rows side by
 // side measured slower there (4096 -> 11008, one token, 22016 rows of 4096: 2.4-2.6 ms against
-// 1.2-1.3 one by one); from 8 tokens two (CLFFN_QX_ROWS). On a GPU the row's lanes share it
-// (clffn_qx_lanes).
+// 1.2-1.3 one by one); from 4 tokens sixteen, transposed (clffn_qx_rows16, CLFFN_QX_WIDE). On a
+// GPU the row's lanes share it (clffn_qx_lanes).
 CLFFN_ROWS_QX_KERNEL {
   CLFFN_PASS_TOKENS();
   const ulong r0 = get_global_id(1) * CLFFN_QX_R;
@@ -1170,12 +1133,12 @@ CLFFN_ROWS_QX_KERNEL {
   }
   __local float part[CLFFN_ROW_ROWS][CLFFN_WTOKENS][CLFFN_ROW_SPLIT];
   clffn_lanes_sum(part[get_local_id(1)], s, sum[0]);
-#elif CLFFN_Q4_R16
+#elif CLFFN_QX_R16
   const uint s = 1; // stores its 16 rows' outputs here, not below
   if (r0 < rows && live) {
     float16 acc[CLFFN_WTOKENS];
     const uint n = (uint)min((ulong)16, rows - r0);
-    clffn_q4_rows16(w + w_off + r0 * row_bytes, row_bytes, n, cols / CLFFN_QK, xq, xs, tokens,
+    clffn_qx_rows16(w + w_off + r0 * row_bytes, row_bytes, n, cols / CLFFN_QK, xq, xs, tokens,
                     acc);
     for (uint t = 0; t < CLFFN_WTOKENS; ++t) {
       if (t < tokens) {
@@ -1185,12 +1148,6 @@ CLFFN_ROWS_QX_KERNEL {
         for (uint i = 0; i < n; ++i) { yt[i] = beta != 0.0f ? fma(beta, yt[i], v[i]) : v[i]; }
       }
     }
-  }
-#elif CLFFN_QX_R > 1 && CLFFN_QX_DPBUSD
-  const uint s = 0;
-  if (r0 < rows && live) {
-    clffn_qx_rows(w + w_off + r0 * row_bytes, row_bytes, (uint)min((ulong)CLFFN_QX_R, rows - r0),
-                  cols / CLFFN_QK, xq, xs, tokens, sum);
   }
 #else
   const uint s = 0;

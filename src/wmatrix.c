@@ -109,9 +109,10 @@ static cl_int wgemv_quantized_inputs(clffn_wkernels *wk, const clffn_context *ct
                                      clffn_matrix y, cl_command_queue queue) {
     const bool bf16 = w->dtype == CLFFN_DTYPE_BF16;
     const size_t blocks = w->cols / 32, pairs = (blocks + 1) / 2;
-    /* q4_0's rows end in their offset sums at one token and in the 16-row form (CLFFN_XQ_C) */
-    const int c = w->dtype == CLFFN_DTYPE_Q4_0 &&
-                  (bucket_tokens[b] == 1 || CLFFN_Q4_WIDE(ctx->wgemv[0], bucket_tokens[b]));
+    /* the rows end in their offset sums for q4_0 at one token and in the 16-row form
+     * (CLFFN_XQ_C) */
+    const int c = (w->dtype == CLFFN_DTYPE_Q4_0 && bucket_tokens[b] == 1) ||
+                  (!bf16 && CLFFN_QX_WIDE(ctx->wgemv[0], bucket_tokens[b]));
     const size_t xs = bf16 ? CLFFN_XB_BYTES(w->cols)
                            : CLFFN_XQ_BYTES(blocks) + (c ? (8 * pairs + 63) / 64 * 64 : 0);
     cl_int err = kernel_for(ctx, w->dtype, bucket_tokens[b], "clffn_xquant", &wk->xquant[b]);
@@ -139,12 +140,11 @@ static cl_int wgemv_quantized_inputs(clffn_wkernels *wk, const clffn_context *ct
     CLFFN_ARG(a, ldy), CLFFN_ARG(a, beta);
     if ((err = clffn__args_end(&a)) != CL_SUCCESS) { return err; }
     const size_t split = ctx->wgemv[0], group = ctx->wgemv[1];
-    /* rows go several to a work-item where a row has one lane (CLFFN_BX_ROWS, CLFFN_QX_ROWS) */
-    const size_t per_item = split > 1 ? 1
-                            : bf16    ? CLFFN_BX_ROWS(bucket_tokens[b])
-                            : w->dtype == CLFFN_DTYPE_Q4_0 && CLFFN_Q4_WIDE(1, bucket_tokens[b])
-                                ? 16
-                                : CLFFN_QX_ROWS(bucket_tokens[b]);
+    /* rows go several to a work-item where a row has one lane (CLFFN_BX_ROWS, CLFFN_QX_WIDE) */
+    const size_t per_item = split > 1                            ? 1
+                            : bf16                               ? CLFFN_BX_ROWS(bucket_tokens[b])
+                            : CLFFN_QX_WIDE(1, bucket_tokens[b]) ? 16
+                                                                 : 1;
     const size_t items = (w->rows + per_item - 1) / per_item;
     const size_t global[2] = {split, round_up(items, group)}, local[2] = {split, group};
     return clEnqueueNDRangeKernel(queue, wk->rows_qx[b], 2, NULL, global, local, 0, NULL, NULL);
