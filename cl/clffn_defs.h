@@ -60,6 +60,7 @@
  * the form measured no faster. Their input rows then carry each block's -Σq, as q4_0's do at one
  * token (CLFFN_XQ_C). */
 #define CLFFN_QX_WIDE(split, tokens) ((split) == 1 && (tokens) >= 4)
+#define CLFFN_QX_WIDE_ROWS 16 /* the rows a work-item of that form takes */
 
 /* Bytes of one token's row of bf16-rounded inputs for rows of `cols` bf16 weights (clffn_xquant
  * of the bf16 program, cl/weights.cl): ⌈cols / 32⌉ chunks of 32 values, 64 bytes each, zeros

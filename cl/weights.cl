@@ -690,6 +690,20 @@ void clffn_wgemv_rows4(__global const uchar *restrict w, const ulong w_off, cons
                       const uint max_tokens, __global const uint *restrict count,              \
                       const uint count_at, __global float *restrict y, const ulong y_off,      \
                       const ulong ldy, const float beta)
+// y[t, r0 + i] = sum[i·CLFFN_WTOKENS + t] (+ β·y) for n rows and the pass's tokens: the rows
+// clffn_wgemv_rows_qx's work-item took.
+inline void clffn_store_rows(__global float *y, ulong ldy, ulong r0, ulong n, uint tokens,
+                             float beta, const float *sum) {
+  for (ulong i = 0; i < n; ++i) {
+    for (uint t = 0; t < CLFFN_WTOKENS; ++t) {
+      if (t < tokens) {
+        __global float *yt = y + t * ldy + r0 + i;
+        const float v = sum[i * CLFFN_WTOKENS + t];
+        *yt = beta != 0.0f ? fma(beta, *yt, v) : v;
+      }
+    }
+  }
+}
 #if CLFFN_QUANTIZED
 // Where the compiler is clang targeting x86 with AVX-512BW (POCL on such CPUs), a pair of blocks
 // goes through vpmaddubsw (unsigned by signed bytes, pairs summed into 16 bits) and vpmaddwd
@@ -977,8 +991,8 @@ CLFFN_QX_ROW_INLINE void clffn_qx_row(__global const uchar *row, ulong blocks,
 #endif
 }
 
-#if CLFFN_ROW_SPLIT == 1 && CLFFN_QX_WIDE(1, CLFFN_WTOKENS)
-  #define CLFFN_QX_R 16 // rows a work-item (the host launches alike)
+#if CLFFN_QX_WIDE(CLFFN_ROW_SPLIT, CLFFN_WTOKENS)
+  #define CLFFN_QX_R CLFFN_QX_WIDE_ROWS // rows a work-item (the host launches alike)
 #else
   #define CLFFN_QX_R 1
 #endif
@@ -1134,7 +1148,9 @@ CLFFN_ROWS_QX_KERNEL {
   __local float part[CLFFN_ROW_ROWS][CLFFN_WTOKENS][CLFFN_ROW_SPLIT];
   clffn_lanes_sum(part[get_local_id(1)], s, sum[0]);
 #elif CLFFN_QX_R16
-  const uint s = 1; // stores its 16 rows' outputs here, not below
+  // stores its rows here, a token's 16 at a time, not through sum below: copied into sum, the
+  // 4- and 16-token kernels measured 0-12% slower in three alternated rounds
+  const uint s = 1;
   if (r0 < rows && live) {
     float16 acc[CLFFN_WTOKENS];
     const uint n = (uint)min((ulong)16, rows - r0);
@@ -1157,15 +1173,9 @@ CLFFN_ROWS_QX_KERNEL {
     }
   }
 #endif
-  if (s == 0 && live) {
-    for (uint i = 0; i < CLFFN_QX_R; ++i) {
-      for (uint t = 0; t < CLFFN_WTOKENS; ++t) {
-        if (t < tokens && r0 + i < rows) {
-          __global float *yt = y + y_off + t * ldy + r0 + i;
-          *yt = beta != 0.0f ? fma(beta, *yt, sum[i][t]) : sum[i][t];
-        }
-      }
-    }
+  if (s == 0 && live && r0 < rows) {
+    clffn_store_rows(y + y_off, ldy, r0, min((ulong)CLFFN_QX_R, rows - r0), tokens, beta,
+                     &sum[0][0]);
   }
 }
 
@@ -1205,6 +1215,22 @@ CLFFN_ROWS_QX_KERNEL {
 #ifndef CLFFN_BX_TT
   #define CLFFN_BX_TT 4
 #endif
+
+// sum[t] += the row's values c0, c0 + step, … < cols times token t's rounded ones, one by one:
+// the values past the last whole vector.
+inline void clffn_bx_tail(__global const uchar *row, ulong c0, ulong step, ulong cols,
+                          __global const uchar *xq, ulong xs, uint tokens,
+                          float sum[CLFFN_WTOKENS]) {
+  for (ulong c = c0; c < cols; c += step) {
+    const float v = as_float((uint)((__global const ushort *)row)[c] << 16);
+    for (uint t = 0; t < CLFFN_WTOKENS; ++t) {
+      if (t < tokens) {
+        const ushort xb = ((__global const ushort *)(xq + t * xs))[c];
+        sum[t] = fma(v, as_float((uint)xb << 16), sum[t]);
+      }
+    }
+  }
+}
 
 // f32 to bf16, to nearest even; a NaN stays a (quiet) NaN, an infinity an infinity.
 inline uint8 clffn_to_bf16x8(float8 v) {
@@ -1335,15 +1361,7 @@ CLFFN_BX_ROW_INLINE void clffn_bx_rows(__global const uchar *row0, ulong row_byt
   }
 #endif
   for (uint i = 0; i < CLFFN_BX_R; ++i) {
-    for (ulong c = chunks * 32; c < cols; ++c) {
-      const float v = as_float((uint)wr[i][c] << 16);
-      for (uint t = 0; t < CLFFN_WTOKENS; ++t) {
-        if (t < tokens) {
-          const ushort xb = ((__global const ushort *)(xq + t * xs))[c];
-          sum[i][t] = fma(v, as_float((uint)xb << 16), sum[i][t]);
-        }
-      }
-    }
+    clffn_bx_tail((__global const uchar *)wr[i], chunks * 32, 1, cols, xq, xs, tokens, sum[i]);
   }
 }
 #endif
@@ -1369,15 +1387,7 @@ inline void clffn_bx_lanes(__global const uchar *row, ulong cols, __global const
     }
   }
   for (uint t = 0; t < CLFFN_WTOKENS; ++t) { sum[t] = dot(acc[t], (float4)1.0f); }
-  for (ulong c = chunks * 8 + s; c < cols; c += CLFFN_ROW_SPLIT) {
-    const float v = clffn_wvalue(row, c);
-    for (uint t = 0; t < CLFFN_WTOKENS; ++t) {
-      if (t < tokens) {
-        const ushort xb = ((__global const ushort *)(xq + t * xs))[c];
-        sum[t] = fma(v, as_float((uint)xb << 16), sum[t]);
-      }
-    }
-  }
+  clffn_bx_tail(row, chunks * 8 + s, CLFFN_ROW_SPLIT, cols, xq, xs, tokens, sum);
 }
 
 // y[t, r] = Σ_c W[r, c]·x̃[t, c] (+ β·y) for the pass's tokens, from clffn_xquant's rows (xq, xs
@@ -1388,14 +1398,13 @@ CLFFN_ROWS_QX_KERNEL {
   CLFFN_PASS_TOKENS();
   const ulong g = get_global_id(1), r0 = g * CLFFN_BX_R;
   const uint s = get_local_id(0);
-#if CLFFN_BX_DPBF16
   float sum[CLFFN_BX_R][CLFFN_WTOKENS];
+#if CLFFN_BX_DPBF16
   if (r0 < rows && live) {
     clffn_bx_rows(w + w_off + r0 * row_bytes, row_bytes, (uint)min((ulong)CLFFN_BX_R, rows - r0),
                   cols, xq, xs, tokens, sum);
   }
 #else
-  float sum[CLFFN_BX_R][CLFFN_WTOKENS];
   for (uint i = 0; i < CLFFN_BX_R; ++i) {
     for (uint t = 0; t < CLFFN_WTOKENS; ++t) { sum[i][t] = 0.0f; }
     if (r0 + i < rows && live) {
@@ -1407,17 +1416,9 @@ CLFFN_ROWS_QX_KERNEL {
   clffn_lanes_sum(part[get_local_id(1)], s, sum[0]);
   #endif
 #endif
-  if (s == 0 && live) {
-    for (uint i = 0; i < CLFFN_BX_R; ++i) {
-      if (r0 + i < rows) {
-        for (uint t = 0; t < CLFFN_WTOKENS; ++t) {
-          if (t < tokens) {
-            __global float *yt = y + y_off + t * ldy + r0 + i;
-            *yt = beta != 0.0f ? fma(beta, *yt, sum[i][t]) : sum[i][t];
-          }
-        }
-      }
-    }
+  if (s == 0 && live && r0 < rows) {
+    clffn_store_rows(y + y_off, ldy, r0, min((ulong)CLFFN_BX_R, rows - r0), tokens, beta,
+                     &sum[0][0]);
   }
 }
 #endif

@@ -101,18 +101,19 @@ static size_t col_chunk_rows(const clffn_context *ctx, const clffn_wmatrix *w, s
 
 /* y = x̃·Wᵀ (+ β·y) with x̃ x's rows rounded to the weights' dot-product type (clffn_xquant,
  * into the scratch): q8_0 blocks for q8_0 and q4_0 weights, bf16 for bf16 ones; then
- * clffn_wgemv_rows_qx along the weights' rows, in the rows kernel's shape (one row a work-item
- * on a CPU, a row's lanes side by side on a GPU). */
+ * clffn_wgemv_rows_qx along the weights' rows, in the rows kernel's shape (a row's lanes side
+ * by side on a GPU; on a CPU one row a work-item, or several: CLFFN_BX_ROWS, CLFFN_QX_WIDE). */
 static cl_int wgemv_quantized_inputs(clffn_wkernels *wk, const clffn_context *ctx,
                                      const clffn_wmatrix *w, int b, size_t tokens,
                                      const clffn_wcount *count, clffn_matrix x, float beta,
                                      clffn_matrix y, cl_command_queue queue) {
     const bool bf16 = w->dtype == CLFFN_DTYPE_BF16;
+    const size_t split = ctx->wgemv[0], group = ctx->wgemv[1];
+    const bool wide = !bf16 && CLFFN_QX_WIDE(split, bucket_tokens[b]);
     const size_t blocks = w->cols / 32, pairs = (blocks + 1) / 2;
     /* the rows end in their offset sums for q4_0 at one token and in the 16-row form
      * (CLFFN_XQ_C) */
-    const int c = (w->dtype == CLFFN_DTYPE_Q4_0 && bucket_tokens[b] == 1) ||
-                  (!bf16 && CLFFN_QX_WIDE(ctx->wgemv[0], bucket_tokens[b]));
+    const int c = (w->dtype == CLFFN_DTYPE_Q4_0 && bucket_tokens[b] == 1) || wide;
     const size_t xs = bf16 ? CLFFN_XB_BYTES(w->cols)
                            : CLFFN_XQ_BYTES(blocks) + (c ? (8 * pairs + 63) / 64 * 64 : 0);
     cl_int err = kernel_for(ctx, w->dtype, bucket_tokens[b], "clffn_xquant", &wk->xquant[b]);
@@ -139,12 +140,9 @@ static cl_int wgemv_quantized_inputs(clffn_wkernels *wk, const clffn_context *ct
     CLFFN_ARG(a, count->mem), CLFFN_ARG(a, count->at), CLFFN_ARG(a, y.mem), CLFFN_ARG(a, y_off);
     CLFFN_ARG(a, ldy), CLFFN_ARG(a, beta);
     if ((err = clffn__args_end(&a)) != CL_SUCCESS) { return err; }
-    const size_t split = ctx->wgemv[0], group = ctx->wgemv[1];
-    /* rows go several to a work-item where a row has one lane (CLFFN_BX_ROWS, CLFFN_QX_WIDE) */
-    const size_t per_item = split > 1                            ? 1
-                            : bf16                               ? CLFFN_BX_ROWS(bucket_tokens[b])
-                            : CLFFN_QX_WIDE(1, bucket_tokens[b]) ? 16
-                                                                 : 1;
+    const size_t per_item = wide                 ? CLFFN_QX_WIDE_ROWS
+                            : bf16 && split == 1 ? CLFFN_BX_ROWS(bucket_tokens[b])
+                                                 : 1; /* rows a work-item */
     const size_t items = (w->rows + per_item - 1) / per_item;
     const size_t global[2] = {split, round_up(items, group)}, local[2] = {split, group};
     return clEnqueueNDRangeKernel(queue, wk->rows_qx[b], 2, NULL, global, local, 0, NULL, NULL);
