@@ -763,6 +763,13 @@ inline void clffn_store_rows(__global float *y, ulong ldy, ulong r0, ulong n, ui
     #define CLFFN_XQ_OFFSET 0
   #endif
 
+// The 16-row form reads the quantized inputs block-major: block b's quants for token t are at
+// slot b·CLFFN_WTOKENS + t (32 bytes each, 2·P blocks), then the scales and the offset sums (these
+// times 8 for q4_0, 128 for q8_0) by the same slots, so that one pointer a block reaches every
+// token's at fixed displacements (token-major rows xs apart cost three pointers a token, kept on
+// the stack). Elsewhere each token's row is xs bytes: P pairs of quants, the scales, the sums.
+#define CLFFN_XQ_SLOT(b, t) ((b) * CLFFN_WTOKENS + (t))
+
 // NDRange (2·P, max_tokens), any work-group: one block of one token's row per work-item. A
 // block with a NaN or an infinity gets a NaN scale, so that token's outputs are NaN, as the f32
 // path's would be (GGUF's quantizer gives such a block finite quants and scale).
@@ -797,18 +804,29 @@ __kernel void clffn_xquant(__global const float *restrict x, const ulong x_off, 
       vstore_half_rte(dd, 0, (__private half *)&h);
       d = finite ? vload_half(0, (__private const half *)&h) : NAN;
     }
+  #if CLFFN_QX_R16 // block-major (see CLFFN_XQ_SLOT)
+    __global uchar *q = xq + CLFFN_XQ_SLOT(b, t) * CLFFN_QK;
+    __global float *ds = (__global float *)(xq + 2 * pairs * CLFFN_WTOKENS * CLFFN_QK);
+    __global int *cs = (__global int *)(ds + 2 * pairs * CLFFN_WTOKENS);
+    ds[CLFFN_XQ_SLOT(b, t)] = d;
+  #else
     __global uchar *row = xq + t * xs;
     __global uchar *q = row + b * CLFFN_QK;
+    ((__global float *)(row + 64 * pairs))[b] = d;
+  #endif
     vstore16(convert_uchar16(lo + CLFFN_XQ_OFFSET), 0, q); // two's complement where 0
     vstore16(convert_uchar16(hi + CLFFN_XQ_OFFSET), 1, q);
-    ((__global float *)(row + 64 * pairs))[b] = d;
   #if CLFFN_XQ_C // through private memory: Oclgrind 21.10 mistracks swizzles of upper lanes
     int v[32];
     vstore16(lo, 0, v);
     vstore16(hi, 1, v);
     int sum = 0;
     for (uint i = 0; i < 32; ++i) { sum += v[i]; }
+    #if CLFFN_QX_R16
+    cs[CLFFN_XQ_SLOT(b, t)] = -sum * (CLFFN_WTYPE == CLFFN_WTYPE_Q4_0 ? 8 : 128);
+    #else
     ((__global int *)(row + CLFFN_XQ_BYTES(blocks)))[b] = -sum;
+    #endif
   #endif
   }
 }
@@ -1015,9 +1033,11 @@ CLFFN_QX_ROW_INLINE void clffn_qx_row(__global const uchar *row, ulong blocks,
 // the side vpdpbusd broadcasts, so the weights go unsigned: q4_0's nibbles q, whose products plus
 // 8·(-Σx) from x's rows (CLFFN_XQ_C) are Σ(q - 8)·x; q8_0's quants + 128, less 128·Σx.
 CLFFN_QX_ROW_INLINE void clffn_qx_rows16(__global const uchar *row0, ulong row_bytes, uint rows,
-                                         ulong blocks, __global const uchar *xq, ulong xs,
-                                         uint tokens, float16 acc[CLFFN_WTOKENS]) {
+                                         ulong blocks, __global const uchar *xq, uint tokens,
+                                         float16 acc[CLFFN_WTOKENS]) {
   const ulong pairs = (blocks + 1) / 2;
+  __global const float *ds = (__global const float *)(xq + 2 * pairs * CLFFN_WTOKENS * CLFFN_QK);
+  __global const int *cs = (__global const int *)(ds + 2 * pairs * CLFFN_WTOKENS);
   for (uint t = 0; t < CLFFN_WTOKENS; ++t) { acc[t] = (float16)0.0f; }
   const clffn_v16si m4 = (clffn_v16si)((int16)0x0f0f0f0f);
   __global const uchar *rp[16];
@@ -1064,19 +1084,18 @@ CLFFN_QX_ROW_INLINE void clffn_qx_rows16(__global const uchar *row0, ulong row_b
   #endif
   #undef CLFFN_QX_Z
   #undef CLFFN_QX_T
+    __global const int *xd = (__global const int *)(xq + CLFFN_XQ_SLOT(b, 0) * CLFFN_QK);
+    __global const float *dx = ds + CLFFN_XQ_SLOT(b, 0);
+    __global const int *cx = cs + CLFFN_XQ_SLOT(b, 0);
   #pragma unroll
     for (uint t = 0; t < CLFFN_WTOKENS; ++t) {
       if (t < tokens) {
-        __global const uchar *xt = xq + t * xs;
-        __global const int *xd = (__global const int *)(xt + b * CLFFN_QK);
-        const int c = ((__global const int *)(xt + CLFFN_XQ_BYTES(2 * pairs)))[b];
-        clffn_v16si sum = (clffn_v16si)((int16)((CLFFN_WTYPE == CLFFN_WTYPE_Q4_0 ? 8 : 128) * c));
+        clffn_v16si sum = (clffn_v16si)((int16)cx[t]);
   #pragma unroll
         for (uint k = 0; k < 8; ++k) {
-          sum = __builtin_ia32_vpdpbusd512(sum, w[k], (clffn_v16si)((int16)xd[k]));
+          sum = __builtin_ia32_vpdpbusd512(sum, w[k], (clffn_v16si)((int16)xd[8 * t + k]));
         }
-        const float dx = ((__global const float *)(xt + 64 * pairs))[b];
-        acc[t] = fma(__builtin_convertvector(sum, float16), dw * dx, acc[t]);
+        acc[t] = fma(__builtin_convertvector(sum, float16), dw * dx[t], acc[t]);
       }
     }
   }
@@ -1135,8 +1154,9 @@ inline void clffn_qx_lanes(__global const uchar *row, ulong blocks, __global con
 #endif
 
 // y[t, r] = Σ_b dw[r, b]·dx[t, b]·Σ_j q_w[r, b, j]·q_x[t, b, j] (+ β·y) for the pass's tokens,
-// from clffn_xquant's rows (xq, xs bytes apart). NDRange (CLFFN_ROW_SPLIT, ⌈⌈rows / CLFFN_QX_R⌉ /
-// CLFFN_ROW_ROWS⌉·CLFFN_ROW_ROWS), work-group (CLFFN_ROW_SPLIT, CLFFN_ROW_ROWS). On a CPU one row
+// from clffn_xquant's rows (xq, xs bytes apart; block-major in the 16-row form). NDRange
+// (CLFFN_ROW_SPLIT, ⌈⌈rows / CLFFN_QX_R⌉ / CLFFN_ROW_ROWS⌉·CLFFN_ROW_ROWS), work-group
+// (CLFFN_ROW_SPLIT, CLFFN_ROW_ROWS). On a CPU one row
 // a work-item up to 2 tokens: the quantized rows fit the first-level cache, and four rows side by
 // side measured slower there (4096 -> 11008, one token, 22016 rows of 4096: 2.4-2.6 ms against
 // 1.2-1.3 one by one); from 4 tokens sixteen, transposed (clffn_qx_rows16, CLFFN_QX_WIDE). On a
@@ -1160,8 +1180,7 @@ CLFFN_ROWS_QX_KERNEL {
   if (r0 < rows && live) {
     float16 acc[CLFFN_WTOKENS];
     const uint n = (uint)min((ulong)16, rows - r0);
-    clffn_qx_rows16(w + w_off + r0 * row_bytes, row_bytes, n, cols / CLFFN_QK, xq, xs, tokens,
-                    acc);
+    clffn_qx_rows16(w + w_off + r0 * row_bytes, row_bytes, n, cols / CLFFN_QK, xq, tokens, acc);
     for (uint t = 0; t < CLFFN_WTOKENS; ++t) {
       if (t < tokens) {
         float v[16];

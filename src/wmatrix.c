@@ -120,7 +120,8 @@ static cl_int wgemv_quantized_inputs(clffn_wkernels *wk, const clffn_context *ct
     if (err == CL_SUCCESS) {
         err = kernel_for(ctx, w->dtype, bucket_tokens[b], "clffn_wgemv_rows_qx", &wk->rows_qx[b]);
     }
-    if (err == CL_SUCCESS) { err = need_scratch(wk, tokens * xs); }
+    /* the 16-row form's are block-major, a slot for each of the program's tokens */
+    if (err == CL_SUCCESS) { err = need_scratch(wk, (wide ? bucket_tokens[b] : tokens) * xs); }
     if (err != CL_SUCCESS || wk->planning) { return err; }
     const cl_ulong x_off = x.off, ldx = x.ld, cols = w->cols, XS = xs;
     const cl_uint t = (cl_uint)tokens;
