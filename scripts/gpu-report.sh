@@ -18,10 +18,13 @@
 # top-2, at 1 and 512 tokens in f32, f16 and q8_0, then scripts/torch-moe-bench.py), prefill (the
 # seed and SwiGLU shapes with each stored type), fewrows (a few-rows Xgemm set of the device's
 # own, as the H200's profile has: clffn-tune's Xgemm search on the seed shape, stopped after
-# FEW_BUDGET seconds (default 115), its winner set below FEW_ROWS tokens (2048) over the profile
-# that applies now, with the direct kernel below FEW_CROSS³ (768); that profile in
+# FEW_BUDGET seconds (default 115) or at its end, its winner set below FEW_ROWS tokens (2048) over
+# the profile that applies now, with the direct kernel below FEW_CROSS³ (768); that profile in
 # OUT/fewrows-profile.json, timed against the one applied now from 64 to 2048 tokens on the seed
-# and BERT widths and on the BERT and SwiGLU shapes, then PyTorch).
+# and BERT widths and on the BERT and SwiGLU shapes, then PyTorch), hostcosts (the host's time
+# in the driver's enqueue calls per forward, scripts/cl-host-costs.c preloaded: one decoding token
+# of 4096 -> 11008 SwiGLU and Mixtral's layer with 8 and with 2 experts, f16 and q8_0; the
+# medians of each forward's launches, enqueue, argument and wait times).
 # Every step has its own time limit; a failing step does not stop the others.
 set -uo pipefail
 build=${1:?usage: gpu-report.sh BUILD OUT STEPS...}
@@ -183,8 +186,10 @@ for step in "$@"; do
         CLFFN_TUNE_DIR=/tmp/gr-seed timeout -s INT "${FEW_BUDGET:-115}" "$build/clffn-tune" \
             --budget 150 --tokens 640 --d-model 512 --d-ff 2048 >"$out/fewrows-tune.log" 2>&1
         progress=$(ls /tmp/gr-seed/*.progress 2>/dev/null | head -1)
+        # a search that ended within the time leaves its profile instead
+        [[ -n $progress ]] || progress=$(ls /tmp/gr-seed/*.json 2>/dev/null | head -1)
         if [[ -z $progress ]]; then
-            echo "fewrows: the search saved no progress (OUT/fewrows-tune.log)"
+            echo "fewrows: the search saved neither progress nor a profile (OUT/fewrows-tune.log)"
             continue
         fi
         # the profile that applies now: a file under the usual folder, else the built-in one (an
@@ -204,7 +209,8 @@ for step in "$@"; do
         FEW_ROWS=${FEW_ROWS:-2048} FEW_CROSS=${FEW_CROSS:-768} python3 - "$progress" \
             /tmp/gr-now.json >"$few" <<'PY' || { echo "fewrows: no profile made"; continue; }
 import json, os, sys
-won = json.load(open(sys.argv[1]))["xgemm"]
+found = json.load(open(sys.argv[1]))
+won = found["xgemm"] if "xgemm" in found else found["clblast"]["Xgemm"]
 text = open(sys.argv[2]).read().strip()
 p = json.loads(text) if text else {"clblast": {"Xgemm": won}}
 p["clblast"].setdefault("Xgemm", won)
@@ -226,6 +232,39 @@ PY
             CLFFN_TUNE_DIR=/tmp/gr-few clffn_bench $s
         done
         torch_bench "640 512 2048 relu" "1024 768 3072 gelu" "4096 768 3072 gelu" "2048 1024 2816 swiglu"
+        ;;
+    hostcosts)
+        # cl-host-costs.c needs only OpenCL's types: Debian's headers, else the CUDA toolkit's
+        if ! cc -O2 -shared -fPIC -I/usr/local/cuda/include -o /tmp/cl-host-costs.so \
+            scripts/cl-host-costs.c -ldl; then
+            echo "hostcosts: scripts/cl-host-costs.c did not build here"
+            continue
+        fi
+        for s in "--d-ff 11008" "--d-ff 14336 --experts 8 --top-k 2" \
+            "--d-ff 14336 --experts 2 --top-k 2"; do
+            for t in f16 q8_0; do
+                echo "--- $t, one token, 4096, $s"
+                rm -f /tmp/costs.txt
+                # shellcheck disable=SC2086
+                CL_HOST_COSTS=/tmp/costs.txt LD_PRELOAD=/tmp/cl-host-costs.so timeout 200 \
+                    "$build/clffn-bench" --reps "$reps" --tokens 1 --d-model 4096 $s \
+                    --activation swiglu --weights-dtype $t | grep -E '^(forward|dense FFN)'
+                python3 - /tmp/costs.txt <<'PY'
+import collections, statistics, sys
+# one line a forward; the layer's and the dense FFN's differ in their launches
+rows = collections.defaultdict(list)
+for line in open(sys.argv[1]):
+    f = line.split()
+    rows[int(f[1])].append({f[i]: float(f[i + 1]) for i in range(2, len(f), 2)})
+for n, rs in sorted(rows.items()):
+    if len(rs) < 5:
+        continue
+    med = {k: statistics.median(r[k] for r in rs) for k in rs[0]}
+    print("  %d launches (%d forwards), medians: %s" % (n, len(rs),
+          ", ".join("%s %.1f" % (k, v) for k, v in med.items())))
+PY
+            done
+        done
         ;;
     *) echo "gpu-report: unknown step $step" >&2 ;;
     esac
