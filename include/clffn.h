@@ -860,7 +860,8 @@ CLFFN_API clffn_status clffn_ffn_stage_times(clffn_ffn *ffn, clffn_stage_times *
  * own kernels (T up to the context's clffn_context_kernel_max_tokens() for the experts' type:
  * decoding), the experts' row counts stay on the device: each expert is launched for T rows
  * and its kernels read its count, so the host never waits between the routing and the
- * experts. For more tokens the host reads the E counts back once, since CLBlast's products are
+ * experts (clffn_moe_set_counts() can trade that for launching only the chosen experts). For
+ * more tokens the host reads the E counts back once, since CLBlast's products are
  * sized on the host, and an unchosen expert is not launched at all. The weights are uploaded
  * per expert through the FFN API (clffn_moe_expert()), in any stored type.
  * ------------------------------------------------------------------------------------------- */
@@ -1031,8 +1032,9 @@ CLFFN_API clffn_status clffn_moe_upload_router(clffn_moe *moe, const float *weig
 
 /** Device-level forward: enqueues y[T, D] = MoE(x[T, D]) on queue (in-order, on the layer's
  *  context and device). Where the experts' products at T tokens all run clffn's own kernels
- *  (above) it does not block; otherwise it blocks once, for the E expert row counts the
- *  routing found, which size CLBlast's products. An expert's hidden state
+ *  (above) it does not block, unless clffn_moe_set_counts() asks for the counts on the host;
+ *  otherwise it blocks once, for the E expert row counts the routing found, which size
+ *  CLBlast's products. An expert's hidden state
  *  (clffn_ffn_read_hidden()) is meaningful only after a forward that blocked. x and y are
  *  the caller's, offsets in floats; y may equal x exactly but not overlap it partly; only y is
  *  written. tokens = 0 enqueues nothing.
@@ -1041,6 +1043,31 @@ CLFFN_API clffn_status clffn_moe_upload_router(clffn_moe *moe, const float *weig
  *  (a buffer of another context); then OpenCL's and CLBlast's, and an expert forward's. */
 CLFFN_API clffn_status clffn_moe_forward(clffn_moe *moe, size_t tokens, cl_mem x, size_t x_offset,
                                          cl_mem y, size_t y_offset, cl_command_queue queue);
+
+/** Where a forward through clffn's own kernels (few tokens: clffn_moe_forward()) keeps the
+ *  experts' row counts. */
+typedef enum clffn_moe_counts {
+    CLFFN_MOE_COUNTS_DEVICE = 0, /* on the device (the default): the forward does not block, and
+                                    every expert is launched, an unchosen one's kernels returning
+                                    at once */
+    CLFFN_MOE_COUNTS_HOST = 1,   /* read back once, after the routing: the forward blocks for
+                                    them, and only the chosen experts are launched */
+    CLFFN_MOE_COUNTS_AUTO = 2    /* on the host where some expert must go unchosen (E > T·k),
+                                    else on the device */
+} clffn_moe_counts;
+
+/** Sets where later forwards keep the expert counts. Every launch costs the driver some
+ *  microseconds whatever its work (NVIDIA's, about 10 of the host's; POCL's, about 5), four for
+ *  each expert, so with many experts and few tokens the unchosen experts' launches cost more
+ *  than one wait for the counts: 128 experts, top-8, at one token on a CPU, HOST or AUTO runs
+ *  the layer 2.1 (f16) to 2.6 (q8_0) times faster (docs/PERFORMANCE.md, "Mixture of
+ *  experts"). The outputs are the same bits either way. A layer split over contexts or
+ *  processes reads them back whatever this says. Errors: NULL_ARGUMENT; INVALID_ARGUMENT
+ *  (another value; the setting unchanged). */
+CLFFN_API clffn_status clffn_moe_set_counts(clffn_moe *moe, clffn_moe_counts where);
+
+/** The layer's setting (CLFFN_MOE_COUNTS_DEVICE for NULL). */
+CLFFN_API clffn_moe_counts clffn_moe_counts_where(const clffn_moe *moe);
 
 /** Host-level forward, blocking, on the context's queue: y[T, D] = MoE(x[T, D]); x_len and
  *  y_len in floats, ≥ T·D. experts [T, k] and weights [T, k] (either may be NULL) receive each

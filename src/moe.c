@@ -338,13 +338,16 @@ static cl_int enqueue_routing(clffn_moe *moe, cl_uint T, cl_mem x, cl_ulong xo, 
     return err;
 }
 
-/* Whether a forward of T tokens keeps the counts on the device: where every expert's products
- * at T tokens run clffn's own kernels, and xg, yg of E·T rows fit an allocation. */
+/* Whether a forward of T tokens keeps the counts on the device: as clffn_moe_set_counts() asks
+ * (AUTO: unless some expert must go unchosen), where every expert's products at T tokens run
+ * clffn's own kernels and xg, yg of E·T rows fit an allocation. */
 static bool counts_on_device(const clffn_moe *moe, size_t T) {
     const size_t E = moe->cfg.experts, D = moe->cfg.expert.d_model;
+    const clffn_moe_counts where = moe->counts_where;
     size_t n, bytes;
-    if (!clffn__mul_ok(E, T, &n) || !clffn__mul_ok(n, D * sizeof(float), &bytes) ||
-        (cl_ulong)bytes > moe->ctx->max_alloc) {
+    if (where == CLFFN_MOE_COUNTS_HOST ||
+        (where == CLFFN_MOE_COUNTS_AUTO && E > T * moe->cfg.top_k) || !clffn__mul_ok(E, T, &n) ||
+        !clffn__mul_ok(n, D * sizeof(float), &bytes) || (cl_ulong)bytes > moe->ctx->max_alloc) {
         return false;
     }
     for (size_t e = 0; e < E; ++e) {

@@ -38,7 +38,8 @@ struct clffn_moe {
     clffn_moe_exchange_fn exchange;
     void *exchange_user;
     size_t held0, held1;
-    cl_event last_event; /* the layer's last kernel: clffn_moe_destroy waits for it */
+    cl_event last_event;           /* the layer's last kernel: clffn_moe_destroy waits for it */
+    clffn_moe_counts counts_where; /* clffn_moe_set_counts() */
 };
 
 /* Enqueues one of the layer's kernels over g0 (× g1 when g1 > 0) work-items, keeping its event

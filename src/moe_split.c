@@ -1,9 +1,24 @@
-/* clffn_moe_create_split: a mixture-of-experts layer whose routed experts live on the contexts
- * of an in-process group (moe.c runs them, moe_remote.c moves their rows); and
- * clffn_moe_create_partial: one that holds some experts and hands the others' rows to an
- * exchange of the program's (another process holds them). Above the layer's own files: each
- * makes a layer, then says where its experts are. */
+/* Where a mixture-of-experts layer's work happens. clffn_moe_create_split: a layer whose routed
+ * experts live on the contexts of an in-process group (moe.c runs them, moe_remote.c moves their
+ * rows); clffn_moe_create_partial: one that holds some experts and hands the others' rows to an
+ * exchange of the program's (another process holds them); clffn_moe_set_counts: whether the
+ * expert counts of a few-token forward stay on the device. Above the layer's own files: each
+ * makes or takes a layer, then says where its experts and counts are. */
 #include "moe.h"
+
+clffn_status clffn_moe_set_counts(clffn_moe *moe, clffn_moe_counts where) {
+    if (!moe) { return CLFFN_ERROR_NULL_ARGUMENT; }
+    if (where != CLFFN_MOE_COUNTS_DEVICE && where != CLFFN_MOE_COUNTS_HOST &&
+        where != CLFFN_MOE_COUNTS_AUTO) {
+        return CLFFN_ERROR_INVALID_ARGUMENT;
+    }
+    moe->counts_where = where;
+    return CLFFN_SUCCESS;
+}
+
+clffn_moe_counts clffn_moe_counts_where(const clffn_moe *moe) {
+    return moe ? moe->counts_where : CLFFN_MOE_COUNTS_DEVICE;
+}
 
 int clffn_moe_expert_owner(size_t e, size_t experts, int count) {
     if (count < 1 || experts == 0 || e >= experts) { return -1; }

@@ -164,6 +164,8 @@ Test(cli, both_value_forms_alike) {
          "bad value for --optimizer: 'lion'"},
         {CLFFN_BENCH_PATH, "clffn-bench", "--weight-layout x", "--weight-layout=x",
          "--weight-layout takes out_in or in_out"},
+        {CLFFN_BENCH_PATH, "clffn-bench", "--experts 4 --moe-counts x",
+         "--experts 4 --moe-counts=x", "--moe-counts takes device, host or auto"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
         assert_usage_error(run_tool(cases[i].path, cases[i].a), cases[i].tool, cases[i].message);
@@ -180,4 +182,6 @@ Test(cli, checks_after_the_parse) {
                        "--weights, --input and --output go together");
     assert_usage_error(run_tool(CLFFN_BENCH_GEMMS_PATH, "--gemv-sweep=both"), "clffn-bench-gemms",
                        "--gemv-sweep takes fast or rot");
+    assert_usage_error(run_tool(CLFFN_BENCH_PATH, "--moe-counts=host"), "clffn-bench",
+                       "--top-k, --expert-split and --moe-counts go with --experts");
 }

@@ -577,6 +577,85 @@ Test(moe, counts_on_the_device, .timeout = 300) {
     each_case(counted_cases, n, 32, 40, 1200, counted_aux_check);
 }
 
+/* Whether a fresh layer's expert e ran in its last forward: its hidden state is there. */
+static int expert_ran(clffn_moe *moe, size_t e) {
+    static float hidden[16 * 96];
+    size_t T = 0;
+    const clffn_status st = clffn_ffn_read_hidden(clffn_moe_expert(moe, e), CLFFN_HIDDEN_PRE,
+                                                  hidden, sizeof hidden / sizeof *hidden, &T);
+    cr_assert(st == CLFFN_SUCCESS || st == CLFFN_ERROR_NO_FORWARD, "expert %zu: status %d", e,
+              (int)st);
+    return st == CLFFN_SUCCESS;
+}
+
+/* clffn_moe_set_counts: with the counts on the host a few-token forward launches only the
+ * chosen experts (the others never ran: no hidden state), on the device every one; AUTO reads
+ * them back where E > T·k. The outputs, choices and weights are the same bits in every mode,
+ * and the backward after a forward with host counts matches the reference. */
+static void counts_where_check(clffn_moe *moe, const moe_data *m, const moe_case *mc,
+                               const char *what) {
+    (void)moe;
+    const size_t T = mc->tokens, D = m->c.expert.d_model, E = m->c.experts, k = m->c.top_k;
+    static const clffn_moe_counts modes[3] = {CLFFN_MOE_COUNTS_DEVICE, CLFFN_MOE_COUNTS_HOST,
+                                              CLFFN_MOE_COUNTS_AUTO};
+    float *y[3], *wt[3];
+    int32_t *ch[3];
+    for (int i = 0; i < 3; ++i) {
+        clffn_context *ctx = test_context();
+        ASSERT_OK(clffn_context_set_kernel_max_tokens(ctx, 0, CLFFN_MAX_KERNEL_TOKENS));
+        clffn_moe *fresh = moe_make(ctx, m);
+        ASSERT_OK(clffn_moe_set_counts(fresh, modes[i]));
+        cr_assert_eq(clffn_moe_counts_where(fresh), modes[i]);
+        y[i] = malloc(T * D * sizeof *y[i]), wt[i] = malloc(T * k * sizeof *wt[i]);
+        ch[i] = malloc(T * k * sizeof *ch[i]);
+        cr_assert(y[i] && wt[i] && ch[i]);
+        ASSERT_OK(clffn_moe_forward_host(fresh, T, m->x, T * D, y[i], T * D, ch[i], wt[i]));
+        const int host =
+            modes[i] == CLFFN_MOE_COUNTS_HOST || (modes[i] == CLFFN_MOE_COUNTS_AUTO && E > T * k);
+        for (size_t e = 0; e < E; ++e) {
+            int chosen = 0;
+            for (size_t j = 0; j < T * k; ++j) { chosen |= (size_t)ch[i][j] == e; }
+            cr_assert_eq(expert_ran(fresh, e), chosen || !host,
+                         "%s, mode %d: expert %zu (chosen %d) ran %d", what, (int)modes[i], e,
+                         chosen, expert_ran(fresh, e));
+        }
+        if (modes[i] == CLFFN_MOE_COUNTS_HOST) { check_backward(fresh, m, T, 0, what); }
+        clffn_moe_destroy(fresh);
+        clffn_context_destroy(ctx);
+    }
+    for (int i = 1; i < 3; ++i) {
+        cr_assert(!memcmp(y[i], y[0], T * D * sizeof *y[0]) &&
+                      !memcmp(wt[i], wt[0], T * k * sizeof *wt[0]) &&
+                      !memcmp(ch[i], ch[0], T * k * sizeof *ch[0]),
+                  "%s: mode %d's outputs differ from the device counts'", what, (int)modes[i]);
+    }
+    for (int i = 0; i < 3; ++i) { free(y[i]), free(wt[i]), free(ch[i]); }
+}
+
+Test(moe, counts_on_the_host_on_request, .timeout = 300) {
+    static const moe_case few[] = {
+        {1, 8, 2, CLFFN_ROUTING_TOPK_NORMALIZED, 0, 0, 1, CLFFN_ACT_SILU, 0, 0},
+        {3, 16, 2, CLFFN_ROUTING_TOPK, 1, 1, 0, CLFFN_ACT_GELU, 0, 0},
+        {5, 4, 2, CLFFN_ROUTING_TOPK_NORMALIZED, 0, 1, 1, CLFFN_ACT_SILU, 0, 0}, /* AUTO: device */
+    };
+    each_case(few, sizeof few / sizeof few[0], 32, 40, 1300, counts_where_check);
+    clffn_context *ctx = test_context();
+    const moe_case mc = {1, 4, 2, CLFFN_ROUTING_TOPK_NORMALIZED, 0, 0, 1, CLFFN_ACT_SILU, 0, 0};
+    moe_data m;
+    data_make(&m, &mc, 32, 40, 1400);
+    clffn_moe *moe = moe_make(ctx, &m);
+    cr_assert_eq(clffn_moe_counts_where(moe), CLFFN_MOE_COUNTS_DEVICE, "the default");
+    ASSERT_OK(clffn_moe_set_counts(moe, CLFFN_MOE_COUNTS_HOST));
+    ASSERT_STATUS(clffn_moe_set_counts(moe, (clffn_moe_counts)3), CLFFN_ERROR_INVALID_ARGUMENT);
+    ASSERT_STATUS(clffn_moe_set_counts(moe, (clffn_moe_counts)-1), CLFFN_ERROR_INVALID_ARGUMENT);
+    cr_assert_eq(clffn_moe_counts_where(moe), CLFFN_MOE_COUNTS_HOST, "unchanged by a refusal");
+    ASSERT_STATUS(clffn_moe_set_counts(NULL, CLFFN_MOE_COUNTS_HOST), CLFFN_ERROR_NULL_ARGUMENT);
+    cr_assert_eq(clffn_moe_counts_where(NULL), CLFFN_MOE_COUNTS_DEVICE);
+    clffn_moe_destroy(moe);
+    data_free(&m);
+    clffn_context_destroy(ctx);
+}
+
 /* The reference's auxiliary gradient against central differences of Σ y·dy + α·aux in the
  * router's weights. */
 Test(moe, reference_aux_gradient_matches_finite_differences, .timeout = 120) {

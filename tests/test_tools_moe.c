@@ -4,7 +4,7 @@
  * shared expert of its own width behind a sigmoid gate, from safetensors (--preset qwen_moe)
  * and GGUF (qwen2moe); the experts split over contexts in one process (--expert-devices); and
  * the refusals (top-k beyond E, --tensor-parallel, a gate of another shape, a gating function
- * other than the softmax). */
+ * other than the softmax); and clffn-bench's layer with its counts on the host or the device. */
 #include "clffn_io.h"
 #include "common.h"
 #include "gguf_writer.h"
@@ -604,4 +604,21 @@ Test(clffn_run_moe, gguf_qwen2moe_gated_shared_expert, .timeout = 120) {
     cr_assert(strstr(out, "gating function 2"), "%s", out);
     qwen_free(router, m);
     remove_dir();
+}
+
+/* clffn-bench --experts --moe-counts: the layer runs in each mode, says which in its JSON, and
+ * reads the two experts one token chose, as the device counts do. */
+Test(clffn_bench, moe_counts, .timeout = 120) {
+    static const char *modes[] = {"device", "host", "auto"};
+    for (int i = 0; i < 3; ++i) {
+        char cmd[512], out[4096], err[4096], want[64];
+        snprintf(cmd, sizeof cmd,
+                 "'%s' --json --experts 8 --top-k 2 --tokens 1 --d-model 16 --d-ff 32 "
+                 "--activation swiglu --reps 2 --moe-counts %s",
+                 CLFFN_BENCH_PATH, modes[i]);
+        cr_assert_eq(run_split(cmd, out, sizeof out, err, sizeof err), 0, "%s%s", out, err);
+        snprintf(want, sizeof want, "\"counts\": \"%s\"", modes[i]);
+        cr_assert(strstr(out, want) != NULL, "%s: %s", modes[i], out);
+        cr_assert(strstr(out, "\"experts_read\": 2,") != NULL, "%s: %s", modes[i], out);
+    }
 }

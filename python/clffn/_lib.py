@@ -252,6 +252,7 @@ moe_config_default = _fn("clffn_moe_config_default", MoeConfig, c_size, c_size, 
 moe_create = _fn("clffn_moe_create", ctypes.c_int32, ctypes.c_void_p, ctypes.POINTER(MoeConfig),
                  ctypes.POINTER(ctypes.c_void_p))
 moe_destroy = _fn("clffn_moe_destroy", None, ctypes.c_void_p)
+moe_set_counts = _fn("clffn_moe_set_counts", ctypes.c_int32, ctypes.c_void_p, ctypes.c_int)
 moe_expert = _fn("clffn_moe_expert", ctypes.c_void_p, ctypes.c_void_p, c_size)
 moe_upload_router = _fn("clffn_moe_upload_router", ctypes.c_int32, ctypes.c_void_p, c_float_p,
                         c_float_p)

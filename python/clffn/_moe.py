@@ -8,6 +8,7 @@ from ._ffn import (ArgumentError, FFN, INVALID_ARGUMENT, INVALID_SIZE, NO_FORWAR
                    _context, _parse_activation, _parse_dtype, _ptr)
 
 ROUTINGS = ("normalized", "topk")
+COUNTS = ("device", "host", "auto")  # clffn_moe_counts, in its order
 
 
 class _Expert(FFN):
@@ -31,7 +32,7 @@ class MoE:
     MoE(d_model, d_ff, experts, top_k=2, activation="swiglu", bias=False,
     routing="normalized", router_bias=False, shared_expert=False, device=None,
     weight_dtype="f32", aux_loss_coef=0.0, shared_d_ff=None, shared_gate=False,
-    quantized_inputs=False). Each expert is
+    quantized_inputs=False, counts="device"). Each expert is
     an FFN of (d_model, d_ff, activation, bias); the router [experts, d_model] scores each
     token, the top_k best experts (ties to the lower index) run it, and their outputs are
     summed with the softmax probabilities renormalised over the chosen ("normalized",
@@ -45,13 +46,16 @@ class MoE:
     layer(x) takes [..., d_model] and returns float32 of the same shape; last_experts and
     last_weights then hold each token's choice [..., top_k] and its weights. quantized_inputs
     as FFN takes it: q8_0 and q4_0 experts round their rows to q8_0 first (bf16 ones to bf16),
-    as llama.cpp does.
+    as llama.cpp does. counts says where a few-token forward keeps the experts' row counts
+    (clffn_moe_set_counts): "device" launches every expert, "host" reads the counts back and
+    launches only the chosen ones (faster with many experts and few tokens), "auto" reads them
+    back where some expert must go unchosen; the outputs are the same bits.
     """
 
     def __init__(self, d_model, d_ff, experts, top_k=2, activation="swiglu", bias=False,
                  routing="normalized", router_bias=False, shared_expert=False, device=None,
                  weight_dtype="f32", aux_loss_coef=0.0, shared_d_ff=None, shared_gate=False,
-                 quantized_inputs=False):
+                 quantized_inputs=False, counts="device"):
         shared_d_ff = d_ff if shared_d_ff is None else shared_d_ff
         for name, v in (("d_model", d_model), ("d_ff", d_ff), ("experts", experts),
                         ("top_k", top_k), ("shared_d_ff", shared_d_ff)):
@@ -65,6 +69,9 @@ class MoE:
         if routing not in ROUTINGS:
             raise ArgumentError(INVALID_ARGUMENT, f"routing must be one of {ROUTINGS}, not "
                                                   f"{routing!r}")
+        if counts not in COUNTS:
+            raise ArgumentError(INVALID_ARGUMENT, f"counts must be one of {COUNTS}, not "
+                                                  f"{counts!r}")
         act, gated = _parse_activation(activation, False)
         dtype = _parse_dtype(weight_dtype)
         self._handle = None
@@ -81,6 +88,7 @@ class MoE:
         _check(_lib.moe_create(self._ctx.handle, ctypes.byref(mc), ctypes.byref(handle)),
                "creating the layer")
         self._handle, self._mc = handle, mc
+        _check(_lib.moe_set_counts(handle, COUNTS.index(counts)), "setting where the counts go")
         sc = _lib.Config.from_buffer_copy(mc.expert)
         sc.d_ff = int(shared_d_ff)
         self._experts = [_Expert(self, _lib.moe_expert(handle, e), mc.expert, dtype)

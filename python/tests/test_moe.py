@@ -51,6 +51,18 @@ def test_forward_matches_numpy(routing, tokens, k):
     np.testing.assert_allclose(y, ref, rtol=0, atol=1e-5 * np.abs(ref).max())
 
 
+@pytest.mark.parametrize("counts", ["host", "auto"])
+def test_counts_on_the_host_give_the_same_bits(counts):
+    rng = np.random.default_rng(11)
+    a = clffn.MoE(D, FF, E, top_k=2)
+    b = clffn.MoE(D, FF, E, top_k=2, counts=counts).load_state_dict(a.state_dict())
+    x = dyadic(rng, (3, D), 64, 64)
+    np.testing.assert_array_equal(a(x), b(x))
+    np.testing.assert_array_equal(a.last_experts, b.last_experts)
+    with pytest.raises(clffn.ArgumentError):
+        clffn.MoE(D, FF, E, counts="sideways")
+
+
 def test_state_dict_round_trip_and_bad_input():
     a = clffn.MoE(D, FF, E)
     b = clffn.MoE(D, FF, E).load_state_dict(a.state_dict())

@@ -31,6 +31,8 @@ typedef struct args {
     size_t experts;    /* --experts: a mixture-of-experts layer of this many (moe.c); 0: none */
     size_t top_k;      /* --top-k: experts per token (default 2) */
     size_t split;      /* --expert-split: contexts the layer's experts are split over (0, 1: one) */
+    clffn_moe_counts counts; /* --moe-counts: where the layer keeps its expert counts */
+    int set_counts;          /* --moe-counts given */
 } args;
 
 typedef struct timing {

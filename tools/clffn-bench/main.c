@@ -3,7 +3,8 @@
  *   clffn-bench --tokens T --d-model D --d-ff F --activation A [--gated] [--reps N] [--json]
  *               [--compare-cpu] [--sweep] [--device SPEC] [--k-block N] [--gemv-max N]
  *               [--weight-layout out_in|in_out] [--weights-dtype TYPE] [--kernel-max N]
- *               [--quantized-inputs] [--experts E [--top-k K] [--expert-split N]]
+ *               [--quantized-inputs] [--experts E [--top-k K] [--expert-split N]
+ *               [--moe-counts device|host|auto]]
  *
  * Times N device-level forwards (after two warm-ups) with the wall clock around each forward and
  * its completion, reports best and median, GFLOP/s, the per-stage split from OpenCL profiling
@@ -84,6 +85,7 @@ enum {
     OPT_EXPERTS,
     OPT_TOP_K,
     OPT_EXPERT_SPLIT,
+    OPT_MOE_COUNTS,
 };
 
 static const tool_option OPTIONS[] = {
@@ -130,6 +132,9 @@ static const tool_option OPTIONS[] = {
     {"expert-split", OPT_EXPERT_SPLIT, TOOL_VALUE, "N",
      "split the --experts layer's experts over N contexts of\nthe device (on one device: what "
      "the split costs)"},
+    {"moe-counts", OPT_MOE_COUNTS, TOOL_VALUE, "WHERE",
+     "keep the --experts layer's expert counts on the device\n(default), read them back to the "
+     "host, or auto: on the host\nwhere E > T*k (clffn_moe_set_counts)"},
     /* the CPU FFN alone, in a child with another OpenBLAS core (cpu.c) */
     {"cpu-only", OPT_CPU_ONLY, TOOL_FLAG, NULL, NULL},
     {0},
@@ -183,6 +188,16 @@ static int take_option(int key, const char *name, const char *v, args *a) {
     case OPT_EXPERTS: return take_size(name, v, 1, 1u << 24, &a->experts);
     case OPT_TOP_K: return take_size(name, v, 1, 1u << 24, &a->top_k);
     case OPT_EXPERT_SPLIT: return take_size(name, v, 1, 64, &a->split);
+    case OPT_MOE_COUNTS:
+        a->set_counts = 1;
+        if (!strcmp(v, "device") || !strcmp(v, "host") || !strcmp(v, "auto")) {
+            a->counts = !strcmp(v, "device") ? CLFFN_MOE_COUNTS_DEVICE
+                        : !strcmp(v, "host") ? CLFFN_MOE_COUNTS_HOST
+                                             : CLFFN_MOE_COUNTS_AUTO;
+            return 0;
+        }
+        fprintf(stderr, "clffn-bench: --moe-counts takes device, host or auto\n");
+        return -1;
     case OPT_KERNEL_MAX:
         a->set_kernel_max = 1;
         return take_size(name, v, 0, CLFFN_MAX_KERNEL_TOKENS, &a->kernel_max);
@@ -218,8 +233,9 @@ static int parse_args(int argc, char **argv, args *a) {
         if (take_option(key, p.name, p.value, a) != 0) { return tool_usage_error(&CLI); }
     }
     if (p.status >= 0) { return p.status; }
-    if ((a->top_k || a->split) && !a->experts) {
-        fprintf(stderr, "clffn-bench: --top-k and --expert-split go with --experts\n");
+    if ((a->top_k || a->split || a->set_counts) && !a->experts) {
+        fprintf(stderr,
+                "clffn-bench: --top-k, --expert-split and --moe-counts go with --experts\n");
         return tool_usage_error(&CLI);
     }
     if (a->split > a->experts) {
