@@ -105,13 +105,15 @@ Test(clffn_run_moe, mixtral_checkpoint_verifies, .timeout = 120) {
     float *router, *m[3 * E];
     mixtral_checkpoint(w, &router, m);
     write_input(x);
-    for (int mode = 0; mode < 3; ++mode) { /* Mixtral's top-2; as they are; top-1 */
+    /* Mixtral's top-2; as they are; top-1; top-2 with the expert counts read back */
+    for (int mode = 0; mode < 4; ++mode) {
         snprintf(cmd, sizeof cmd,
                  "'%s' --weights %s --preset mixtral --input %s --output %s --verify "
                  "--router-out %s %s 2>&1",
                  CLFFN_RUN_PATH, w, x, y, r,
                  mode == 1   ? "--routing topk"
                  : mode == 2 ? "--top-k 1"
+                 : mode == 3 ? "--moe-counts host"
                              : "");
         cr_assert_eq(run(cmd, out, sizeof out), 0, "%s", out);
         cr_assert(strstr(out, "PASS") && strstr(out, "MoE: 4 experts"), "%s", out);
@@ -350,6 +352,12 @@ Test(clffn_run_moe, refusals, .timeout = 60) {
              CLFFN_RUN_PATH, w, x, y);
     cr_assert_eq(run(cmd, out, sizeof out), 2, "%s", out);
     cr_assert(strstr(out, "top-k 5 for 4 experts"), "%s", out);
+    snprintf(cmd, sizeof cmd,
+             "'%s' --weights %s --preset mixtral --moe-counts sometimes --input %s --output %s "
+             "2>&1",
+             CLFFN_RUN_PATH, w, x, y);
+    cr_assert_eq(run(cmd, out, sizeof out), 2, "%s", out);
+    cr_assert(strstr(out, "--moe-counts takes device, host or auto, not 'sometimes'"), "%s", out);
     snprintf(cmd, sizeof cmd,
              "'%s' --weights %s --preset mixtral --tensor-parallel --input %s --output %s 2>&1",
              CLFFN_RUN_PATH, w, x, y);

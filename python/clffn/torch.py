@@ -191,16 +191,18 @@ class _Expert(nn.Module):
 
 class MoE(nn.Module):
     """MoE(d_model, d_ff, experts=8, top_k=2, activation="swiglu", routing="normalized",
-    device=None): Mixtral's sparse MoE block (block_sparse_moe), computed by clffn. Its
-    parameters are named as Mixtral's (gate.weight [experts, d_model]; experts.{e}.w1, w2, w3),
-    so a Mixtral layer's block_sparse_moe state_dict loads as it is. Returns y only (Mixtral's
-    module also returns the router logits). Every forward uploads the current parameters."""
+    device=None, counts="device"): Mixtral's sparse MoE block (block_sparse_moe), computed by
+    clffn. Its parameters are named as Mixtral's (gate.weight [experts, d_model];
+    experts.{e}.w1, w2, w3), so a Mixtral layer's block_sparse_moe state_dict loads as it is.
+    Returns y only (Mixtral's module also returns the router logits). Every forward uploads the
+    current parameters. counts as clffn.MoE takes it ("host" or "auto": faster with many
+    experts and few tokens, the same results)."""
 
     def __init__(self, d_model, d_ff, experts=8, top_k=2, activation="swiglu",
-                 routing="normalized", device=None):
+                 routing="normalized", device=None, counts="device"):
         super().__init__()
         self._moe = _NpMoE(d_model, d_ff, experts, top_k=top_k, activation=activation,
-                           routing=routing, device=device)
+                           routing=routing, device=device, counts=counts)
         self.gate = nn.Linear(d_model, experts, bias=False)
         self.experts = nn.ModuleList(_Expert(d_model, d_ff) for _ in range(experts))
         self._calls = 0
@@ -229,7 +231,7 @@ class _QwenMlp(nn.Module):
 
 class Qwen2MoE(MoE):
     """Qwen2MoE(d_model, d_ff, experts=60, top_k=4, shared_d_ff=None, norm_topk_prob=False,
-    device=None): Qwen2-MoE's sparse MoE block (Qwen2MoeSparseMoeBlock, a layer's mlp),
+    device=None, counts="device"): Qwen2-MoE's sparse MoE block (Qwen2MoeSparseMoeBlock, a layer's mlp),
     computed by clffn: softmax routing over the experts, the top_k kept as they are (or
     renormalised with norm_topk_prob), SwiGLU experts, and a shared expert of width shared_d_ff
     (the config's shared_expert_intermediate_size; default d_ff) scaled by the sigmoid of
@@ -240,13 +242,13 @@ class Qwen2MoE(MoE):
     Returns y only (Qwen's module also returns the router logits)."""
 
     def __init__(self, d_model, d_ff, experts=60, top_k=4, shared_d_ff=None,
-                 norm_topk_prob=False, device=None):
+                 norm_topk_prob=False, device=None, counts="device"):
         nn.Module.__init__(self)
         shared_d_ff = d_ff if shared_d_ff is None else shared_d_ff
         self._moe = _NpMoE(d_model, d_ff, experts, top_k=top_k, activation="swiglu",
                            routing="normalized" if norm_topk_prob else "topk",
                            shared_expert=True, shared_d_ff=shared_d_ff, shared_gate=True,
-                           device=device)
+                           device=device, counts=counts)
         self.gate = nn.Linear(d_model, experts, bias=False)
         self.experts = nn.ModuleList(_QwenMlp(d_model, d_ff) for _ in range(experts))
         self.shared_expert = _QwenMlp(d_model, shared_d_ff)

@@ -135,10 +135,11 @@ def matches_module(mine, ref, tokens, seed):
                                    atol=1e-5 * max(np.abs(want).max(), 1e-3), err_msg=name)
 
 
-def test_torch_module_matches_mixtral_block_and_its_gradients():
+@pytest.mark.parametrize("counts", ["device", "host"])
+def test_torch_module_matches_mixtral_block_and_its_gradients(counts):
     torch.manual_seed(0)
     ref = MixtralBlock(D, FF, E, 2).double()
-    mine = ct.MoE(D, FF, experts=E, top_k=2)
+    mine = ct.MoE(D, FF, experts=E, top_k=2, counts=counts)
     with torch.no_grad():
         rng = np.random.default_rng(5)
         ref.gate.weight.copy_(torch.from_numpy(dyadic(rng, (E, D), 16, 64)))

@@ -77,6 +77,7 @@ enum {
     OPT_ROUTING,
     OPT_ROUTER_OUT,
     OPT_EXPERT_DEVICES,
+    OPT_MOE_COUNTS,
 };
 
 static const tool_option OPTIONS[] = {
@@ -102,6 +103,10 @@ static const tool_option OPTIONS[] = {
      "them: qwen_moe's)"},
     {"router-out", OPT_ROUTER_OUT, TOOL_VALUE, "R.npy",
      "each token's chosen experts and weights, [..., k, 2]"},
+    {"moe-counts", OPT_MOE_COUNTS, TOOL_VALUE, "WHERE",
+     "where a mixture-of-experts layer keeps its expert counts at few\ntokens: device "
+     "(default), host (only the chosen experts run) or\nauto (host where some expert must go "
+     "unchosen)"},
     {"layer", OPT_LAYER, TOOL_VALUE, "L", "layer index for gpt2, bert and llama (default 0)"},
     {"activation", OPT_ACTIVATION, TOOL_VALUE, "NAME",
      "relu, gelu, gelu_tanh, silu, sigmoid, identity, or a GLU name\n(glu, reglu, geglu, "
@@ -156,6 +161,18 @@ static int refuse(const char *fmt, const char *val) {
     return -1;
 }
 
+/* --moe-counts: 0, or -1 with the refusal printed. */
+static int take_moe_counts(const char *val, options *o) {
+    if (strcmp(val, "device") && strcmp(val, "host") && strcmp(val, "auto")) {
+        return refuse("--moe-counts takes device, host or auto, not '%s'", val);
+    }
+    o->counts_given = 1;
+    o->counts = !strcmp(val, "device") ? CLFFN_MOE_COUNTS_DEVICE
+                : !strcmp(val, "host") ? CLFFN_MOE_COUNTS_HOST
+                                       : CLFFN_MOE_COUNTS_AUTO;
+    return 0;
+}
+
 /* One option's value into o: 0, or -1 with the refusal printed. */
 static int take_option(int key, const char *val, options *o) {
     uint64_t v;
@@ -197,6 +214,7 @@ static int take_option(int key, const char *val, options *o) {
         o->routing = strcmp(val, "topk") ? CLFFN_ROUTING_TOPK_NORMALIZED : CLFFN_ROUTING_TOPK;
         break;
     case OPT_ROUTER_OUT: o->router_out = val; break;
+    case OPT_MOE_COUNTS: return take_moe_counts(val, o);
     case OPT_EXPERT_DEVICES: o->expert_devices = val; break;
     case OPT_WEIGHTS_DTYPE:
         o->dtype_stored = !strcmp(val, "stored");
@@ -240,7 +258,7 @@ static int check_options(const options *o) {
                           o->grads_out || o->preset != run_preset_default() || o->tensor_parallel ||
                           o->expert_parallel || o->verbose || o->moe_preset || o->top_k ||
                           o->routing_given || o->router_out || o->expert_devices ||
-                          o->quantized_inputs;
+                          o->quantized_inputs || o->counts_given;
     const char *why = NULL;
     if (!o->weights && ckpt_only) {
         why = "these options apply to --weights runs (the demo takes only --device)";
@@ -248,7 +266,8 @@ static int check_options(const options *o) {
         why = "--grad-output and --grads-out go together";
     } else if ((o->weights || o->input || o->output) && !(o->weights && o->input && o->output)) {
         why = "--weights, --input and --output go together";
-    } else if (o->tensor_parallel && (o->moe_preset || o->top_k || o->router_out)) {
+    } else if (o->tensor_parallel &&
+               (o->moe_preset || o->top_k || o->router_out || o->counts_given)) {
         why = "--tensor-parallel splits a dense FFN; a mixture-of-experts layer runs on one device";
     } else if ((o->tensor_parallel || o->expert_parallel) && o->verify) {
         why = "--verify needs the whole layer; run it without --tensor-parallel or "

@@ -441,6 +441,7 @@ static int on_device(const options *o, const ckpt *c, const moe_layer *L, const 
     } else if ((n = run_moe_open_devices(o, ctx)) < 1) {
         /* reported */
     } else if ((s = clffn_moe_create_split(ctx, n, &mc, &moe)) != CLFFN_SUCCESS ||
+               (s = clffn_moe_set_counts(moe, o->counts)) != CLFFN_SUCCESS ||
                (s = clffn_moe_upload_router(moe, router, NULL)) != CLFFN_SUCCESS) {
         run_fail("setting up the layer", s);
     } else if (run_moe_upload(o, c, L, moe, NULL, run_moe_dtype(o, L), refs) == 0) {

@@ -98,6 +98,8 @@ typedef struct options {
     clffn_routing routing;
     const char *router_out;     /* --router-out R.npy */
     const char *expert_devices; /* --expert-devices SPEC,SPEC,…: the experts split in-process */
+    int counts_given;           /* --moe-counts */
+    clffn_moe_counts counts;    /* where the layer keeps its expert counts (clffn_moe_set_counts) */
 } options;
 
 /* The checkpoint's tensors of one FFN layer, as the preset names them, shapes checked. */
