@@ -769,6 +769,9 @@ inline void clffn_store_rows(__global float *y, ulong ldy, ulong r0, ulong n, ui
 // token's at fixed displacements (token-major rows xs apart cost three pointers a token, kept on
 // the stack). Elsewhere each token's row is xs bytes: P pairs of quants, the scales, the sums.
 #define CLFFN_XQ_SLOT(b, t) ((b) * CLFFN_WTOKENS + (t))
+// bytes from xq to that layout's scales and to its offset sums, for P pairs of blocks
+#define CLFFN_XQ_SCALES_AT(pairs) (2 * (pairs) * CLFFN_WTOKENS * CLFFN_QK)
+#define CLFFN_XQ_SUMS_AT(pairs) (2 * (pairs) * CLFFN_WTOKENS * (CLFFN_QK + 4))
 
 // NDRange (2·P, max_tokens), any work-group: one block of one token's row per work-item. A
 // block with a NaN or an infinity gets a NaN scale, so that token's outputs are NaN, as the f32
@@ -806,9 +809,7 @@ __kernel void clffn_xquant(__global const float *restrict x, const ulong x_off, 
     }
   #if CLFFN_QX_R16 // block-major (see CLFFN_XQ_SLOT)
     __global uchar *q = xq + CLFFN_XQ_SLOT(b, t) * CLFFN_QK;
-    __global float *ds = (__global float *)(xq + 2 * pairs * CLFFN_WTOKENS * CLFFN_QK);
-    __global int *cs = (__global int *)(ds + 2 * pairs * CLFFN_WTOKENS);
-    ds[CLFFN_XQ_SLOT(b, t)] = d;
+    ((__global float *)(xq + CLFFN_XQ_SCALES_AT(pairs)))[CLFFN_XQ_SLOT(b, t)] = d;
   #else
     __global uchar *row = xq + t * xs;
     __global uchar *q = row + b * CLFFN_QK;
@@ -823,7 +824,8 @@ __kernel void clffn_xquant(__global const float *restrict x, const ulong x_off, 
     int sum = 0;
     for (uint i = 0; i < 32; ++i) { sum += v[i]; }
     #if CLFFN_QX_R16
-    cs[CLFFN_XQ_SLOT(b, t)] = -sum * (CLFFN_WTYPE == CLFFN_WTYPE_Q4_0 ? 8 : 128);
+    ((__global int *)(xq + CLFFN_XQ_SUMS_AT(pairs)))[CLFFN_XQ_SLOT(b, t)] =
+        -sum * (CLFFN_WTYPE == CLFFN_WTYPE_Q4_0 ? 8 : 128);
     #else
     ((__global int *)(row + CLFFN_XQ_BYTES(blocks)))[b] = -sum;
     #endif
@@ -1036,8 +1038,8 @@ CLFFN_QX_ROW_INLINE void clffn_qx_rows16(__global const uchar *row0, ulong row_b
                                          ulong blocks, __global const uchar *xq, uint tokens,
                                          float16 acc[CLFFN_WTOKENS]) {
   const ulong pairs = (blocks + 1) / 2;
-  __global const float *ds = (__global const float *)(xq + 2 * pairs * CLFFN_WTOKENS * CLFFN_QK);
-  __global const int *cs = (__global const int *)(ds + 2 * pairs * CLFFN_WTOKENS);
+  __global const float *ds = (__global const float *)(xq + CLFFN_XQ_SCALES_AT(pairs));
+  __global const int *cs = (__global const int *)(xq + CLFFN_XQ_SUMS_AT(pairs));
   for (uint t = 0; t < CLFFN_WTOKENS; ++t) { acc[t] = (float16)0.0f; }
   const clffn_v16si m4 = (clffn_v16si)((int16)0x0f0f0f0f);
   __global const uchar *rp[16];
@@ -1156,11 +1158,11 @@ inline void clffn_qx_lanes(__global const uchar *row, ulong blocks, __global con
 // y[t, r] = Σ_b dw[r, b]·dx[t, b]·Σ_j q_w[r, b, j]·q_x[t, b, j] (+ β·y) for the pass's tokens,
 // from clffn_xquant's rows (xq, xs bytes apart; block-major in the 16-row form). NDRange
 // (CLFFN_ROW_SPLIT, ⌈⌈rows / CLFFN_QX_R⌉ / CLFFN_ROW_ROWS⌉·CLFFN_ROW_ROWS), work-group
-// (CLFFN_ROW_SPLIT, CLFFN_ROW_ROWS). On a CPU one row
-// a work-item up to 2 tokens: the quantized rows fit the first-level cache, and four rows side by
-// side measured slower there (4096 -> 11008, one token, 22016 rows of 4096: 2.4-2.6 ms against
-// 1.2-1.3 one by one); from 4 tokens sixteen, transposed (clffn_qx_rows16, CLFFN_QX_WIDE). On a
-// GPU the row's lanes share it (clffn_qx_lanes).
+// (CLFFN_ROW_SPLIT, CLFFN_ROW_ROWS). On a CPU one row a work-item up to 2 tokens: the quantized
+// rows fit the first-level cache, and four rows side by side measured slower there (4096 ->
+// 11008, one token, 22016 rows of 4096: 2.4-2.6 ms against 1.2-1.3 one by one); from 4 tokens
+// sixteen, transposed (clffn_qx_rows16, CLFFN_QX_WIDE). On a GPU the row's lanes share it
+// (clffn_qx_lanes).
 CLFFN_ROWS_QX_KERNEL {
   CLFFN_PASS_TOKENS();
   const ulong r0 = get_global_id(1) * CLFFN_QX_R;

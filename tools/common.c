@@ -9,11 +9,28 @@
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 extern char **environ;
+
+static const char *const MOE_COUNTS[] = {"device", "host", "auto"}; /* clffn_moe_counts' order */
+
+int tool_parse_moe_counts(const char *s, clffn_moe_counts *out) {
+    for (int i = 0; i < 3; ++i) {
+        if (!strcmp(s, MOE_COUNTS[i])) {
+            *out = (clffn_moe_counts)i;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+const char *tool_moe_counts_name(clffn_moe_counts c) {
+    return (unsigned)c < 3 ? MOE_COUNTS[c] : "?";
+}
 
 cl_int tool_finish(cl_command_queue q) {
     cl_event done = NULL;

@@ -31,6 +31,11 @@ int tool_parse_size(const char *s, size_t min, size_t max, size_t *out);
 /* A finite number in [min, max]: 0, or -1 with *out unchanged. */
 int tool_parse_double(const char *s, double min, double max, double *out);
 
+/* --moe-counts: "device", "host" or "auto" as clffn_moe_counts (0, or -1 with *out unchanged),
+ * and the name of one. */
+int tool_parse_moe_counts(const char *s, clffn_moe_counts *out);
+const char *tool_moe_counts_name(clffn_moe_counts c);
+
 /* Waits until every command enqueued on q so far has run: a marker's event, then clFinish. Mesa's
  * rusticl returns from clFinish at once when the queue was flushed before (docs/RELIABILITY.md;
  * a 512 -> 2048 forward on llvmpipe came back after 1-5 ms, its output ready 20-30 ms later),

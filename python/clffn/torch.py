@@ -231,11 +231,11 @@ class _QwenMlp(nn.Module):
 
 class Qwen2MoE(MoE):
     """Qwen2MoE(d_model, d_ff, experts=60, top_k=4, shared_d_ff=None, norm_topk_prob=False,
-    device=None, counts="device"): Qwen2-MoE's sparse MoE block (Qwen2MoeSparseMoeBlock, a layer's mlp),
-    computed by clffn: softmax routing over the experts, the top_k kept as they are (or
-    renormalised with norm_topk_prob), SwiGLU experts, and a shared expert of width shared_d_ff
-    (the config's shared_expert_intermediate_size; default d_ff) scaled by the sigmoid of
-    shared_expert_gate. Parameters are named as Qwen's (gate.weight [experts, d_model];
+    device=None, counts="device"): Qwen2-MoE's sparse MoE block (Qwen2MoeSparseMoeBlock, a
+    layer's mlp), computed by clffn: softmax routing over the experts, the top_k kept as they
+    are (or renormalised with norm_topk_prob), SwiGLU experts, and a shared expert of width
+    shared_d_ff (the config's shared_expert_intermediate_size; default d_ff) scaled by the
+    sigmoid of shared_expert_gate. Parameters are named as Qwen's (gate.weight [experts, d_model];
     experts.{e}.gate_proj, up_proj, down_proj; shared_expert.*; shared_expert_gate.weight
     [1, d_model]), so a Qwen2-MoE layer's mlp state_dict loads as it is. The defaults are
     Qwen1.5-MoE-A2.7B's but for the widths (d_model 2048, d_ff 1408, shared_d_ff 5632 there).

@@ -190,12 +190,7 @@ static int take_option(int key, const char *name, const char *v, args *a) {
     case OPT_EXPERT_SPLIT: return take_size(name, v, 1, 64, &a->split);
     case OPT_MOE_COUNTS:
         a->set_counts = 1;
-        if (!strcmp(v, "device") || !strcmp(v, "host") || !strcmp(v, "auto")) {
-            a->counts = !strcmp(v, "device") ? CLFFN_MOE_COUNTS_DEVICE
-                        : !strcmp(v, "host") ? CLFFN_MOE_COUNTS_HOST
-                                             : CLFFN_MOE_COUNTS_AUTO;
-            return 0;
-        }
+        if (tool_parse_moe_counts(v, &a->counts) == 0) { return 0; }
         fprintf(stderr, "clffn-bench: --moe-counts takes device, host or auto\n");
         return -1;
     case OPT_KERNEL_MAX:

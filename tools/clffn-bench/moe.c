@@ -93,10 +93,6 @@ static int moe_time(moe_run *m, device_run *r, size_t T, int reps, timing *t) {
     return 0;
 }
 
-static const char *counts_name(clffn_moe_counts c) {
-    return c == CLFFN_MOE_COUNTS_HOST ? "host" : c == CLFFN_MOE_COUNTS_AUTO ? "auto" : "device";
-}
-
 static void report(const args *a, const moe_run *m, size_t rows, const timing *tm, const timing *td,
                    double expert_bytes) {
     const size_t T = a->tokens, work = T * a->top_k;
@@ -111,13 +107,13 @@ static void report(const args *a, const moe_run *m, size_t rows, const timing *t
                "\"contexts\": %zu, \"counts\": \"%s\"}\n",
                a->experts, a->top_k, T, a->d_model, a->d_ff, clffn_dtype_name(a->dtype), tm->best_s,
                tm->median_s, gflops, m->chosen, read, rows, td->best_s, ratio,
-               a->split > 1 ? a->split : (size_t)1, counts_name(a->counts));
+               a->split > 1 ? a->split : (size_t)1, tool_moe_counts_name(a->counts));
         return;
     }
     printf("layer:         %zu experts, top-%zu, %zu tokens, %zu -> %zu, %s weights", a->experts,
            a->top_k, T, a->d_model, a->d_ff, clffn_dtype_name(a->dtype));
     if (a->split > 1) { printf(", split over %zu contexts", a->split); }
-    printf(", counts: %s\n", counts_name(a->counts));
+    printf(", counts: %s\n", tool_moe_counts_name(a->counts));
     printf("forward:       best %.3f ms, median %.3f ms over %d reps: %.1f GFLOP/s\n",
            tm->best_s * 1e3, tm->median_s * 1e3, a->reps, gflops);
     printf("weights read:  %zu of %zu experts, %.0f bytes (router included): %.1f GB/s\n",

@@ -163,13 +163,10 @@ static int refuse(const char *fmt, const char *val) {
 
 /* --moe-counts: 0, or -1 with the refusal printed. */
 static int take_moe_counts(const char *val, options *o) {
-    if (strcmp(val, "device") && strcmp(val, "host") && strcmp(val, "auto")) {
+    if (tool_parse_moe_counts(val, &o->counts) != 0) {
         return refuse("--moe-counts takes device, host or auto, not '%s'", val);
     }
     o->counts_given = 1;
-    o->counts = !strcmp(val, "device") ? CLFFN_MOE_COUNTS_DEVICE
-                : !strcmp(val, "host") ? CLFFN_MOE_COUNTS_HOST
-                                       : CLFFN_MOE_COUNTS_AUTO;
     return 0;
 }
 
