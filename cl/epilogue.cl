@@ -15,6 +15,10 @@
 // needs that place to start Philox blocks.
 // count (NULL but for a mixture-of-experts layer's expert, whose row count stays on the device)
 // holds the rows at count[count_at], at most tokens; the rows past it are left alone.
+// grp: a grouped launch, several such experts at once, one a step g of the third dimension:
+// expert e = count[grp.s4 + g] where grp.s4 is set, else g (as cl/weights.cl's grouped launches
+// have it); expert e's tensors lie e times grp's strides (in floats) after the first's, and its
+// count at count_at + e; all zero (one expert, or none) for a single FFN.
 // vload4/vstore4 need only float alignment, so the buffers' offsets do not matter.
 // Nothing here depends on the work-group size; the host passes NULL or a test's override.
 // =================================================================================================
@@ -43,7 +47,15 @@ __kernel void clffn_epilogue1(__global const float *restrict z, const ulong ldz,
                               const ulong drop_threshold, const float drop_scale,
                               const uint2 key, const ulong rng_offset,
                               const ulong rng_ld, const ulong rng_col0, const uint vec,
-                              __global const uint *count, const uint count_at) {
+                              __global const uint *count, const uint count_at,
+                              const ulong8 grp) {
+  const ulong g = grp.s4 ? count[grp.s4 + get_global_id(2)] : get_global_id(2);
+  // z, h and the biases (b1 and bv alike) by grp.s0, s1, s2
+  z += g * grp.s0;
+  h += g * grp.s1;
+  b1 += g * grp.s2;
+  bv += g * grp.s2;
+  count += g;
   const ulong j0 = (ulong)get_global_id(0) * CLFFN_COLUMNS_PER_ITEM;
   const ulong t = get_global_id(1);
   if (t >= tokens || (count && t >= count[count_at]) || j0 >= d_ff) { return; }
@@ -103,7 +115,15 @@ __kernel void clffn_epilogue2(__global const float *restrict u,
                               __global const float *restrict b2, const ulong b2_off,
                               const uint flags, const uint vec,
                               const ulong tokens, const ulong d_model,
-                              __global const uint *count, const uint count_at) {
+                              __global const uint *count, const uint count_at,
+                              const ulong8 grp) {
+  const ulong g = grp.s4 ? count[grp.s4 + get_global_id(2)] : get_global_id(2);
+  // u, y, b2 and x by grp.s0, s1, s2, s3
+  u += g * grp.s0;
+  y += g * grp.s1;
+  b2 += g * grp.s2;
+  x += g * grp.s3;
+  count += g;
   const ulong i0 = (ulong)get_global_id(0) * CLFFN_COLUMNS_PER_ITEM;
   const ulong t = get_global_id(1);
   if (t >= tokens || (count && t >= count[count_at]) || i0 >= d_model) { return; }

@@ -106,7 +106,7 @@ uint clffn_moe_run_count(__global const int *experts, const uint n, const uint e
 // counts[e] = how many of the n = T·k choices name expert e; a work-group of CLFFN_MOE_LANES
 // per expert, NDRange (LANES, E): each lane counts its run of choices, and lane 0 adds the
 // lanes' counts, so an expert's count takes n / LANES steps, not n (integers: any order gives
-// the same count).
+// the same count). counts[E] = 0: the count of the expert numbered E in the list below.
 __kernel __attribute__((reqd_work_group_size(CLFFN_MOE_LANES, 1, 1)))
 void clffn_moe_count(__global const int *experts, const uint n, __global uint *counts) {
   const uint l = get_local_id(0), e = get_global_id(1);
@@ -118,6 +118,7 @@ void clffn_moe_count(__global const int *experts, const uint n, __global uint *c
     uint sum = 0;
     for (uint j = 0; j < CLFFN_MOE_LANES; ++j) { sum += part[j]; }
     counts[e] = sum;
+    if (e == 0) { counts[get_global_size(1)] = 0; }
   }
 }
 
@@ -126,15 +127,25 @@ void clffn_moe_count(__global const int *experts, const uint n, __global uint *c
 // CLFFN_MOE_LANES per expert, NDRange (LANES, E): each lane counts its run's matches, lane 0
 // turns the counts into each lane's first row (a prefix sum), and every lane numbers its own
 // matches from there, so the slots are those of one walk in token order, in n / LANES steps.
+// Lane 0 also lists the experts with rows for the grouped launches (moe_grouped.c), after the
+// E + 1 counts: counts[E + 1 + j] is the j-th expert with rows, in index order, and past the
+// last of those, E (whose count is 0).
 __kernel __attribute__((reqd_work_group_size(CLFFN_MOE_LANES, 1, 1)))
-void clffn_moe_place(__global const int *experts, const uint n, __global const uint *counts,
+void clffn_moe_place(__global const int *experts, const uint n, __global uint *counts,
                      const uint stride, __global uint *slot) {
-  const uint l = get_local_id(0), e = get_global_id(1);
+  const uint l = get_local_id(0), e = get_global_id(1), E = get_global_size(1);
   uint i0, i1;
   __local uint first[CLFFN_MOE_LANES];
   first[l] = clffn_moe_run_count(experts, n, e, l, &i0, &i1);
   barrier(CLK_LOCAL_MEM_FENCE);
   if (l == 0) {
+    uint below = 0, with_rows = 0; // experts with rows below e, and in all
+    for (uint f = 0; f < E; ++f) {
+      const uint has = counts[f] > 0;
+      below += f < e ? has : 0;
+      with_rows += has;
+    }
+    counts[E + 1 + (counts[e] ? below : with_rows + e - below)] = counts[e] ? e : E;
     uint s = e * stride;
     for (uint f = 0; stride == 0 && f < e; ++f) { s += counts[f]; }
     for (uint j = 0; j < CLFFN_MOE_LANES; ++j) {

@@ -444,6 +444,25 @@ inline uint clffn_pass_tokens(uint max_tokens, __global const uint *count, uint 
   const uint tokens = clffn_pass_tokens(max_tokens, count, count_at);                        \
   const int live = tokens > 0
 
+// A grouped launch runs the same product for several experts of a mixture-of-experts layer at
+// once, one a step of the third dimension (work-group size 1 there): step g's expert e is
+// count[grp.s4 + g] where grp.s4 is set (the layer's list of the experts with rows, then
+// experts numbered E, whose count[E] is 0), else g. Expert e's weights lie e·grp.s0 bytes after
+// the first's, its input e·grp.s1 values after, its output e·grp.s2 values, and its count is
+// count[count_at + e]; the launch's own scratch goes by the step: its partial sums g·grp.s3
+// values on, its quantized input rows g·grp.s1 (rows_qx) or g·grp.s2 (xquant) bytes on.
+// One product is the group of one, grp all zero. An expert with no rows reads nothing (the
+// pointers past the last expert for E are never read), and each expert's sums are those its own
+// launch would make, in the same order, so grouping changes no bit.
+#define CLFFN_GROUP_EXPERT()                                                                 \
+  const ulong group_ = grp.s4 ? count[grp.s4 + get_global_id(2)] : get_global_id(2)
+#define CLFFN_GROUP_SHIFT(W, X, Y)                                                           \
+  CLFFN_GROUP_EXPERT();                                                                      \
+  W += group_ * grp.s0;                                                                      \
+  X += group_ * grp.s1;                                                                      \
+  Y += group_ * grp.s2;                                                                      \
+  count += group_
+
 // ---- y = x·Wᵀ: along the rows -------------------------------------------------------------------
 
 // NDRange (CLFFN_ROW_SPLIT, ⌈rows / CLFFN_ROW_ROWS⌉·CLFFN_ROW_ROWS), work-group (CLFFN_ROW_SPLIT,
@@ -458,7 +477,8 @@ void clffn_wgemv_rows(__global const uchar *restrict w, const ulong w_off, const
                       const uint max_tokens, __global const uint *restrict count,
                       const uint count_at,
                       __global float *restrict y, const ulong y_off, const ulong ldy,
-                      const float beta) {
+                      const float beta, const ulong8 grp) {
+  CLFFN_GROUP_SHIFT(w, x, y);
   CLFFN_PASS_TOKENS();
   const uint s = get_local_id(0);
   const ulong r = get_global_id(1);
@@ -539,7 +559,8 @@ void clffn_wgemv_rows2(__global const uchar *restrict w, const ulong w_off, cons
                        const uint max_tokens, __global const uint *restrict count,
                        const uint count_at,
                        __global float *restrict y, const ulong y_off, const ulong ldy,
-                       const float beta) {
+                       const float beta, const ulong8 grp) {
+  CLFFN_GROUP_SHIFT(w, x, y);
   CLFFN_PASS_TOKENS();
   const ulong r = 2 * get_global_id(1);
   floatRV acc[CLFFN_WTOKENS], acc2[CLFFN_WTOKENS];
@@ -606,7 +627,8 @@ void clffn_wgemv_rows4(__global const uchar *restrict w, const ulong w_off, cons
                        const uint max_tokens, __global const uint *restrict count,
                        const uint count_at,
                        __global float *restrict y, const ulong y_off, const ulong ldy,
-                       const float beta) {
+                       const float beta, const ulong8 grp) {
+  CLFFN_GROUP_SHIFT(w, x, y);
   CLFFN_PASS_TOKENS();
   const ulong r = 4 * get_global_id(1);
   floatRV acc0[CLFFN_WTOKENS], acc1[CLFFN_WTOKENS], acc2[CLFFN_WTOKENS], acc3[CLFFN_WTOKENS];
@@ -695,7 +717,7 @@ void clffn_wgemv_rows4(__global const uchar *restrict w, const ulong w_off, cons
                       __global const uchar *restrict xq, const ulong xs,                       \
                       const uint max_tokens, __global const uint *restrict count,              \
                       const uint count_at, __global float *restrict y, const ulong y_off,      \
-                      const ulong ldy, const float beta)
+                      const ulong ldy, const float beta, const ulong8 grp)
 // y[t, r0 + i] = sum[i·CLFFN_WTOKENS + t] (+ β·y) for n rows and the pass's tokens: the rows
 // clffn_wgemv_rows_qx's work-item took.
 inline void clffn_store_rows(__global float *y, ulong ldy, ulong r0, ulong n, uint tokens,
@@ -779,7 +801,11 @@ inline void clffn_store_rows(__global float *y, ulong ldy, ulong r0, ulong n, ui
 __kernel void clffn_xquant(__global const float *restrict x, const ulong x_off, const ulong ldx,
                            const ulong cols, const uint max_tokens,
                            __global const uint *restrict count, const uint count_at,
-                           __global uchar *restrict xq, const ulong xs) {
+                           __global uchar *restrict xq, const ulong xs, const ulong8 grp) {
+  CLFFN_GROUP_EXPERT(); // as CLFFN_GROUP_SHIFT: x by grp.s1, xq by grp.s2
+  x += group_ * grp.s1;
+  xq += get_global_id(2) * grp.s2;
+  count += group_;
   CLFFN_PASS_TOKENS();
   const ulong b = get_global_id(0), blocks = cols / CLFFN_QK, pairs = (blocks + 1) / 2;
   const uint t = get_global_id(1);
@@ -1164,6 +1190,11 @@ inline void clffn_qx_lanes(__global const uchar *row, ulong blocks, __global con
 // sixteen, transposed (clffn_qx_rows16, CLFFN_QX_WIDE). On a GPU the row's lanes share it
 // (clffn_qx_lanes).
 CLFFN_ROWS_QX_KERNEL {
+  CLFFN_GROUP_EXPERT(); // as CLFFN_GROUP_SHIFT, the quantized rows by the step
+  w += group_ * grp.s0;
+  xq += get_global_id(2) * grp.s1;
+  y += group_ * grp.s2;
+  count += group_;
   CLFFN_PASS_TOKENS();
   const ulong r0 = get_global_id(1) * CLFFN_QX_R;
   float sum[CLFFN_QX_R][CLFFN_WTOKENS];
@@ -1271,7 +1302,11 @@ inline uint8 clffn_to_bf16x8(float8 v) {
 __kernel void clffn_xquant(__global const float *restrict x, const ulong x_off, const ulong ldx,
                            const ulong cols, const uint max_tokens,
                            __global const uint *restrict count, const uint count_at,
-                           __global uchar *restrict xq, const ulong xs) {
+                           __global uchar *restrict xq, const ulong xs, const ulong8 grp) {
+  CLFFN_GROUP_EXPERT(); // as CLFFN_GROUP_SHIFT: x by grp.s1, xq by grp.s2
+  x += group_ * grp.s1;
+  xq += get_global_id(2) * grp.s2;
+  count += group_;
   CLFFN_PASS_TOKENS();
   const ulong b = get_global_id(0), c0 = b * 32;
   const uint t = get_global_id(1);
@@ -1422,6 +1457,11 @@ inline void clffn_bx_lanes(__global const uchar *row, ulong cols, __global const
 // work-group (CLFFN_ROW_SPLIT, CLFFN_ROW_ROWS): CLFFN_BX_R rows a work-item where a row has one
 // lane (CPUs), a row's lanes side by side where it has several (GPUs).
 CLFFN_ROWS_QX_KERNEL {
+  CLFFN_GROUP_EXPERT(); // as CLFFN_GROUP_SHIFT, the quantized rows by the step
+  w += group_ * grp.s0;
+  xq += get_global_id(2) * grp.s1;
+  y += group_ * grp.s2;
+  count += group_;
   CLFFN_PASS_TOKENS();
   const ulong g = get_global_id(1), r0 = g * CLFFN_BX_R;
   const uint s = get_local_id(0);
@@ -1520,7 +1560,10 @@ void clffn_wgemv_cols(__global const uchar *restrict w, const ulong w_off, const
                       const uint max_tokens, __global const uint *restrict count,
                       const uint count_at,
                       __global float *restrict y, const ulong y_off, const ulong ldy,
-                      const float beta, const ulong chunk_rows, __global float *restrict part) {
+                      const float beta, const ulong chunk_rows, __global float *restrict part,
+                      const ulong8 grp) {
+  CLFFN_GROUP_SHIFT(w, x, y);
+  part += get_global_id(2) * grp.s3;
   CLFFN_PASS_TOKENS();
   const ulong c0 = get_global_id(0) * CLFFN_COL_W;
   const uint s = get_local_id(1);
@@ -1694,7 +1737,10 @@ void clffn_wgemv_strip(__global const uchar *restrict w, const ulong w_off, cons
                        const uint max_tokens, __global const uint *restrict count,
                        const uint count_at,
                        __global float *restrict y, const ulong y_off, const ulong ldy,
-                       const float beta, const ulong chunk_rows, __global float *restrict part) {
+                       const float beta, const ulong chunk_rows, __global float *restrict part,
+                      const ulong8 grp) {
+  CLFFN_GROUP_SHIFT(w, x, y);
+  part += get_global_id(2) * grp.s3;
   CLFFN_PASS_TOKENS();
   const ulong c0 = get_global_id(0) * CLFFN_STRIP;
   const ulong k = get_global_id(1), r0 = k * chunk_rows;
@@ -1748,7 +1794,11 @@ __kernel void clffn_wgemv_sum(__global const float *restrict part, const ulong c
                               const uint max_tokens, __global const uint *restrict count,
                               const uint count_at, const ulong cols,
                               __global float *restrict y, const ulong y_off, const ulong ldy,
-                              const float beta) {
+                              const float beta, const ulong8 grp) {
+  CLFFN_GROUP_EXPERT(); // as CLFFN_GROUP_SHIFT: y by grp.s2, part by grp.s3
+  part += get_global_id(2) * grp.s3;
+  y += group_ * grp.s2;
+  count += group_;
   const ulong c = get_global_id(0);
   const uint t = get_global_id(1);
   if (c >= cols || t >= clffn_pass_tokens(max_tokens, count, count_at)) { return; }

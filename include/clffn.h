@@ -1069,6 +1069,28 @@ CLFFN_API clffn_status clffn_moe_set_counts(clffn_moe *moe, clffn_moe_counts whe
 /** The layer's setting (CLFFN_MOE_COUNTS_DEVICE for NULL). */
 CLFFN_API clffn_moe_counts clffn_moe_counts_where(const clffn_moe *moe);
 
+/** Whether the layer's last forward ran its routed experts grouped: each stage of their forward
+ *  (each product, each epilogue) one launch for all of them, so that the launches no longer
+ *  grow with E. That is what a forward with the counts on the device does where every routed
+ *  expert's weights were uploaded through clffn_moe_expert() in one type and layout: each such
+ *  upload places the expert's tensors in the layer's buffers, one a kind of tensor, in the
+ *  expert's slot (the first upload of a kind makes the buffer for all E; an expert's next
+ *  upload writes over its slot once the layer's and the expert's last commands have completed,
+ *  and one that fails part-way through that leaves the expert without weights). Weights bound
+ *  from the caller's buffers (clffn_ffn_bind_weights()), experts of different types, and
+ *  layers split over contexts run an expert at a time. The outputs are the same bits either
+ *  way. 0 for NULL and before any forward. */
+CLFFN_API int clffn_moe_experts_grouped(const clffn_moe *moe);
+
+/** Switches grouping (above) on (the default) or off for the layer's later uploads and
+ *  forwards. Off, each expert's upload makes buffers of its own, as a plain FFN's does, and the
+ *  experts run one at a time; experts uploaded while it was on keep their slots but run one at
+ *  a time too. Off is for comparing the two, and for running under a simulator that checks
+ *  every read of memory the host wrote: Oclgrind 21.10 takes memory written through a part of
+ *  a buffer (a sub-buffer, or an offset) for uninitialized (docs/RELIABILITY.md). The outputs
+ *  are the same bits either way. Errors: NULL_ARGUMENT. */
+CLFFN_API clffn_status clffn_moe_set_grouping(clffn_moe *moe, int on);
+
 /** Host-level forward, blocking, on the context's queue: y[T, D] = MoE(x[T, D]); x_len and
  *  y_len in floats, ≥ T·D. experts [T, k] and weights [T, k] (either may be NULL) receive each
  *  token's chosen experts, best first, and their weights. The outputs are written only on

@@ -6,13 +6,14 @@
 #include "launch.h"
 #include "philox.h"
 
-/* The biases of epilogue 1; a bias that is off is never read, and any valid buffer stands in
- * for it. */
-static void bias_args(clffn_args *a, const clffn_ffn *ffn) {
+/* The biases of epilogue 1 (b[0] b1, b[1] bv); a bias that is off is never read, and standin,
+ * any valid buffer, stands in for it. */
+static void bias_args(clffn_args *a, const clffn_ffn *ffn, const clffn_buffer b[2],
+                      cl_mem standin) {
     const clffn_config *c = &ffn->cfg;
     const bool b1_on = c->bias1, bv_on = c->gated && c->bias_gate;
-    const cl_mem b1 = b1_on ? ffn->b1.mem : ffn->ws.z, bv = bv_on ? ffn->bv.mem : ffn->ws.z;
-    const cl_ulong b1_off = b1_on ? ffn->b1.offset : 0, bv_off = bv_on ? ffn->bv.offset : 0;
+    const cl_mem b1 = b1_on ? b[0].mem : standin, bv = bv_on ? b[1].mem : standin;
+    const cl_ulong b1_off = b1_on ? b[0].offset : 0, bv_off = bv_on ? b[1].offset : 0;
     const cl_uint flags = (b1_on ? CLFFN_F_BIAS1 : 0) | (bv_on ? CLFFN_F_BIAS_GATE : 0);
     CLFFN_ARG(*a, b1);
     CLFFN_ARG(*a, b1_off);
@@ -22,8 +23,8 @@ static void bias_args(clffn_args *a, const clffn_ffn *ffn) {
 }
 
 /* The tail epilogue 1 and its backward share: biases, sizes, dropout, and the float4 switch. */
-static void epilogue1_tail(clffn_args *a, const clffn_ffn *ffn, size_t tokens,
-                           const clffn_dropout_use *drop) {
+static void epilogue1_tail(clffn_args *a, const clffn_ffn *ffn, const clffn_buffer b[2],
+                           cl_mem standin, size_t tokens, const clffn_dropout_use *drop) {
     const cl_ulong T = tokens, F = ffn->cfg.d_ff, off = drop->offset;
     const cl_ulong thresh = drop->on ? clffn__drop_threshold(drop->p) : 0;
     const cl_float scale = drop->on ? clffn__drop_scale(drop->p) : 1.0f;
@@ -31,7 +32,7 @@ static void epilogue1_tail(clffn_args *a, const clffn_ffn *ffn, size_t tokens,
     const cl_uint2 key = {{(cl_uint)ffn->seed, (cl_uint)(ffn->seed >> 32)}};
     const cl_uint vec = F % CLFFN_COLUMNS_PER_ITEM == 0 && ld % CLFFN_COLUMNS_PER_ITEM == 0 &&
                         col0 % CLFFN_COLUMNS_PER_ITEM == 0;
-    bias_args(a, ffn);
+    bias_args(a, ffn, b, standin);
     CLFFN_ARG(*a, T);
     CLFFN_ARG(*a, F);
     CLFFN_ARG(*a, thresh);
@@ -43,37 +44,59 @@ static void epilogue1_tail(clffn_args *a, const clffn_ffn *ffn, size_t tokens,
     CLFFN_ARG(*a, vec);
 }
 
-/* The rows' count on the device, or none (count NULL): the epilogues' last arguments. */
-static void count_args(clffn_args *a, const clffn_wcount *count) {
-    static const clffn_wcount none = {NULL, 0};
+/* The rows' count on the device, or none (count NULL), and the group's strides: the epilogues'
+ * last arguments. */
+static void count_args(clffn_args *a, const clffn_wcount *count, cl_ulong8 grp) {
+    static const clffn_wcount none = {NULL, 0, 0, 0, 0, 0, 0};
     if (!count) { count = &none; }
     CLFFN_ARG(*a, count->mem);
     CLFFN_ARG(*a, count->at);
+    CLFFN_ARG(*a, grp);
+}
+
+/* A launch over the columns and tokens of each of the count's groups (one without a count). */
+static cl_int launch(const clffn_ffn *ffn, cl_kernel k, size_t columns, size_t tokens,
+                     const clffn_wcount *count, cl_command_queue queue, cl_event *event) {
+    const size_t groups = count && count->groups > 1 ? count->groups : 1;
+    if (groups == 1) { return clffn__launch_columns(ffn->ctx, k, columns, tokens, queue, event); }
+    const size_t global[3] = {(columns + CLFFN_COLUMNS_PER_ITEM - 1) / CLFFN_COLUMNS_PER_ITEM,
+                              tokens, groups};
+    return clffn__enqueue_items(&ffn->ctx->programs, queue, k, 3, global, event);
 }
 
 cl_int clffn__epilogue1(clffn_ffn *ffn, size_t tokens, const clffn_wcount *count,
                         const clffn_dropout_use *drop, cl_command_queue queue, cl_event *event) {
+    const clffn_buffer b[2] = {ffn->b1, ffn->bv};
+    const clffn_group_io io = {ffn->ws.z, ffn->ws.h, {{0}}};
+    return clffn__epilogue1_group(ffn, tokens, count, b, &io, drop, queue, event);
+}
+
+cl_int clffn__epilogue1_group(const clffn_ffn *ffn, size_t tokens, const clffn_wcount *count,
+                              const clffn_buffer bias[2], const clffn_group_io *io,
+                              const clffn_dropout_use *drop, cl_command_queue queue,
+                              cl_event *event) {
     const cl_ulong ldz = clffn__n1(&ffn->cfg);
     clffn_args a = clffn__args(drop->on ? ffn->epilogue1_train : ffn->epilogue1);
-    CLFFN_ARG(a, ffn->ws.z);
+    CLFFN_ARG(a, io->in);
     CLFFN_ARG(a, ldz);
-    CLFFN_ARG(a, ffn->ws.h);
-    epilogue1_tail(&a, ffn, tokens, drop);
-    count_args(&a, count);
+    CLFFN_ARG(a, io->out);
+    epilogue1_tail(&a, ffn, bias, io->in, tokens, drop);
+    count_args(&a, count, io->grp);
     const cl_int err = clffn__args_end(&a);
     if (err != CL_SUCCESS) { return err; }
-    return clffn__launch_columns(ffn->ctx, a.kernel, ffn->cfg.d_ff, tokens, queue, event);
+    return launch(ffn, a.kernel, ffn->cfg.d_ff, tokens, count, queue, event);
 }
 
 cl_int clffn__epilogue1_backward(clffn_ffn *ffn, size_t tokens, cl_command_queue queue) {
     const clffn_dropout_use *drop = &ffn->last_drop;
     const cl_ulong ldz = clffn__n1(&ffn->cfg);
+    const clffn_buffer b[2] = {ffn->b1, ffn->bv};
     clffn_args a = clffn__args(drop->on ? ffn->backward1_train : ffn->backward1);
     CLFFN_ARG(a, ffn->ws.dh);
     CLFFN_ARG(a, ffn->ws.z);
     CLFFN_ARG(a, ldz);
     CLFFN_ARG(a, ffn->ws.dz);
-    epilogue1_tail(&a, ffn, tokens, drop);
+    epilogue1_tail(&a, ffn, b, ffn->ws.z, tokens, drop);
     const cl_int err = clffn__args_end(&a);
     if (err != CL_SUCCESS) { return err; }
     return clffn__launch_columns(ffn->ctx, a.kernel, ffn->cfg.d_ff, tokens, queue, NULL);
@@ -81,28 +104,35 @@ cl_int clffn__epilogue1_backward(clffn_ffn *ffn, size_t tokens, cl_command_queue
 
 cl_int clffn__epilogue2(clffn_ffn *ffn, size_t tokens, const clffn_wcount *count, clffn_matrix x,
                         clffn_matrix y, cl_command_queue queue, cl_event *event) {
+    const clffn_group_io io = {ffn->ws.u, y.mem, {{0}}};
+    return clffn__epilogue2_group(ffn, tokens, count, &ffn->b2, &io, y.off, x, queue, event);
+}
+
+cl_int clffn__epilogue2_group(const clffn_ffn *ffn, size_t tokens, const clffn_wcount *count,
+                              const clffn_buffer *b2, const clffn_group_io *io, size_t y_offset,
+                              clffn_matrix x, cl_command_queue queue, cl_event *event) {
     const clffn_config *c = &ffn->cfg;
-    const cl_mem b2 = c->bias2 ? ffn->b2.mem : ffn->ws.u;
-    const cl_ulong b2_off = c->bias2 ? ffn->b2.offset : 0;
-    const cl_ulong xo = x.off, yo = y.off, T = tokens, D = c->d_model;
+    const cl_mem b2m = c->bias2 ? b2->mem : io->in;
+    const cl_ulong b2_off = c->bias2 ? b2->offset : 0;
+    const cl_ulong xo = x.off, yo = y_offset, T = tokens, D = c->d_model;
     const cl_uint flags = (c->bias2 ? CLFFN_F_BIAS2 : 0) | (c->residual ? CLFFN_F_RESIDUAL : 0);
     const cl_uint vec = (D % CLFFN_COLUMNS_PER_ITEM) == 0;
     clffn_args a = clffn__args(ffn->epilogue2);
-    CLFFN_ARG(a, ffn->ws.u);
-    CLFFN_ARG(a, y.mem);
+    CLFFN_ARG(a, io->in);
+    CLFFN_ARG(a, io->out);
     CLFFN_ARG(a, yo);
     CLFFN_ARG(a, x.mem);
     CLFFN_ARG(a, xo);
-    CLFFN_ARG(a, b2);
+    CLFFN_ARG(a, b2m);
     CLFFN_ARG(a, b2_off);
     CLFFN_ARG(a, flags);
     CLFFN_ARG(a, vec);
     CLFFN_ARG(a, T);
     CLFFN_ARG(a, D);
-    count_args(&a, count);
+    count_args(&a, count, io->grp);
     const cl_int err = clffn__args_end(&a);
     if (err != CL_SUCCESS) { return err; }
-    return clffn__launch_columns(ffn->ctx, a.kernel, c->d_model, tokens, queue, event);
+    return launch(ffn, a.kernel, c->d_model, tokens, count, queue, event);
 }
 
 /* Partial sums of CLFFN_COLSUM_ROWS-row chunks, then their sums (cl/backward.cl says why two

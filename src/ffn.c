@@ -35,6 +35,7 @@ void clffn__ffn_weights_release(clffn_ffn *ffn) {
     memset(&ffn->b2, 0, sizeof ffn->b2);
     ffn->has_weights = false;
     ffn->weight_bytes = 0;
+    memset(ffn->pool_gen, 0, sizeof ffn->pool_gen);
 }
 
 void clffn__ffn_weights_set(clffn_ffn *ffn, clffn_layout layout, clffn_layout given, bool stacked,

@@ -7,6 +7,7 @@
 
 #include "gemm.h"
 #include "linear.h"
+#include "pool.h"
 #include "workspace.h"
 
 /* What a pass does about dropout: whether it drops, with which p, at which Philox offset. */
@@ -50,6 +51,13 @@ struct clffn_ffn {
     clffn_wkernels wk;     /* the few-token and dequantization kernels, for its weights' type */
     size_t weight_bytes;   /* of W1, V and W2 on the device */
     char message[160];     /* clffn_ffn_error_message() */
+
+    /* an expert of a mixture-of-experts layer: the layer's weight pools and its slot there
+     * (pools NULL: buffers of its own), and for each kind of tensor the generation of the pool
+     * whose slot its buffer is (0: a buffer of its own; pool.h) */
+    clffn_pools *pools;
+    size_t pool_slot;
+    unsigned pool_gen[CLFFN_POOL_KINDS];
 
     /* set by a mixture-of-experts layer around its expert's forward: the few-token kernels run
      * as built for this many tokens (0: the pass's own); see clffn_gemm_env */
@@ -143,6 +151,22 @@ cl_int clffn__epilogue1_backward(clffn_ffn *ffn, size_t tokens, cl_command_queue
 /* y [T, D] = u + b2 (+ x); with count (NULL: none) its first rows alone */
 cl_int clffn__epilogue2(clffn_ffn *ffn, size_t tokens, const clffn_wcount *count, clffn_matrix x,
                         clffn_matrix y, cl_command_queue queue, cl_event *event);
+/* The epilogues of a grouped launch (several experts' at once, count->groups of them, with
+ * ffn, the first expert, giving the kernels and the config): in (z or u) and out (h or y) hold
+ * the experts' tensors grp's strides apart (cl/epilogue.cl), and so do the biases; grp.s[4] is
+ * count->ids_at. The FFN's
+ * own forms above are the group of one. */
+typedef struct clffn_group_io {
+    cl_mem in, out;
+    cl_ulong8 grp;
+} clffn_group_io;
+cl_int clffn__epilogue1_group(const clffn_ffn *ffn, size_t tokens, const clffn_wcount *count,
+                              const clffn_buffer bias[2], const clffn_group_io *io,
+                              const clffn_dropout_use *drop, cl_command_queue queue,
+                              cl_event *event);
+cl_int clffn__epilogue2_group(const clffn_ffn *ffn, size_t tokens, const clffn_wcount *count,
+                              const clffn_buffer *b2, const clffn_group_io *io, size_t y_offset,
+                              clffn_matrix x, cl_command_queue queue, cl_event *event);
 /* out[n] (+)= column sums of m [rows, n] */
 cl_int clffn__column_sums(clffn_ffn *ffn, clffn_matrix m, size_t rows, size_t n,
                           const clffn_buffer *out, int accumulate, cl_command_queue queue);

@@ -9,10 +9,12 @@
  *  - counts read back (xg, yg [T·k, D], o_e the lower experts' counts): the host waits for the
  *    E counts and runs each chosen expert on its n_e rows; CLBlast's products need them.
  *  - counts on the device (xg, yg [E·T, D], o_e = e·T), where every expert's products at T
- *    tokens run clffn's own kernels (decoding): each expert is launched for T rows, its kernels
- *    read n_e from counts, and one with no token reads no weight. No host wait,
- *    so a GPU never idles between the routing and the experts. A backward after such a forward
- *    runs the routing and the experts again the other way first (moe_backward.c).
+ *    tokens run clffn's own kernels (decoding): the experts run grouped, a launch a stage for
+ *    all of them (moe_grouped.c), where their weights are in the layer's pools, else each is
+ *    launched for T rows; the kernels read n_e from counts, and an expert with no token reads
+ *    no weight. No host wait, so a GPU never idles between the routing and the experts. A
+ *    backward after such a forward runs the routing and the experts again the other way first
+ *    (moe_backward.c).
  * y is written by the last kernel alone: a failure anywhere earlier leaves it untouched, and y
  * may be x itself. */
 #include "moe.h"
@@ -61,6 +63,7 @@ void clffn_moe_destroy(clffn_moe *moe) {
     }
     for (size_t i = 0; moe->ffn && i < moe->n_ffn; ++i) { clffn_ffn_destroy(moe->ffn[i]); }
     free(moe->ffn);
+    clffn__group_release(&moe->group);
     cl_mem *mems[] = {&moe->router, &moe->bias,   &moe->probs,    &moe->chosen,  &moe->weights,
                       &moe->slot,   &moe->counts, &moe->xg,       &moe->yg,      &moe->ys,
                       &moe->io_x,   &moe->io_y,   &moe->io_dx,    &moe->dyg,     &moe->dxg,
@@ -117,6 +120,9 @@ clffn_status clffn_moe_create(clffn_context *ctx, const clffn_moe_config *config
         st = clffn_ffn_create(ctx, i < config->experts ? &config->expert : &shared, &moe->ffn[i]);
     }
     if (st == CLFFN_SUCCESS) { st = make_kernels(moe); }
+    if (st == CLFFN_SUCCESS) {
+        clffn__group_init(&moe->group, ctx, moe->ffn, config->experts, &moe->last_event);
+    }
     if (st != CLFFN_SUCCESS) {
         clffn_moe_destroy(moe);
         return st;
@@ -207,7 +213,7 @@ static clffn_status grow(clffn_moe *moe, size_t T, size_t rows, cl_command_queue
                              T * k * f,
                              T * k * f,
                              T * k * f,
-                             E * f,
+                             (2 * E + 1) * f,
                              rows * D * f,
                              rows * D * f,
                              shared ? T * D * f : f,
@@ -368,9 +374,13 @@ static clffn_status run_experts(clffn_moe *moe, size_t T, cl_mem x, size_t xo, b
         st = clffn_forward(moe->ffn[c->experts], T, x, xo, moe->ys, 0, q, NULL);
     }
     size_t row0 = 0;
-    for (size_t e = 0; e < c->experts && st == CLFFN_SUCCESS; ++e) {
+    moe->last_grouped =
+        st == CLFFN_SUCCESS && counted && clffn__group_ready(&moe->group, moe->ffn, c->experts);
+    const clffn_group_pass gp = {moe->ffn, c->experts, c->top_k, T, moe->counts, moe->xg, moe->yg};
+    if (moe->last_grouped) { st = clffn__group_forward(&moe->group, &gp, q); }
+    for (size_t e = 0; e < c->experts && st == CLFFN_SUCCESS && !moe->last_grouped; ++e) {
         if (counted) {
-            const clffn_wcount n = {moe->counts, (cl_uint)e};
+            const clffn_wcount n = {moe->counts, (cl_uint)e, 0, 0, 0, 0, 0};
             st = clffn__forward_counted(moe->ffn[e], T, &n, moe->xg, e * T * D, moe->yg, e * T * D,
                                         q);
             continue;
@@ -469,32 +479,4 @@ clffn_status clffn_moe_forward_host(clffn_moe *moe, size_t tokens, const float *
                                        NULL);
     }
     return st;
-}
-
-clffn_status clffn_moe_aux_loss(clffn_moe *moe, double *loss) {
-    if (!moe || !loss) { return CLFFN_ERROR_NULL_ARGUMENT; }
-    const size_t T = moe->last_tokens, E = moe->cfg.experts;
-    if (T == 0) { return CLFFN_ERROR_NO_FORWARD; }
-    float *p = malloc(T * E * sizeof *p);
-    if (!p) { return CLFFN_ERROR_OUT_OF_HOST_MEMORY; }
-    cl_int err = CL_SUCCESS;
-    if (moe->last_counted) { /* the forward never read them */
-        err = clffn__read(moe->ctx->queue, moe->counts, 0, E * sizeof(cl_uint), moe->host_counts,
-                          moe->last_event ? 1 : 0, moe->last_event ? &moe->last_event : NULL);
-    }
-    if (err == CL_SUCCESS) {
-        err = clffn__read(moe->ctx->queue, moe->probs, 0, T * E * sizeof *p, p, 0, NULL);
-    }
-    if (err == CL_SUCCESS) {
-        /* E · Σ_e (count_e / T) · (Σ_t p[t, e] / T) */
-        double sum = 0.0;
-        for (size_t e = 0; e < E; ++e) {
-            double pe = 0.0;
-            for (size_t t = 0; t < T; ++t) { pe += p[t * E + e]; }
-            sum += (double)moe->host_counts[e] / (double)T * (pe / (double)T);
-        }
-        *loss = (double)E * sum;
-    }
-    free(p);
-    return (clffn_status)err;
 }

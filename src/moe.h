@@ -4,6 +4,7 @@
 #define CLFFN_MOE_H
 
 #include "ffn.h"
+#include "moe_grouped.h"
 #include "moe_remote.h"
 
 struct clffn_moe {
@@ -15,7 +16,8 @@ struct clffn_moe {
     cl_mem router, bias; /* [R, D], [R] (bias NULL without one) */
     cl_kernel logits, route, count, place, gather, combine;                   /* forward */
     cl_kernel scatter_dy, router_backward, dx_kernel, router_grads, scale_dy; /* backward */
-    /* the workspace for `tokens` tokens: probs [T, E], chosen, weights, slot [T, k], counts [E],
+    /* the workspace for `tokens` tokens: probs [T, E], chosen, weights, slot [T, k], counts
+     * [2E + 1] (E counts, a 0, and the experts with rows: cl/moe.cl's clffn_moe_place),
      * xg and yg [g_rows, D] (T·k rows, or E·T with the counts on the device: moe.c), ys [T, D]
      * (with a shared expert), gate [T] (its scale, with a gated one) */
     size_t tokens, g_rows;
@@ -40,6 +42,10 @@ struct clffn_moe {
     size_t held0, held1;
     cl_event last_event;           /* the layer's last kernel: clffn_moe_destroy waits for it */
     clffn_moe_counts counts_where; /* clffn_moe_set_counts() */
+    /* the routed experts' weights in pools, and the grouped launches (moe_grouped.h); whether
+     * the last forward ran them */
+    clffn_moe_group group;
+    bool last_grouped;
 };
 
 /* Enqueues one of the layer's kernels over g0 (× g1 when g1 > 0) work-items, keeping its event

@@ -402,3 +402,31 @@ clffn_status clffn_moe_backward_host(clffn_moe *moe, size_t tokens, const float 
     return (clffn_status)download_all(moe, tokens, dx, router_grad, router_bias_grad, eg,
                                       accumulate);
 }
+
+clffn_status clffn_moe_aux_loss(clffn_moe *moe, double *loss) {
+    if (!moe || !loss) { return CLFFN_ERROR_NULL_ARGUMENT; }
+    const size_t T = moe->last_tokens, E = moe->cfg.experts;
+    if (T == 0) { return CLFFN_ERROR_NO_FORWARD; }
+    float *p = malloc(T * E * sizeof *p);
+    if (!p) { return CLFFN_ERROR_OUT_OF_HOST_MEMORY; }
+    cl_int err = CL_SUCCESS;
+    if (moe->last_counted) { /* the forward never read them */
+        err = clffn__read(moe->ctx->queue, moe->counts, 0, E * sizeof(cl_uint), moe->host_counts,
+                          moe->last_event ? 1 : 0, moe->last_event ? &moe->last_event : NULL);
+    }
+    if (err == CL_SUCCESS) {
+        err = clffn__read(moe->ctx->queue, moe->probs, 0, T * E * sizeof *p, p, 0, NULL);
+    }
+    if (err == CL_SUCCESS) {
+        /* E · Σ_e (count_e / T) · (Σ_t p[t, e] / T) */
+        double sum = 0.0;
+        for (size_t e = 0; e < E; ++e) {
+            double pe = 0.0;
+            for (size_t t = 0; t < T; ++t) { pe += p[t * E + e]; }
+            sum += (double)moe->host_counts[e] / (double)T * (pe / (double)T);
+        }
+        *loss = (double)E * sum;
+    }
+    free(p);
+    return (clffn_status)err;
+}

@@ -2,7 +2,8 @@
  * experts live on the contexts of an in-process group (moe.c runs them, moe_remote.c moves their
  * rows); clffn_moe_create_partial: one that holds some experts and hands the others' rows to an
  * exchange of the program's (another process holds them); clffn_moe_set_counts: whether the
- * expert counts of a few-token forward stay on the device. Above the layer's own files: each
+ * expert counts of a few-token forward stay on the device; clffn_moe_set_grouping: whether the
+ * experts' weights go to the layer's pools, to run grouped. Above the layer's own files: each
  * makes or takes a layer, then says where its experts and counts are. */
 #include "moe.h"
 
@@ -19,6 +20,14 @@ clffn_status clffn_moe_set_counts(clffn_moe *moe, clffn_moe_counts where) {
 clffn_moe_counts clffn_moe_counts_where(const clffn_moe *moe) {
     return moe ? moe->counts_where : CLFFN_MOE_COUNTS_DEVICE;
 }
+
+clffn_status clffn_moe_set_grouping(clffn_moe *moe, int on) {
+    if (!moe) { return CLFFN_ERROR_NULL_ARGUMENT; }
+    moe->group.pools.off = !on;
+    return CLFFN_SUCCESS;
+}
+
+int clffn_moe_experts_grouped(const clffn_moe *moe) { return moe && moe->last_grouped ? 1 : 0; }
 
 int clffn_moe_expert_owner(size_t e, size_t experts, int count) {
     if (count < 1 || experts == 0 || e >= experts) { return -1; }

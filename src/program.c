@@ -91,8 +91,8 @@ clffn_status clffn__programs_init(clffn_programs *p, cl_context context, cl_devi
 cl_int clffn__enqueue_items(const clffn_programs *p, cl_command_queue queue, cl_kernel k,
                             cl_uint dims, const size_t *global, cl_event *event) {
     const size_t ls = p->local_size;
-    size_t g[2] = {global[0], dims > 1 ? global[1] : 1};
-    const size_t local[2] = {ls, 1};
+    size_t g[3] = {global[0], dims > 1 ? global[1] : 1, dims > 2 ? global[2] : 1};
+    const size_t local[3] = {ls, 1, 1};
     if (ls) { g[0] = (g[0] + ls - 1) / ls * ls; }
     return clEnqueueNDRangeKernel(queue, k, dims, NULL, g, ls ? local : NULL, 0, NULL, event);
 }

@@ -8,9 +8,34 @@
 #include <stdlib.h>
 #include <string.h>
 
-static clffn_status upload(clffn_context *ctx, size_t n, const float *src, cl_mem *out) {
+/* Where an upload's buffers came from: each kind's pool generation (0: a buffer of its own),
+ * and whether one was a slot the FFN's weights held, written over. */
+typedef struct taken {
+    unsigned gen[CLFFN_POOL_KINDS];
+    bool over;
+} taken;
+
+/* A read-only buffer of `bytes` for the FFN's tensor `kind`: its slot in its layer's pool where
+ * it is an expert (waiting, before a slot its weights hold is written over, for what may still
+ * read them), else one of its own. */
+static cl_mem take(clffn_ffn *ffn, clffn_pool_kind kind, size_t bytes, taken *t, cl_int *err) {
+    if (!ffn->pools || ffn->ctx != ffn->pools->ctx) {
+        return clffn__buffer(ffn->ctx, CL_MEM_READ_ONLY, bytes, err);
+    }
+    const bool held = ffn->pool_gen[kind] && ffn->pool_gen[kind] == ffn->pools->kind[kind].gen;
+    const cl_event wait[2] = {ffn->tail, ffn->last_event};
+    bool over = false;
+    cl_mem m = clffn__pool_take(ffn->pools, kind, ffn->pool_slot, bytes, held, wait, 2,
+                                &t->gen[kind], &over, err);
+    t->over = t->over || over;
+    return m;
+}
+
+static clffn_status upload(clffn_ffn *ffn, clffn_pool_kind kind, size_t n, const float *src,
+                           taken *t, cl_mem *out) {
     cl_int err;
-    cl_mem m = clffn__buffer(ctx, CL_MEM_READ_ONLY, n * sizeof(float), &err);
+    clffn_context *ctx = ffn->ctx;
+    cl_mem m = take(ffn, kind, n * sizeof(float), t, &err);
     if (err != CL_SUCCESS) { return (clffn_status)err; }
     if (src) {
         err = clffn__write(ctx->queue, m, 0, n * sizeof(float), src);
@@ -33,30 +58,35 @@ static bool missing(const clffn_config *c, const void *w1, const void *v, const 
 
 /* The biases (f32), each of its flag. */
 static clffn_status upload_biases(clffn_ffn *ffn, const float *b1, const float *bv, const float *b2,
-                                  cl_mem m[6]) {
+                                  taken *t, cl_mem m[6]) {
     const clffn_config *c = &ffn->cfg;
     clffn_status st = CLFFN_SUCCESS;
-    if (c->bias1) { st = upload(ffn->ctx, c->d_ff, b1, &m[1]); }
+    if (c->bias1) { st = upload(ffn, CLFFN_POOL_B1, c->d_ff, b1, t, &m[1]); }
     if (st == CLFFN_SUCCESS && c->gated && c->bias_gate) {
-        st = upload(ffn->ctx, c->d_ff, bv, &m[2]);
+        st = upload(ffn, CLFFN_POOL_BV, c->d_ff, bv, t, &m[2]);
     }
-    if (st == CLFFN_SUCCESS && c->bias2) { st = upload(ffn->ctx, c->d_model, b2, &m[4]); }
+    if (st == CLFFN_SUCCESS && c->bias2) {
+        st = upload(ffn, CLFFN_POOL_B2, c->d_model, b2, t, &m[4]);
+    }
     return st;
 }
 
 /* The new buffers in place of the old weights when every upload succeeded (st), else released:
- * a refused upload leaves the FFN's weights as they were. */
-static clffn_status install(clffn_ffn *ffn, clffn_status st, cl_mem m[6], clffn_layout kept,
-                            clffn_layout given, clffn_dtype dtype) {
+ * a refused upload leaves the FFN's weights as they were. One that failed part-way through
+ * writing over the slots an expert's weights held leaves it without weights. */
+static clffn_status install(clffn_ffn *ffn, clffn_status st, cl_mem m[6], const taken *t,
+                            clffn_layout kept, clffn_layout given, clffn_dtype dtype) {
     if (st != CLFFN_SUCCESS) {
         for (int i = 0; i < 6; ++i) {
             if (m[i]) { clReleaseMemObject(m[i]); }
         }
+        if (t->over) { clffn__ffn_weights_release(ffn); }
         return st;
     }
     clffn__ffn_weights_release(ffn);
     const clffn_buffer bufs[6] = {{m[0], 0}, {m[1], 0}, {NULL, 0}, {m[2], 0}, {m[3], 0}, {m[4], 0}};
     clffn__ffn_weights_set(ffn, kept, given, ffn->cfg.gated != 0, dtype, bufs);
+    memcpy(ffn->pool_gen, t->gen, sizeof ffn->pool_gen);
     return CLFFN_SUCCESS;
 }
 
@@ -72,17 +102,18 @@ clffn_status clffn_ffn_upload_weights(clffn_ffn *ffn, clffn_layout layout,
     const clffn_layout kept = ctx->weight_layout;
     const size_t D = c->d_model, F = c->d_ff;
     cl_mem m[6] = {NULL}; /* w1 (stacked with V when gated), b1, bv, w2, b2 */
+    taken t = {{0}, false};
     const float *const first[2] = {w->w1, c->gated ? w->v : NULL}, *const second[2] = {w->w2, NULL};
-    clffn_status st = upload(ctx, clffn__n1(c) * D, NULL, &m[0]);
+    clffn_status st = upload(ffn, CLFFN_POOL_W1, clffn__n1(c) * D, NULL, &t, &m[0]);
     if (st == CLFFN_SUCCESS) {
         st = (clffn_status)clffn__write_weight(ctx->queue, m[0], kept, layout, F, D, first);
     }
-    if (st == CLFFN_SUCCESS) { st = upload(ctx, D * F, NULL, &m[3]); }
+    if (st == CLFFN_SUCCESS) { st = upload(ffn, CLFFN_POOL_W2, D * F, NULL, &t, &m[3]); }
     if (st == CLFFN_SUCCESS) {
         st = (clffn_status)clffn__write_weight(ctx->queue, m[3], kept, layout, D, F, second);
     }
-    if (st == CLFFN_SUCCESS) { st = upload_biases(ffn, w->b1, w->bv, w->b2, m); }
-    return install(ffn, st, m, kept, layout, CLFFN_DTYPE_F32);
+    if (st == CLFFN_SUCCESS) { st = upload_biases(ffn, w->b1, w->bv, w->b2, &t, m); }
+    return install(ffn, st, m, &t, kept, layout, CLFFN_DTYPE_F32);
 }
 
 clffn_status clffn_ffn_init_weights(clffn_ffn *ffn, clffn_init scheme, uint64_t seed) {
@@ -232,16 +263,17 @@ clffn_status clffn_ffn_upload_weights_typed(clffn_ffn *ffn, clffn_layout layout,
     if (st != CLFFN_SUCCESS) { return st; }
     clffn_context *ctx = ffn->ctx;
     cl_mem m[6] = {NULL}; /* w1 (with V), b1, bv, w2, b2 */
+    taken t = {{0}, false};
     cl_int err;
-    m[0] = clffn__buffer(ctx, CL_MEM_READ_ONLY, first, &err);
-    if (err == CL_SUCCESS) { m[3] = clffn__buffer(ctx, CL_MEM_READ_ONLY, second, &err); }
+    m[0] = take(ffn, CLFFN_POOL_W1, first, &t, &err);
+    if (err == CL_SUCCESS) { m[3] = take(ffn, CLFFN_POOL_W2, second, &t, &err); }
     if (err == CL_SUCCESS) {
         const size_t rows = layout == CLFFN_LAYOUT_OUT_IN ? clffn__n1(c) : c->d_model;
         err = write_first(ctx->queue, m[0], layout, first, rows, w->w1, c->gated ? w->v : NULL);
     }
     if (err == CL_SUCCESS) { err = clffn__write(ctx->queue, m[3], 0, second, w->w2); }
-    st = err == CL_SUCCESS ? upload_biases(ffn, w->b1, w->bv, w->b2, m) : (clffn_status)err;
-    return install(ffn, st, m, layout, layout, w->dtype);
+    st = err == CL_SUCCESS ? upload_biases(ffn, w->b1, w->bv, w->b2, &t, m) : (clffn_status)err;
+    return install(ffn, st, m, &t, layout, layout, w->dtype);
 }
 
 clffn_dtype clffn_ffn_weight_dtype(const clffn_ffn *ffn) {

@@ -58,6 +58,19 @@ static cl_int kernel_for(const clffn_context *ctx, clffn_dtype dtype, size_t tok
 
 static size_t round_up(size_t n, size_t m) { return (n + m - 1) / m * m; }
 
+/* The experts a launch runs (the third dimension), 1 but for a grouped one. */
+static size_t groups_of(const clffn_wcount *count) { return count->groups ? count->groups : 1; }
+
+/* kernel over global[0] × global[1] (local NULL: an element-wise one) × the count's groups. */
+static cl_int enqueue_grouped(const clffn_context *ctx, cl_command_queue queue, cl_kernel kernel,
+                              const clffn_wcount *count, const size_t global[2],
+                              const size_t local[2]) {
+    const size_t g[3] = {global[0], global[1], groups_of(count)};
+    if (!local) { return clffn__enqueue_items(&ctx->programs, queue, kernel, 3, g, NULL); }
+    const size_t l[3] = {local[0], local[1], 1};
+    return clEnqueueNDRangeKernel(queue, kernel, 3, NULL, g, l, 0, NULL, NULL);
+}
+
 /* The scratch need recorded while planning; past it, whether it was recorded. */
 static cl_int need_scratch(clffn_wkernels *wk, size_t bytes) {
     if (wk->planning) {
@@ -75,13 +88,15 @@ static cl_int enqueue_sum(clffn_wkernels *wk, const clffn_context *ctx, clffn_dt
     if (err != CL_SUCCESS || wk->planning) { return err; }
     const cl_ulong K = chunks, C = cols, y_off = y.off, ldy = y.ld;
     const cl_uint t = (cl_uint)tokens;
+    const cl_ulong8 grp = {{0, 0, count->y_stride, chunks * tokens * cols, count->ids_at}};
     clffn_args a = clffn__args(wk->sum);
     CLFFN_ARG(a, wk->scratch), CLFFN_ARG(a, K), CLFFN_ARG(a, t), CLFFN_ARG(a, count->mem);
     CLFFN_ARG(a, count->at), CLFFN_ARG(a, C);
     CLFFN_ARG(a, y.mem), CLFFN_ARG(a, y_off), CLFFN_ARG(a, ldy), CLFFN_ARG(a, beta);
+    CLFFN_ARG(a, grp);
     if ((err = clffn__args_end(&a)) != CL_SUCCESS) { return err; }
     const size_t global[2] = {cols, tokens};
-    return clffn__enqueue_items(&ctx->programs, queue, wk->sum, 2, global, NULL);
+    return enqueue_grouped(ctx, queue, wk->sum, count, global, NULL);
 }
 
 /* Rows per chunk of the column GEMV. On a CPU, CLFFN_WCOL_CHUNK_ROWS. On a GPU, as many chunks
@@ -121,7 +136,8 @@ static cl_int wgemv_quantized_inputs(clffn_wkernels *wk, const clffn_context *ct
         err = kernel_for(ctx, w->dtype, bucket_tokens[b], "clffn_wgemv_rows_qx", &wk->rows_qx[b]);
     }
     /* the 16-row form's are block-major, a slot for each of the program's tokens */
-    if (err == CL_SUCCESS) { err = need_scratch(wk, (wide ? bucket_tokens[b] : tokens) * xs); }
+    const size_t per_group = (wide ? bucket_tokens[b] : tokens) * xs;
+    if (err == CL_SUCCESS) { err = need_scratch(wk, groups_of(count) * per_group); }
     if (err != CL_SUCCESS || wk->planning) { return err; }
     const cl_ulong x_off = x.off, ldx = x.ld, cols = w->cols, XS = xs;
     const cl_uint t = (cl_uint)tokens;
@@ -129,9 +145,11 @@ static cl_int wgemv_quantized_inputs(clffn_wkernels *wk, const clffn_context *ct
     CLFFN_ARG(a, x.mem), CLFFN_ARG(a, x_off), CLFFN_ARG(a, ldx), CLFFN_ARG(a, cols);
     CLFFN_ARG(a, t), CLFFN_ARG(a, count->mem), CLFFN_ARG(a, count->at);
     CLFFN_ARG(a, wk->scratch), CLFFN_ARG(a, XS);
+    const cl_ulong8 qgrp = {{0, count->x_stride, per_group, 0, count->ids_at}};
+    CLFFN_ARG(a, qgrp);
     if ((err = clffn__args_end(&a)) != CL_SUCCESS) { return err; }
     const size_t qglobal[2] = {bf16 ? (w->cols + 31) / 32 : 2 * pairs, tokens};
-    err = clffn__enqueue_items(&ctx->programs, queue, wk->xquant[b], 2, qglobal, NULL);
+    err = enqueue_grouped(ctx, queue, wk->xquant[b], count, qglobal, NULL);
     if (err != CL_SUCCESS) { return err; }
     const cl_ulong w_off = w->offset, row_bytes = w->row_bytes, rows = w->rows;
     const cl_ulong y_off = y.off, ldy = y.ld;
@@ -140,19 +158,21 @@ static cl_int wgemv_quantized_inputs(clffn_wkernels *wk, const clffn_context *ct
     CLFFN_ARG(a, cols), CLFFN_ARG(a, wk->scratch), CLFFN_ARG(a, XS), CLFFN_ARG(a, t);
     CLFFN_ARG(a, count->mem), CLFFN_ARG(a, count->at), CLFFN_ARG(a, y.mem), CLFFN_ARG(a, y_off);
     CLFFN_ARG(a, ldy), CLFFN_ARG(a, beta);
+    const cl_ulong8 grp = {{count->w_stride, per_group, count->y_stride, 0, count->ids_at}};
+    CLFFN_ARG(a, grp);
     if ((err = clffn__args_end(&a)) != CL_SUCCESS) { return err; }
     const size_t per_item = wide                 ? CLFFN_QX_WIDE_ROWS
                             : bf16 && split == 1 ? CLFFN_BX_ROWS(bucket_tokens[b])
                                                  : 1; /* rows a work-item */
     const size_t items = (w->rows + per_item - 1) / per_item;
     const size_t global[2] = {split, round_up(items, group)}, local[2] = {split, group};
-    return clEnqueueNDRangeKernel(queue, wk->rows_qx[b], 2, NULL, global, local, 0, NULL, NULL);
+    return enqueue_grouped(ctx, queue, wk->rows_qx[b], count, global, local);
 }
 
 cl_int clffn__wgemv(clffn_wkernels *wk, const clffn_context *ctx, const clffn_wmatrix *w,
                     bool along_rows, size_t tokens, size_t capacity, const clffn_wcount *count,
                     clffn_matrix x, float beta, clffn_matrix y, cl_command_queue queue) {
-    static const clffn_wcount none = {NULL, 0};
+    static const clffn_wcount none = {NULL, 0, 0, 0, 0, 0, 0};
     if (!count) { count = &none; }
     refresh(wk, ctx, w->dtype);
     const size_t built_for = capacity > tokens ? capacity : tokens;
@@ -191,7 +211,7 @@ cl_int clffn__wgemv(clffn_wkernels *wk, const clffn_context *ctx, const clffn_wm
     const size_t chunk = along_rows ? w->rows : col_chunk_rows(ctx, w, width);
     const size_t chunks = w->rows ? (w->rows + chunk - 1) / chunk : 1;
     if (err == CL_SUCCESS && chunks > 1) {
-        err = need_scratch(wk, chunks * tokens * w->cols * sizeof(float));
+        err = need_scratch(wk, groups_of(count) * chunks * tokens * w->cols * sizeof(float));
     }
     if (err != CL_SUCCESS || wk->planning) {
         return err == CL_SUCCESS && chunks > 1
@@ -209,6 +229,9 @@ cl_int clffn__wgemv(clffn_wkernels *wk, const clffn_context *ctx, const clffn_wm
     CLFFN_ARG(a, beta);
     const cl_mem part = chunks > 1 ? wk->scratch : y.mem; /* one chunk: unread */
     if (!along_rows) { CLFFN_ARG(a, chunk_rows), CLFFN_ARG(a, part); }
+    const cl_ulong8 grp = {{count->w_stride, count->x_stride, count->y_stride,
+                            chunks * tokens * w->cols, count->ids_at}};
+    CLFFN_ARG(a, grp);
     if ((err = clffn__args_end(&a)) != CL_SUCCESS) { return err; }
     size_t global[2], local[2];
     if (along_rows) {
@@ -221,7 +244,7 @@ cl_int clffn__wgemv(clffn_wkernels *wk, const clffn_context *ctx, const clffn_wm
         local[0] = p[4], local[1] = p[3];
         global[0] = round_up((w->cols + width - 1) / width, p[4]), global[1] = p[3] * chunks;
     }
-    err = clEnqueueNDRangeKernel(queue, *slot, 2, NULL, global, local, 0, NULL, NULL);
+    err = enqueue_grouped(ctx, queue, *slot, count, global, local);
     if (err != CL_SUCCESS || chunks == 1) { return err; }
     return enqueue_sum(wk, ctx, w->dtype, chunks, tokens, count, w->cols, beta, y, queue);
 }

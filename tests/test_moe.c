@@ -589,9 +589,10 @@ static int expert_ran(clffn_moe *moe, size_t e) {
 }
 
 /* clffn_moe_set_counts: with the counts on the host a few-token forward launches only the
- * chosen experts (the others never ran: no hidden state), on the device every one; AUTO reads
- * them back where E > T·k. The outputs, choices and weights are the same bits in every mode,
- * and the backward after a forward with host counts matches the reference. */
+ * chosen experts (the others never ran: no hidden state), on the device all of them grouped
+ * (none runs as an FFN of its own); AUTO reads them back where E > T·k. The outputs, choices
+ * and weights are the same bits in every mode, and the backward after a forward with host
+ * counts matches the reference. */
 static void counts_where_check(clffn_moe *moe, const moe_data *m, const moe_case *mc,
                                const char *what) {
     (void)moe;
@@ -612,10 +613,12 @@ static void counts_where_check(clffn_moe *moe, const moe_data *m, const moe_case
         ASSERT_OK(clffn_moe_forward_host(fresh, T, m->x, T * D, y[i], T * D, ch[i], wt[i]));
         const int host =
             modes[i] == CLFFN_MOE_COUNTS_HOST || (modes[i] == CLFFN_MOE_COUNTS_AUTO && E > T * k);
+        /* one by one, only the chosen experts; on the device, all in grouped launches */
+        cr_assert_eq(clffn_moe_experts_grouped(fresh), !host, "%s, mode %d", what, (int)modes[i]);
         for (size_t e = 0; e < E; ++e) {
             int chosen = 0;
             for (size_t j = 0; j < T * k; ++j) { chosen |= (size_t)ch[i][j] == e; }
-            cr_assert_eq(expert_ran(fresh, e), chosen || !host,
+            cr_assert_eq(expert_ran(fresh, e), chosen && host,
                          "%s, mode %d: expert %zu (chosen %d) ran %d", what, (int)modes[i], e,
                          chosen, expert_ran(fresh, e));
         }
@@ -652,6 +655,82 @@ Test(moe, counts_on_the_host_on_request, .timeout = 300) {
     ASSERT_STATUS(clffn_moe_set_counts(NULL, CLFFN_MOE_COUNTS_HOST), CLFFN_ERROR_NULL_ARGUMENT);
     cr_assert_eq(clffn_moe_counts_where(NULL), CLFFN_MOE_COUNTS_DEVICE);
     clffn_moe_destroy(moe);
+    data_free(&m);
+    clffn_context_destroy(ctx);
+}
+
+/* y's bits with the counts where asked. */
+static void forward_bits(clffn_moe *moe, const moe_data *m, size_t T, clffn_moe_counts where,
+                         float *y) {
+    const size_t D = m->c.expert.d_model;
+    ASSERT_OK(clffn_moe_set_counts(moe, where));
+    ASSERT_OK(clffn_moe_forward_host(moe, T, m->x, T * D, y, T * D, NULL, NULL));
+}
+
+/* With the counts on the device and every expert's weights uploaded alike, the experts run
+ * grouped (one launch a stage for all of them), GLU experts with all three biases included, and
+ * give the bits that running them one by one (counts on the host) gives, which match the
+ * reference. An expert's upload after a forward writes over its slot, and the next forward uses
+ * the new weights. An expert bound from the caller's buffers runs on its own (the others too);
+ * uploaded again, it is back in the group, with the grouped bits. */
+Test(moe, experts_grouped, .timeout = 300) {
+    const size_t D = 32, F = 40, E = 6;
+    clffn_context *ctx = test_context();
+    ASSERT_OK(clffn_context_set_kernel_max_tokens(ctx, 0, CLFFN_MAX_KERNEL_TOKENS));
+    const moe_case mc = {16, E, 2, CLFFN_ROUTING_TOPK_NORMALIZED, 0, 0, 1, CLFFN_ACT_GELU, 0, 0};
+    moe_data m;
+    data_make(&m, &mc, D, F, 1500);
+    m.c.expert.bias1 = m.c.expert.bias_gate = m.c.expert.bias2 = 1;
+    for (size_t e = 0; e < E; ++e) { /* again, with the biases */
+        test_weights_free(&m.w[e]);
+        test_weights_make(&m.w[e], &m.c.expert, CLFFN_LAYOUT_OUT_IN, 1510 + e);
+        m.hw[e] = m.w[e].host;
+    }
+    clffn_moe *moe = moe_make(ctx, &m);
+    cr_assert_eq(clffn_moe_experts_grouped(moe), 0, "no forward yet");
+    static float y[16 * 32], y1[16 * 32];
+    static const size_t tokens[] = {1, 3, 16};
+    for (size_t i = 0; i < 3; ++i) {
+        const size_t T = tokens[i];
+        char what[64];
+        snprintf(what, sizeof what, "grouped, %zu tokens", T);
+        forward_bits(moe, &m, T, CLFFN_MOE_COUNTS_HOST, y1);
+        cr_assert_eq(clffn_moe_experts_grouped(moe), 0, "%s: counts on the host", what);
+        forward_bits(moe, &m, T, CLFFN_MOE_COUNTS_DEVICE, y);
+        cr_assert_eq(clffn_moe_experts_grouped(moe), 1, "%s", what);
+        cr_assert(!memcmp(y, y1, T * D * sizeof *y), "%s: not one by one's bits", what);
+        check_against_reference(moe, &m, T, what);
+    }
+    /* new weights for expert 2, written over its slot */
+    test_weights_free(&m.w[2]);
+    test_weights_make(&m.w[2], &m.c.expert, CLFFN_LAYOUT_OUT_IN, 1600);
+    m.hw[2] = m.w[2].host;
+    ASSERT_OK(clffn_ffn_upload_weights(clffn_moe_expert(moe, 2), CLFFN_LAYOUT_OUT_IN, &m.hw[2]));
+    check_against_reference(moe, &m, 16, "expert 2 uploaded again");
+    cr_assert_eq(clffn_moe_experts_grouped(moe), 1, "expert 2 uploaded again");
+    forward_bits(moe, &m, 16, CLFFN_MOE_COUNTS_DEVICE, y);
+    /* expert 4 from the caller's buffers: W1 and V apart, not in the pools */
+    const float *src[6] = {m.hw[4].w1, m.hw[4].b1, m.hw[4].v, m.hw[4].bv, m.hw[4].w2, m.hw[4].b2};
+    const size_t n[6] = {F * D, F, F * D, F, D * F, D};
+    cl_mem mem[6];
+    for (size_t i = 0; i < 6; ++i) {
+        cl_int err;
+        mem[i] =
+            clCreateBuffer(clffn_context_cl_context(ctx), CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR,
+                           n[i] * sizeof(float), (void *)src[i], &err);
+        cr_assert_eq(err, CL_SUCCESS);
+    }
+    const clffn_device_weights dw = {{mem[0], 0}, {mem[1], 0}, {mem[2], 0},
+                                     {mem[3], 0}, {mem[4], 0}, {mem[5], 0}};
+    ASSERT_OK(clffn_ffn_bind_weights(clffn_moe_expert(moe, 4), CLFFN_LAYOUT_OUT_IN, &dw));
+    check_against_reference(moe, &m, 16, "expert 4 bound"); /* kept [out, in]: other sums */
+    cr_assert_eq(clffn_moe_experts_grouped(moe), 0, "an expert bound from the caller's buffers");
+    ASSERT_OK(clffn_ffn_upload_weights(clffn_moe_expert(moe, 4), CLFFN_LAYOUT_OUT_IN, &m.hw[4]));
+    forward_bits(moe, &m, 16, CLFFN_MOE_COUNTS_DEVICE, y1);
+    cr_assert_eq(clffn_moe_experts_grouped(moe), 1, "expert 4 uploaded again");
+    cr_assert(!memcmp(y, y1, 16 * D * sizeof *y), "uploaded again: not the grouped bits");
+    clffn_moe_destroy(moe);
+    for (size_t i = 0; i < 6; ++i) { clReleaseMemObject(mem[i]); }
     data_free(&m);
     clffn_context_destroy(ctx);
 }

@@ -477,6 +477,7 @@ ParameterizedTest(int *counted, oclgrind, moe_forward_backward, .timeout = 600) 
     clffn_host_weights hw[E + 1];
     clffn_moe *moe = NULL;
     ASSERT_OK(clffn_moe_create(ctx, &c, &moe));
+    ASSERT_OK(clffn_moe_set_grouping(moe, 0)); /* experts apart: oclgrind_grouped below */
     ASSERT_OK(clffn_moe_upload_router(moe, router, bias));
     for (size_t e = 0; e <= E; ++e) {
         test_weights_make(&w[e], e < E ? &c.expert : &sc, CLFFN_LAYOUT_OUT_IN, 40 + e);
@@ -504,3 +505,91 @@ ParameterizedTest(int *counted, oclgrind, moe_forward_backward, .timeout = 600) 
     clffn_moe_destroy(moe);
     release(ctx);
 }
+
+/* Grouped experts (clffn_moe_experts_grouped): a layer's experts in one launch a stage, their
+ * weights in the layer's pools, every expert kernel with its expert's offsets and the launch's
+ * list of experts with rows (1 token, top-2 of 4: two steps; 3 tokens: all four). The layer's
+ * outputs must be the bits of the same layer with grouping off, and, but with quantized inputs,
+ * the double reference's. ctest runs these without --uninitialized (oclgrind_grouped): Oclgrind
+ * 21.10 takes memory written through a sub-buffer for uninitialized (docs/RELIABILITY.md); races,
+ * out-of-bounds accesses and API misuse are still reported. Each case: the weights' type and
+ * layout, quantized inputs, and the kernels' shape. */
+typedef struct grouped_case {
+    clffn_dtype dtype;
+    clffn_layout layout;
+    int qx;
+    int cpu; /* the kernels in a CPU's shape (else the device's) */
+} grouped_case;
+
+static void run_grouped(const grouped_case *g) {
+    enum { E = 4, K = 2, D = 64, F = 96 };
+    clffn_context *ctx = test_context();
+    ASSERT_OK(clffn_context_set_kernel_max_tokens(ctx, 0, CLFFN_MAX_KERNEL_TOKENS));
+    ASSERT_OK(clffn_context_set_kernel_max_tokens(ctx, 1, CLFFN_MAX_KERNEL_TOKENS));
+    ASSERT_OK(clffn_context_set_quantized_inputs(ctx, g->qx));
+    static const size_t cpu[5] = {1, 8, 64, 1, 4};
+    if (g->cpu) { ASSERT_OK(clffn_context_set_wgemv(ctx, cpu)); }
+    clffn_moe_config c = clffn_moe_config_default(D, F, E, K);
+    c.expert.bias1 = c.expert.bias_gate = c.expert.bias2 = 1;
+    float router[E * D];
+    fill_uniform(router, E * D, -0.5f, 0.5f, 5);
+    test_weights w[E];
+    typed_set ts[E];
+    clffn_host_weights ref[E];
+    clffn_moe *moe[2];
+    for (size_t e = 0; e < E; ++e) {
+        test_weights_make(&w[e], &c.expert, g->layout, 60 + e);
+        if (g->dtype != CLFFN_DTYPE_F32) {
+            typed_make(&ts[e], &c.expert, &w[e], g->dtype, g->layout);
+        }
+        ref[e] = g->dtype != CLFFN_DTYPE_F32 ? ts[e].ref : w[e].host;
+    }
+    for (int i = 0; i < 2; ++i) {
+        ASSERT_OK(clffn_moe_create(ctx, &c, &moe[i]));
+        ASSERT_OK(clffn_moe_set_grouping(moe[i], i == 0));
+        ASSERT_OK(clffn_moe_upload_router(moe[i], router, NULL));
+        for (size_t e = 0; e < E; ++e) {
+            clffn_ffn *f = clffn_moe_expert(moe[i], e);
+            ASSERT_OK(g->dtype != CLFFN_DTYPE_F32
+                          ? clffn_ffn_upload_weights_typed(f, g->layout, &ts[e].typed)
+                          : clffn_ffn_upload_weights(f, g->layout, &w[e].host));
+        }
+    }
+    for (size_t T = 1; T <= 3; T += 2) {
+        float x[3 * D], y[2][3 * D];
+        double r[3 * D];
+        fill_uniform(x, T * D, -1.0f, 1.0f, 7 + T);
+        for (int i = 0; i < 2; ++i) {
+            ASSERT_OK(clffn_moe_forward_host(moe[i], T, x, T * D, y[i], T * D, NULL, NULL));
+            cr_assert_eq(clffn_moe_experts_grouped(moe[i]), i == 0, "layer %d", i);
+        }
+        char what[96];
+        snprintf(what, sizeof what, "grouped %s %s qx=%d cpu=%d T=%zu", clffn_dtype_name(g->dtype),
+                 g->layout == CLFFN_LAYOUT_OUT_IN ? "out_in" : "in_out", g->qx, g->cpu, T);
+        cr_assert(!memcmp(y[0], y[1], T * D * sizeof(float)), "%s: not the ungrouped bits", what);
+        if (!g->qx) {
+            ASSERT_OK(
+                clffn_moe_reference_forward(&c, g->layout, router, NULL, ref, T, x, r, NULL, NULL));
+            assert_close(y[0], r, T * D, TOL_RTOL, what);
+        }
+    }
+    for (size_t e = 0; e < E; ++e) {
+        if (g->dtype != CLFFN_DTYPE_F32) { typed_free(&ts[e]); }
+        test_weights_free(&w[e]);
+    }
+    clffn_moe_destroy(moe[0]), clffn_moe_destroy(moe[1]);
+    release(ctx);
+}
+
+ParameterizedTestParameters(oclgrind_grouped, moe) {
+    static grouped_case cases[] = {
+        {CLFFN_DTYPE_F32, CLFFN_LAYOUT_OUT_IN, 0, 0},
+        {CLFFN_DTYPE_F16, CLFFN_LAYOUT_OUT_IN, 0, 0},
+        {CLFFN_DTYPE_F16, CLFFN_LAYOUT_IN_OUT, 0, 1}, /* the column kernels, in chunks */
+        {CLFFN_DTYPE_Q8_0, CLFFN_LAYOUT_OUT_IN, 1, 0},
+        {CLFFN_DTYPE_Q4_0, CLFFN_LAYOUT_OUT_IN, 1, 1},
+    };
+    return cr_make_param_array(grouped_case, cases, sizeof cases / sizeof cases[0]);
+}
+
+ParameterizedTest(grouped_case *g, oclgrind_grouped, moe, .timeout = 600) { run_grouped(g); }

@@ -1,0 +1,152 @@
+/* A mixture-of-experts layer's experts in grouped launches: with the counts on the device and
+ * every routed expert's weights in the layer's pools (pool.h), each stage of the experts'
+ * forward is one launch for all of them, the expert in the third dimension:
+ *
+ *   xg[E·T, D] ─W1|V─► z[E·T, N1] ─epilogue1─► h[E·T, F] ─W2─► yg[E·T, D] (─epilogue2─► with b2)
+ *
+ * expert e's rows from e·T, n_e of them live (counts[e]). The launches run min(E, T·k) steps,
+ * each taking its expert from the routing's list of the experts with rows (cl/moe.cl's
+ * clffn_moe_place), so an unchosen expert costs nothing, not even an empty work-group. Each
+ * expert's sums are those of its own FFN's launch at T tokens (the same kernels, built for T,
+ * cl/weights.cl's CLFFN_GROUP_SHIFT), so the layer's bits do not change. E launches of each
+ * stage become one: a device's per-launch cost, on the host and between kernels, no longer
+ * grows with E. */
+#include "moe_grouped.h"
+
+#include "launch.h"
+
+void clffn__group_init(clffn_moe_group *g, const clffn_context *ctx, clffn_ffn *const *ffn,
+                       size_t E, const cl_event *busy) {
+    g->pools.ctx = ctx;
+    g->pools.slots = E;
+    g->pools.busy = busy;
+    for (size_t e = 0; e < E; ++e) {
+        ffn[e]->pools = &g->pools;
+        ffn[e]->pool_slot = e;
+    }
+}
+
+void clffn__group_release(clffn_moe_group *g) {
+    clffn__pools_release(&g->pools);
+    cl_mem *mems[3] = {&g->z, &g->h, &g->u};
+    for (int i = 0; i < 3; ++i) {
+        if (*mems[i]) { clReleaseMemObject(*mems[i]); }
+        *mems[i] = NULL;
+    }
+    g->rows = 0;
+}
+
+bool clffn__group_ready(const clffn_moe_group *g, clffn_ffn *const *ffn, size_t E) {
+    const clffn_ffn *f0 = ffn[0];
+    const clffn_config *c = &f0->cfg;
+    const bool need[CLFFN_POOL_KINDS] = {true, c->bias1, c->gated && c->bias_gate, true, c->bias2};
+    if (g->pools.off) { return false; }
+    for (size_t e = 0; e < E; ++e) {
+        const clffn_ffn *f = ffn[e];
+        if (f->pools != &g->pools || !f->has_weights || f->w1.dtype != f0->w1.dtype ||
+            f->w1.layout != f0->w1.layout || (c->gated && !f->stacked)) {
+            return false;
+        }
+        for (int k = 0; k < CLFFN_POOL_KINDS; ++k) {
+            if (need[k] && (!f->pool_gen[k] || f->pool_gen[k] != g->pools.kind[k].gen)) {
+                return false;
+            }
+        }
+    }
+    return true;
+}
+
+/* z, h (and u, with b2) for `rows` rows, all of them or none. */
+static clffn_status grow(clffn_moe_group *g, const clffn_config *c, size_t rows,
+                         cl_command_queue q) {
+    if (rows <= g->rows) { return CLFFN_SUCCESS; }
+    const size_t f = sizeof(float), widths[3] = {clffn__n1(c), c->d_ff, c->d_model};
+    const size_t n = c->bias2 ? 3 : 2;
+    cl_mem m[3] = {NULL, NULL, NULL};
+    cl_int err = CL_SUCCESS;
+    for (size_t i = 0; i < n && err == CL_SUCCESS; ++i) {
+        m[i] = clffn__buffer(g->pools.ctx, CL_MEM_READ_WRITE, rows * widths[i] * f, &err);
+    }
+    if (err != CL_SUCCESS) {
+        for (size_t i = 0; i < n; ++i) {
+            if (m[i]) { clReleaseMemObject(m[i]); }
+        }
+        return (clffn_status)err;
+    }
+    cl_mem *mine[3] = {&g->z, &g->h, &g->u};
+    for (size_t i = 0; i < 3; ++i) {
+        if (*mine[i]) { clffn__release_when_done(q, *mine[i]); }
+        *mine[i] = m[i];
+    }
+    g->rows = rows;
+    return CLFFN_SUCCESS;
+}
+
+/* An expert's weight matrix as the whole pool: the first expert's, in the pool's buffer. */
+static clffn_linear pooled(const clffn_linear *w, const clffn_pool *p) {
+    clffn_linear m = *w;
+    m.mem = p->parent, m.offset = 0;
+    return m;
+}
+
+/* The grouped launches' steps: the experts that can have rows. */
+static cl_uint steps(const clffn_group_pass *p) {
+    const size_t most = p->tokens * p->top_k;
+    return (cl_uint)(most < p->experts ? most : p->experts);
+}
+
+/* The two products, planned (plan) or enqueued, with the first epilogue between them. */
+static cl_int products(const clffn_moe_group *g, const clffn_group_pass *p,
+                       const clffn_gemm_env *base, bool plan, cl_command_queue q) {
+    const clffn_ffn *f0 = p->ffn[0];
+    const clffn_config *c = &f0->cfg;
+    const clffn_pool *pool = g->pools.kind;
+    const cl_uint G = steps(p), ids = (cl_uint)p->experts + 1;
+    const size_t T = p->tokens, D = c->d_model, F = c->d_ff, N1 = clffn__n1(c);
+    const clffn_wcount c1 = {p->counts, 0, G, ids, pool[CLFFN_POOL_W1].stride, T * D, T * N1};
+    const clffn_wcount c2 = {p->counts, 0, G, ids, pool[CLFFN_POOL_W2].stride, T * F, T * D};
+    const clffn_linear w1 = pooled(&f0->w1, &pool[CLFFN_POOL_W1]);
+    const clffn_linear w2 = pooled(&f0->w2, &pool[CLFFN_POOL_W2]);
+    const clffn_matrix x = {p->xg, 0, D}, z = {g->z, 0, N1}, h = {g->h, 0, F};
+    const clffn_matrix u = {c->bias2 ? g->u : p->yg, 0, D};
+    clffn_gemm_env env = *base;
+    env.count = &c1;
+    cl_int err = clffn__linear_forward(&env, &w1, T, x, 0.0f, z);
+    if (err == CL_SUCCESS && !plan) {
+        const clffn_pool *b = &pool[c->bias1 ? CLFFN_POOL_B1 : CLFFN_POOL_BV];
+        const clffn_buffer bias[2] = {{pool[CLFFN_POOL_B1].parent, 0},
+                                      {pool[CLFFN_POOL_BV].parent, 0}};
+        const clffn_group_io io = {
+            z.mem, h.mem, {{T * N1, T * F, b->stride / sizeof(float), 0, ids}}};
+        const clffn_dropout_use none = {false, 0.0f, 0};
+        err = clffn__epilogue1_group(f0, T, &c1, bias, &io, &none, q, NULL);
+    }
+    env.count = &c2;
+    if (err == CL_SUCCESS) { err = clffn__linear_forward(&env, &w2, T, h, 0.0f, u); }
+    return err;
+}
+
+clffn_status clffn__group_forward(clffn_moe_group *g, const clffn_group_pass *p,
+                                  cl_command_queue q) {
+    clffn_ffn *f0 = p->ffn[0];
+    const clffn_config *c = &f0->cfg;
+    const size_t T = p->tokens, D = c->d_model;
+    clffn_status st = grow(g, c, p->experts * T, q);
+    if (st != CLFFN_SUCCESS) { return st; }
+    const clffn_gemm_env env = clffn__gemm_env(f0, &q);
+    clffn__env_plan(&env);
+    cl_int err = products(g, p, &env, true, q);
+    const cl_int reserved = clffn__env_reserve(&env);
+    if (err == CL_SUCCESS) { err = reserved; }
+    if (err == CL_SUCCESS) { err = products(g, p, &env, false, q); }
+    if (err == CL_SUCCESS && c->bias2) {
+        const cl_uint ids = (cl_uint)p->experts + 1;
+        const clffn_wcount c2 = {p->counts, 0, steps(p), ids, 0, 0, 0};
+        const clffn_pool *b2 = &g->pools.kind[CLFFN_POOL_B2];
+        const clffn_group_io io = {g->u, p->yg, {{T * D, T * D, b2->stride / 4, 0, ids}}};
+        const clffn_matrix x = {p->xg, 0, D}; /* no residual in an expert: unread */
+        const clffn_buffer bias = {b2->parent, 0};
+        err = clffn__epilogue2_group(f0, T, &c2, &bias, &io, 0, x, q, NULL);
+    }
+    return (clffn_status)err;
+}
