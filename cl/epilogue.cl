@@ -16,9 +16,9 @@
 // count (NULL but for a mixture-of-experts layer's expert, whose row count stays on the device)
 // holds the rows at count[count_at], at most tokens; the rows past it are left alone.
 // grp: a grouped launch, several such experts at once, one a step g of the third dimension:
-// expert e = count[grp.s4 + g] where grp.s4 is set, else g (as cl/weights.cl's grouped launches
-// have it); expert e's tensors lie e times grp's strides (in floats) after the first's, and its
-// count at count_at + e; all zero (one expert, or none) for a single FFN.
+// expert e = ids[grp.s4 + g] where grp.s4 is set, else g (as cl/weights.cl's grouped launches
+// have it, ids read either way); expert e's tensors lie e times grp's strides (in floats) after
+// the first's, and its count at count_at + e; all zero (one expert, or none) for a single FFN.
 // vload4/vstore4 need only float alignment, so the buffers' offsets do not matter.
 // Nothing here depends on the work-group size; the host passes NULL or a test's override.
 // =================================================================================================
@@ -48,8 +48,9 @@ __kernel void clffn_epilogue1(__global const float *restrict z, const ulong ldz,
                               const uint2 key, const ulong rng_offset,
                               const ulong rng_ld, const ulong rng_col0, const uint vec,
                               __global const uint *count, const uint count_at,
-                              const ulong8 grp) {
-  const ulong g = grp.s4 ? count[grp.s4 + get_global_id(2)] : get_global_id(2);
+                              __global const uint *restrict ids, const ulong8 grp) {
+  const uint listed = ids[grp.s4 + get_global_id(2)];
+  const ulong g = grp.s4 ? listed : get_global_id(2);
   // z, h and the biases (b1 and bv alike) by grp.s0, s1, s2
   z += g * grp.s0;
   h += g * grp.s1;
@@ -116,8 +117,9 @@ __kernel void clffn_epilogue2(__global const float *restrict u,
                               const uint flags, const uint vec,
                               const ulong tokens, const ulong d_model,
                               __global const uint *count, const uint count_at,
-                              const ulong8 grp) {
-  const ulong g = grp.s4 ? count[grp.s4 + get_global_id(2)] : get_global_id(2);
+                              __global const uint *restrict ids, const ulong8 grp) {
+  const uint listed = ids[grp.s4 + get_global_id(2)];
+  const ulong g = grp.s4 ? listed : get_global_id(2);
   // u, y, b2 and x by grp.s0, s1, s2, s3
   u += g * grp.s0;
   y += g * grp.s1;

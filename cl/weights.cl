@@ -446,8 +446,11 @@ inline uint clffn_pass_tokens(uint max_tokens, __global const uint *count, uint 
 
 // A grouped launch runs the same product for several experts of a mixture-of-experts layer at
 // once, one a step of the third dimension (work-group size 1 there): step g's expert e is
-// count[grp.s4 + g] where grp.s4 is set (the layer's list of the experts with rows, then
-// experts numbered E, whose count[E] is 0), else g. Expert e's weights lie e·grp.s0 bytes after
+// ids[grp.s4 + g] where grp.s4 is set (ids is the layer's counts, then the list of the experts
+// with rows, then experts numbered E, whose count[E] is 0), else g. ids is read either way (any
+// buffer of a uint where grp.s4 is 0): a kernel argument read only under a condition is one
+// Mesa's compiler warns of, and whose value it may take wrongly ("load_kernel_arg in control
+// flow"). Expert e's weights lie e·grp.s0 bytes after
 // the first's, its input e·grp.s1 values after, its output e·grp.s2 values, and its count is
 // count[count_at + e]; the launch's own scratch goes by the step: its partial sums g·grp.s3
 // values on, its quantized input rows g·grp.s1 (rows_qx) or g·grp.s2 (xquant) bytes on.
@@ -455,7 +458,8 @@ inline uint clffn_pass_tokens(uint max_tokens, __global const uint *count, uint 
 // pointers past the last expert for E are never read), and each expert's sums are those its own
 // launch would make, in the same order, so grouping changes no bit.
 #define CLFFN_GROUP_EXPERT()                                                                 \
-  const ulong group_ = grp.s4 ? count[grp.s4 + get_global_id(2)] : get_global_id(2)
+  const uint listed_ = ids[grp.s4 + get_global_id(2)];                                       \
+  const ulong group_ = grp.s4 ? listed_ : get_global_id(2)
 #define CLFFN_GROUP_SHIFT(W, X, Y)                                                           \
   CLFFN_GROUP_EXPERT();                                                                      \
   W += group_ * grp.s0;                                                                      \
@@ -477,7 +481,8 @@ void clffn_wgemv_rows(__global const uchar *restrict w, const ulong w_off, const
                       const uint max_tokens, __global const uint *restrict count,
                       const uint count_at,
                       __global float *restrict y, const ulong y_off, const ulong ldy,
-                      const float beta, const ulong8 grp) {
+                      const float beta, __global const uint *restrict ids,
+                      const ulong8 grp) {
   CLFFN_GROUP_SHIFT(w, x, y);
   CLFFN_PASS_TOKENS();
   const uint s = get_local_id(0);
@@ -559,7 +564,8 @@ void clffn_wgemv_rows2(__global const uchar *restrict w, const ulong w_off, cons
                        const uint max_tokens, __global const uint *restrict count,
                        const uint count_at,
                        __global float *restrict y, const ulong y_off, const ulong ldy,
-                       const float beta, const ulong8 grp) {
+                       const float beta, __global const uint *restrict ids,
+                      const ulong8 grp) {
   CLFFN_GROUP_SHIFT(w, x, y);
   CLFFN_PASS_TOKENS();
   const ulong r = 2 * get_global_id(1);
@@ -627,7 +633,8 @@ void clffn_wgemv_rows4(__global const uchar *restrict w, const ulong w_off, cons
                        const uint max_tokens, __global const uint *restrict count,
                        const uint count_at,
                        __global float *restrict y, const ulong y_off, const ulong ldy,
-                       const float beta, const ulong8 grp) {
+                       const float beta, __global const uint *restrict ids,
+                      const ulong8 grp) {
   CLFFN_GROUP_SHIFT(w, x, y);
   CLFFN_PASS_TOKENS();
   const ulong r = 4 * get_global_id(1);
@@ -717,7 +724,8 @@ void clffn_wgemv_rows4(__global const uchar *restrict w, const ulong w_off, cons
                       __global const uchar *restrict xq, const ulong xs,                       \
                       const uint max_tokens, __global const uint *restrict count,              \
                       const uint count_at, __global float *restrict y, const ulong y_off,      \
-                      const ulong ldy, const float beta, const ulong8 grp)
+                      const ulong ldy, const float beta,                          \
+                      __global const uint *restrict ids, const ulong8 grp)
 // y[t, r0 + i] = sum[i·CLFFN_WTOKENS + t] (+ β·y) for n rows and the pass's tokens: the rows
 // clffn_wgemv_rows_qx's work-item took.
 inline void clffn_store_rows(__global float *y, ulong ldy, ulong r0, ulong n, uint tokens,
@@ -801,7 +809,8 @@ inline void clffn_store_rows(__global float *y, ulong ldy, ulong r0, ulong n, ui
 __kernel void clffn_xquant(__global const float *restrict x, const ulong x_off, const ulong ldx,
                            const ulong cols, const uint max_tokens,
                            __global const uint *restrict count, const uint count_at,
-                           __global uchar *restrict xq, const ulong xs, const ulong8 grp) {
+                           __global uchar *restrict xq, const ulong xs,
+                           __global const uint *restrict ids, const ulong8 grp) {
   CLFFN_GROUP_EXPERT(); // as CLFFN_GROUP_SHIFT: x by grp.s1, xq by grp.s2
   x += group_ * grp.s1;
   xq += get_global_id(2) * grp.s2;
@@ -1302,7 +1311,8 @@ inline uint8 clffn_to_bf16x8(float8 v) {
 __kernel void clffn_xquant(__global const float *restrict x, const ulong x_off, const ulong ldx,
                            const ulong cols, const uint max_tokens,
                            __global const uint *restrict count, const uint count_at,
-                           __global uchar *restrict xq, const ulong xs, const ulong8 grp) {
+                           __global uchar *restrict xq, const ulong xs,
+                           __global const uint *restrict ids, const ulong8 grp) {
   CLFFN_GROUP_EXPERT(); // as CLFFN_GROUP_SHIFT: x by grp.s1, xq by grp.s2
   x += group_ * grp.s1;
   xq += get_global_id(2) * grp.s2;
@@ -1561,7 +1571,7 @@ void clffn_wgemv_cols(__global const uchar *restrict w, const ulong w_off, const
                       const uint count_at,
                       __global float *restrict y, const ulong y_off, const ulong ldy,
                       const float beta, const ulong chunk_rows, __global float *restrict part,
-                      const ulong8 grp) {
+                      __global const uint *restrict ids, const ulong8 grp) {
   CLFFN_GROUP_SHIFT(w, x, y);
   part += get_global_id(2) * grp.s3;
   CLFFN_PASS_TOKENS();
@@ -1738,7 +1748,7 @@ void clffn_wgemv_strip(__global const uchar *restrict w, const ulong w_off, cons
                        const uint count_at,
                        __global float *restrict y, const ulong y_off, const ulong ldy,
                        const float beta, const ulong chunk_rows, __global float *restrict part,
-                      const ulong8 grp) {
+                      __global const uint *restrict ids, const ulong8 grp) {
   CLFFN_GROUP_SHIFT(w, x, y);
   part += get_global_id(2) * grp.s3;
   CLFFN_PASS_TOKENS();
@@ -1794,7 +1804,8 @@ __kernel void clffn_wgemv_sum(__global const float *restrict part, const ulong c
                               const uint max_tokens, __global const uint *restrict count,
                               const uint count_at, const ulong cols,
                               __global float *restrict y, const ulong y_off, const ulong ldy,
-                              const float beta, const ulong8 grp) {
+                              const float beta, __global const uint *restrict ids,
+                      const ulong8 grp) {
   CLFFN_GROUP_EXPERT(); // as CLFFN_GROUP_SHIFT: y by grp.s2, part by grp.s3
   part += get_global_id(2) * grp.s3;
   y += group_ * grp.s2;

@@ -44,13 +44,15 @@ static void epilogue1_tail(clffn_args *a, const clffn_ffn *ffn, const clffn_buff
     CLFFN_ARG(*a, vec);
 }
 
-/* The rows' count on the device, or none (count NULL), and the group's strides: the epilogues'
- * last arguments. */
-static void count_args(clffn_args *a, const clffn_wcount *count, cl_ulong8 grp) {
+/* The rows' count on the device, or none (count NULL), the experts' list (in the counts, else
+ * in, which the kernel reads anyway) and the group's strides: the epilogues' last arguments. */
+static void count_args(clffn_args *a, const clffn_wcount *count, cl_ulong8 grp, cl_mem in) {
     static const clffn_wcount none = {NULL, 0, 0, 0, 0, 0, 0};
     if (!count) { count = &none; }
+    const cl_mem ids = count->mem ? count->mem : in; /* read either way (cl/epilogue.cl) */
     CLFFN_ARG(*a, count->mem);
     CLFFN_ARG(*a, count->at);
+    CLFFN_ARG(*a, ids);
     CLFFN_ARG(*a, grp);
 }
 
@@ -81,7 +83,7 @@ cl_int clffn__epilogue1_group(const clffn_ffn *ffn, size_t tokens, const clffn_w
     CLFFN_ARG(a, ldz);
     CLFFN_ARG(a, io->out);
     epilogue1_tail(&a, ffn, bias, io->in, tokens, drop);
-    count_args(&a, count, io->grp);
+    count_args(&a, count, io->grp, io->in);
     const cl_int err = clffn__args_end(&a);
     if (err != CL_SUCCESS) { return err; }
     return launch(ffn, a.kernel, ffn->cfg.d_ff, tokens, count, queue, event);
@@ -129,7 +131,7 @@ cl_int clffn__epilogue2_group(const clffn_ffn *ffn, size_t tokens, const clffn_w
     CLFFN_ARG(a, vec);
     CLFFN_ARG(a, T);
     CLFFN_ARG(a, D);
-    count_args(&a, count, io->grp);
+    count_args(&a, count, io->grp, io->in);
     const cl_int err = clffn__args_end(&a);
     if (err != CL_SUCCESS) { return err; }
     return launch(ffn, a.kernel, c->d_model, tokens, count, queue, event);

@@ -58,6 +58,12 @@ static cl_int kernel_for(const clffn_context *ctx, clffn_dtype dtype, size_t tok
 
 static size_t round_up(size_t n, size_t m) { return (n + m - 1) / m * m; }
 
+/* The buffer a launch reads its experts' list from (cl/weights.cl, CLFFN_GROUP_EXPERT): the
+ * counts', or without them `other`, one the launch reads anyway (its one value read unused). */
+static cl_mem ids_of(const clffn_wcount *count, cl_mem other) {
+    return count->mem ? count->mem : other;
+}
+
 /* The experts a launch runs (the third dimension), 1 but for a grouped one. */
 static size_t groups_of(const clffn_wcount *count) { return count->groups ? count->groups : 1; }
 
@@ -93,7 +99,8 @@ static cl_int enqueue_sum(clffn_wkernels *wk, const clffn_context *ctx, clffn_dt
     CLFFN_ARG(a, wk->scratch), CLFFN_ARG(a, K), CLFFN_ARG(a, t), CLFFN_ARG(a, count->mem);
     CLFFN_ARG(a, count->at), CLFFN_ARG(a, C);
     CLFFN_ARG(a, y.mem), CLFFN_ARG(a, y_off), CLFFN_ARG(a, ldy), CLFFN_ARG(a, beta);
-    CLFFN_ARG(a, grp);
+    const cl_mem ids = ids_of(count, wk->scratch);
+    CLFFN_ARG(a, ids), CLFFN_ARG(a, grp);
     if ((err = clffn__args_end(&a)) != CL_SUCCESS) { return err; }
     const size_t global[2] = {cols, tokens};
     return enqueue_grouped(ctx, queue, wk->sum, count, global, NULL);
@@ -146,7 +153,8 @@ static cl_int wgemv_quantized_inputs(clffn_wkernels *wk, const clffn_context *ct
     CLFFN_ARG(a, t), CLFFN_ARG(a, count->mem), CLFFN_ARG(a, count->at);
     CLFFN_ARG(a, wk->scratch), CLFFN_ARG(a, XS);
     const cl_ulong8 qgrp = {{0, count->x_stride, per_group, 0, count->ids_at}};
-    CLFFN_ARG(a, qgrp);
+    const cl_mem xids = ids_of(count, x.mem);
+    CLFFN_ARG(a, xids), CLFFN_ARG(a, qgrp);
     if ((err = clffn__args_end(&a)) != CL_SUCCESS) { return err; }
     const size_t qglobal[2] = {bf16 ? (w->cols + 31) / 32 : 2 * pairs, tokens};
     err = enqueue_grouped(ctx, queue, wk->xquant[b], count, qglobal, NULL);
@@ -159,7 +167,8 @@ static cl_int wgemv_quantized_inputs(clffn_wkernels *wk, const clffn_context *ct
     CLFFN_ARG(a, count->mem), CLFFN_ARG(a, count->at), CLFFN_ARG(a, y.mem), CLFFN_ARG(a, y_off);
     CLFFN_ARG(a, ldy), CLFFN_ARG(a, beta);
     const cl_ulong8 grp = {{count->w_stride, per_group, count->y_stride, 0, count->ids_at}};
-    CLFFN_ARG(a, grp);
+    const cl_mem ids = ids_of(count, w->mem);
+    CLFFN_ARG(a, ids), CLFFN_ARG(a, grp);
     if ((err = clffn__args_end(&a)) != CL_SUCCESS) { return err; }
     const size_t per_item = wide                 ? CLFFN_QX_WIDE_ROWS
                             : bf16 && split == 1 ? CLFFN_BX_ROWS(bucket_tokens[b])
@@ -231,7 +240,8 @@ cl_int clffn__wgemv(clffn_wkernels *wk, const clffn_context *ctx, const clffn_wm
     if (!along_rows) { CLFFN_ARG(a, chunk_rows), CLFFN_ARG(a, part); }
     const cl_ulong8 grp = {{count->w_stride, count->x_stride, count->y_stride,
                             chunks * tokens * w->cols, count->ids_at}};
-    CLFFN_ARG(a, grp);
+    const cl_mem ids = ids_of(count, w->mem);
+    CLFFN_ARG(a, ids), CLFFN_ARG(a, grp);
     if ((err = clffn__args_end(&a)) != CL_SUCCESS) { return err; }
     size_t global[2], local[2];
     if (along_rows) {
