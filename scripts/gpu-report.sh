@@ -23,9 +23,9 @@
 # OUT/fewrows-profile.json, timed against the one applied now from 64 to 2048 tokens on the seed
 # and BERT widths and on the BERT and SwiGLU shapes, then PyTorch), hostcosts (the host's time
 # in the driver's enqueue calls per forward, scripts/cl-host-costs.c preloaded: one decoding token
-# of 4096 -> 11008 SwiGLU and Mixtral's layer with 8 (its counts on the device, then on the
-# host) and with 2 experts, f16 and q8_0; the medians of each forward's launches, enqueue,
-# argument and wait times).
+# of 4096 -> 11008 SwiGLU and Mixtral's layer with 8 (its counts on the device with its experts
+# grouped, then one at a time, then the counts on the host) and with 2 experts, f16 and q8_0;
+# the medians of each forward's launches, enqueue, argument and wait times).
 # Every step has its own time limit; a failing step does not stop the others.
 set -uo pipefail
 build=${1:?usage: gpu-report.sh BUILD OUT STEPS...}
@@ -242,6 +242,7 @@ PY
             continue
         fi
         for s in "--d-ff 11008" "--d-ff 14336 --experts 8 --top-k 2" \
+            "--d-ff 14336 --experts 8 --top-k 2 --moe-grouping off" \
             "--d-ff 14336 --experts 8 --top-k 2 --moe-counts host" \
             "--d-ff 14336 --experts 2 --top-k 2"; do
             for t in f16 q8_0; do

@@ -183,5 +183,6 @@ Test(cli, checks_after_the_parse) {
     assert_usage_error(run_tool(CLFFN_BENCH_GEMMS_PATH, "--gemv-sweep=both"), "clffn-bench-gemms",
                        "--gemv-sweep takes fast or rot");
     assert_usage_error(run_tool(CLFFN_BENCH_PATH, "--moe-counts=host"), "clffn-bench",
-                       "--top-k, --expert-split and --moe-counts go with --experts");
+                       "--top-k, --expert-split, --moe-counts and --moe-grouping go with "
+                       "--experts");
 }

@@ -614,19 +614,41 @@ Test(clffn_run_moe, gguf_qwen2moe_gated_shared_expert, .timeout = 120) {
     remove_dir();
 }
 
+/* clffn-bench's JSON for 8 experts, top-2, at one token of 32 -> 64 SwiGLU in f16 with `extra`
+ * options, into out: it must run, read the two experts the token chose, and print `want`. */
+static void bench_moe_json(const char *extra, const char *want, char *out, size_t size) {
+    char cmd[512], err[4096];
+    snprintf(cmd, sizeof cmd,
+             "'%s' --json --experts 8 --top-k 2 --tokens 1 --d-model 32 --d-ff 64 "
+             "--activation swiglu --weights-dtype f16 --reps 2 %s",
+             CLFFN_BENCH_PATH, extra);
+    cr_assert_eq(run_split(cmd, out, size, err, sizeof err), 0, "%s%s", out, err);
+    cr_assert(strstr(out, want) != NULL, "%s: %s", extra, out);
+    cr_assert(strstr(out, "\"experts_read\": 2,") != NULL, "%s: %s", extra, out);
+}
+
 /* clffn-bench --experts --moe-counts: the layer runs in each mode, says which in its JSON, and
  * reads the two experts one token chose, as the device counts do. */
 Test(clffn_bench, moe_counts, .timeout = 120) {
     static const char *modes[] = {"device", "host", "auto"};
     for (int i = 0; i < 3; ++i) {
-        char cmd[512], out[4096], err[4096], want[64];
-        snprintf(cmd, sizeof cmd,
-                 "'%s' --json --experts 8 --top-k 2 --tokens 1 --d-model 16 --d-ff 32 "
-                 "--activation swiglu --reps 2 --moe-counts %s",
-                 CLFFN_BENCH_PATH, modes[i]);
-        cr_assert_eq(run_split(cmd, out, sizeof out, err, sizeof err), 0, "%s%s", out, err);
+        char extra[64], want[64], out[4096];
+        snprintf(extra, sizeof extra, "--moe-counts %s", modes[i]);
         snprintf(want, sizeof want, "\"counts\": \"%s\"", modes[i]);
-        cr_assert(strstr(out, want) != NULL, "%s: %s", modes[i], out);
-        cr_assert(strstr(out, "\"experts_read\": 2,") != NULL, "%s: %s", modes[i], out);
+        bench_moe_json(extra, want, out, sizeof out);
     }
+}
+
+/* --moe-grouping: experts at one token (clffn's own kernels, the counts on the device) run
+ * grouped unless it is off, and the JSON says which ran; the layer reads the same experts. */
+Test(clffn_bench, moe_grouping, .timeout = 120) {
+    char out[4096], err[4096], cmd[512];
+    bench_moe_json("--moe-grouping on", "\"grouped\": true}", out, sizeof out);
+    bench_moe_json("--moe-grouping off", "\"grouped\": false}", out, sizeof out);
+    snprintf(cmd, sizeof cmd, "'%s' --experts 8 --moe-grouping sideways", CLFFN_BENCH_PATH);
+    cr_assert_eq(run_split(cmd, out, sizeof out, err, sizeof err), 2, "%s%s", out, err);
+    cr_assert(strstr(err, "--moe-grouping takes on or off") != NULL, "%s", err);
+    snprintf(cmd, sizeof cmd, "'%s' --moe-grouping off", CLFFN_BENCH_PATH);
+    cr_assert_eq(run_split(cmd, out, sizeof out, err, sizeof err), 2, "%s%s", out, err);
+    cr_assert(strstr(err, "go with --experts") != NULL, "%s", err);
 }

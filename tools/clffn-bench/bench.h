@@ -33,6 +33,8 @@ typedef struct args {
     size_t split;      /* --expert-split: contexts the layer's experts are split over (0, 1: one) */
     clffn_moe_counts counts; /* --moe-counts: where the layer keeps its expert counts */
     int set_counts;          /* --moe-counts given */
+    int ungrouped;           /* --moe-grouping off (clffn_moe_set_grouping) */
+    int set_grouping;        /* --moe-grouping given */
 } args;
 
 typedef struct timing {

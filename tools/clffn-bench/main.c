@@ -4,7 +4,7 @@
  *               [--compare-cpu] [--sweep] [--device SPEC] [--k-block N] [--gemv-max N]
  *               [--weight-layout out_in|in_out] [--weights-dtype TYPE] [--kernel-max N]
  *               [--quantized-inputs] [--experts E [--top-k K] [--expert-split N]
- *               [--moe-counts device|host|auto]]
+ *               [--moe-counts device|host|auto] [--moe-grouping on|off]]
  *
  * Times N device-level forwards (after two warm-ups) with the wall clock around each forward and
  * its completion, reports best and median, GFLOP/s, the per-stage split from OpenCL profiling
@@ -86,6 +86,7 @@ enum {
     OPT_TOP_K,
     OPT_EXPERT_SPLIT,
     OPT_MOE_COUNTS,
+    OPT_MOE_GROUPING,
 };
 
 static const tool_option OPTIONS[] = {
@@ -135,6 +136,9 @@ static const tool_option OPTIONS[] = {
     {"moe-counts", OPT_MOE_COUNTS, TOOL_VALUE, "WHERE",
      "keep the --experts layer's expert counts on the device\n(default), read them back to the "
      "host, or auto: on the host\nwhere E > T*k (clffn_moe_set_counts)"},
+    {"moe-grouping", OPT_MOE_GROUPING, TOOL_VALUE, "on|off",
+     "run the --experts layer's experts a launch a stage for\nall of them (on, the default) or "
+     "one at a time\n(clffn_moe_set_grouping)"},
     /* the CPU FFN alone, in a child with another OpenBLAS core (cpu.c) */
     {"cpu-only", OPT_CPU_ONLY, TOOL_FLAG, NULL, NULL},
     {0},
@@ -193,6 +197,11 @@ static int take_option(int key, const char *name, const char *v, args *a) {
         if (tool_parse_moe_counts(v, &a->counts) == 0) { return 0; }
         fprintf(stderr, "clffn-bench: --moe-counts takes device, host or auto\n");
         return -1;
+    case OPT_MOE_GROUPING:
+        a->set_grouping = 1, a->ungrouped = !strcmp(v, "off");
+        if (a->ungrouped || !strcmp(v, "on")) { return 0; }
+        fprintf(stderr, "clffn-bench: --moe-grouping takes on or off\n");
+        return -1;
     case OPT_KERNEL_MAX:
         a->set_kernel_max = 1;
         return take_size(name, v, 0, CLFFN_MAX_KERNEL_TOKENS, &a->kernel_max);
@@ -228,9 +237,9 @@ static int parse_args(int argc, char **argv, args *a) {
         if (take_option(key, p.name, p.value, a) != 0) { return tool_usage_error(&CLI); }
     }
     if (p.status >= 0) { return p.status; }
-    if ((a->top_k || a->split || a->set_counts) && !a->experts) {
-        fprintf(stderr,
-                "clffn-bench: --top-k, --expert-split and --moe-counts go with --experts\n");
+    if ((a->top_k || a->split || a->set_counts || a->set_grouping) && !a->experts) {
+        fprintf(stderr, "clffn-bench: --top-k, --expert-split, --moe-counts and --moe-grouping "
+                        "go with --experts\n");
         return tool_usage_error(&CLI);
     }
     if (a->split > a->experts) {

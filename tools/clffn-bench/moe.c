@@ -34,6 +34,7 @@ static int moe_setup(moe_run *m, device_run *r, const args *a) {
     }
     clffn_status st = clffn_moe_create_split(group, count, &mc, &m->moe);
     if (st == CLFFN_SUCCESS) { st = clffn_moe_set_counts(m->moe, a->counts); }
+    if (st == CLFFN_SUCCESS) { st = clffn_moe_set_grouping(m->moe, !a->ungrouped); }
     if (st != CLFFN_SUCCESS) { return bench_fail("creating the layer", st); }
     const size_t n = a->experts * a->d_model;
     float *router = malloc(n * sizeof *router);
@@ -104,16 +105,18 @@ static void report(const args *a, const moe_run *m, size_t rows, const timing *t
                "\"d_ff\": %zu, \"weights_dtype\": \"%s\", \"best_s\": %.6g, \"median_s\": %.6g, "
                "\"gflops\": %.6g, \"experts_read\": %zu, \"weights_read_bytes\": %.0f, "
                "\"dense_rows\": %zu, \"dense_best_s\": %.6g, \"speed_vs_dense\": %.4g, "
-               "\"contexts\": %zu, \"counts\": \"%s\"}\n",
+               "\"contexts\": %zu, \"counts\": \"%s\", \"grouped\": %s}\n",
                a->experts, a->top_k, T, a->d_model, a->d_ff, clffn_dtype_name(a->dtype), tm->best_s,
                tm->median_s, gflops, m->chosen, read, rows, td->best_s, ratio,
-               a->split > 1 ? a->split : (size_t)1, tool_moe_counts_name(a->counts));
+               a->split > 1 ? a->split : (size_t)1, tool_moe_counts_name(a->counts),
+               clffn_moe_experts_grouped(m->moe) ? "true" : "false");
         return;
     }
     printf("layer:         %zu experts, top-%zu, %zu tokens, %zu -> %zu, %s weights", a->experts,
            a->top_k, T, a->d_model, a->d_ff, clffn_dtype_name(a->dtype));
     if (a->split > 1) { printf(", split over %zu contexts", a->split); }
-    printf(", counts: %s\n", tool_moe_counts_name(a->counts));
+    printf(", counts: %s%s\n", tool_moe_counts_name(a->counts),
+           clffn_moe_experts_grouped(m->moe) ? ", experts grouped" : "");
     printf("forward:       best %.3f ms, median %.3f ms over %d reps: %.1f GFLOP/s\n",
            tm->best_s * 1e3, tm->median_s * 1e3, a->reps, gflops);
     printf("weights read:  %zu of %zu experts, %.0f bytes (router included): %.1f GB/s\n",
