@@ -1047,23 +1047,26 @@ CLFFN_API clffn_status clffn_moe_forward(clffn_moe *moe, size_t tokens, cl_mem x
 /** Where a forward through clffn's own kernels (few tokens: clffn_moe_forward()) keeps the
  *  experts' row counts. */
 typedef enum clffn_moe_counts {
-    CLFFN_MOE_COUNTS_DEVICE = 0, /* on the device (the default): the forward does not block, and
-                                    every expert is launched, an unchosen one's kernels returning
-                                    at once */
+    CLFFN_MOE_COUNTS_DEVICE = 0, /* on the device (the default): the forward does not block; the
+                                    experts run grouped (clffn_moe_experts_grouped()), else every
+                                    expert is launched, an unchosen one's kernels returning at
+                                    once */
     CLFFN_MOE_COUNTS_HOST = 1,   /* read back once, after the routing: the forward blocks for
-                                    them, and only the chosen experts are launched */
+                                    them, and only the chosen experts are launched, one at a
+                                    time */
     CLFFN_MOE_COUNTS_AUTO = 2    /* on the host where some expert must go unchosen (E > T·k),
                                     else on the device */
 } clffn_moe_counts;
 
 /** Sets where later forwards keep the expert counts. Every launch costs the driver some
- *  microseconds whatever its work (NVIDIA's, about 10 of the host's; POCL's, about 5), four for
- *  each expert, so with many experts and few tokens the unchosen experts' launches cost more
- *  than one wait for the counts: 128 experts, top-8, at one token on a CPU, HOST or AUTO runs
- *  the layer 2.1 (f16) to 2.6 (q8_0) times faster (docs/PERFORMANCE.md, "Mixture of
- *  experts"). The outputs are the same bits either way. A layer split over contexts or
- *  processes reads them back whatever this says. Errors: NULL_ARGUMENT; INVALID_ARGUMENT
- *  (another value; the setting unchanged). */
+ *  microseconds whatever its work (NVIDIA's, about 10 of the host's; POCL's, about 5). Grouped
+ *  (the default), the device counts launch a few kernels whatever E, with no wait: 128
+ *  experts, top-8, one token on a CPU, 10 launches, and faster than HOST (f16 1.6–1.9 ms against
+ *  2.1–2.2). One at a time they launch four kernels for each expert, chosen or not, and there
+ *  HOST or AUTO, which launch only the chosen experts, ran that layer 2.1 (f16) to 2.6 (q8_0)
+ *  times faster (docs/PERFORMANCE.md, "Mixture of experts"). The outputs are the same bits
+ *  either way. A layer split over contexts or processes reads them back whatever this says.
+ *  Errors: NULL_ARGUMENT; INVALID_ARGUMENT (another value; the setting unchanged). */
 CLFFN_API clffn_status clffn_moe_set_counts(clffn_moe *moe, clffn_moe_counts where);
 
 /** The layer's setting (CLFFN_MOE_COUNTS_DEVICE for NULL). */

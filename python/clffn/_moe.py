@@ -47,9 +47,10 @@ class MoE:
     last_weights then hold each token's choice [..., top_k] and its weights. quantized_inputs
     as FFN takes it: q8_0 and q4_0 experts round their rows to q8_0 first (bf16 ones to bf16),
     as llama.cpp does. counts says where a few-token forward keeps the experts' row counts
-    (clffn_moe_set_counts): "device" launches every expert, "host" reads the counts back and
-    launches only the chosen ones (faster with many experts and few tokens), "auto" reads them
-    back where some expert must go unchosen; the outputs are the same bits.
+    (clffn_moe_set_counts): "device" runs the experts grouped, a launch a stage for all of them
+    (the fastest), "host" reads the counts back and launches only the chosen ones, one at a
+    time, "auto" reads them back where some expert must go unchosen; the outputs are the same
+    bits.
     """
 
     def __init__(self, d_model, d_ff, experts, top_k=2, activation="swiglu", bias=False,

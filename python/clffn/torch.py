@@ -195,8 +195,8 @@ class MoE(nn.Module):
     clffn. Its parameters are named as Mixtral's (gate.weight [experts, d_model];
     experts.{e}.w1, w2, w3), so a Mixtral layer's block_sparse_moe state_dict loads as it is.
     Returns y only (Mixtral's module also returns the router logits). Every forward uploads the
-    current parameters. counts as clffn.MoE takes it ("host" or "auto": faster with many
-    experts and few tokens, the same results)."""
+    current parameters. counts as clffn.MoE takes it ("host" or "auto": the counts read back,
+    the same results)."""
 
     def __init__(self, d_model, d_ff, experts=8, top_k=2, activation="swiglu",
                  routing="normalized", device=None, counts="device"):
