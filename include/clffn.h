@@ -1090,8 +1090,10 @@ CLFFN_API int clffn_moe_experts_grouped(const clffn_moe *moe);
  *  experts run one at a time; experts uploaded while it was on keep their slots but run one at
  *  a time too. Off is for comparing the two, and for running under a simulator that checks
  *  every read of memory the host wrote: Oclgrind 21.10 takes memory written through a part of
- *  a buffer (a sub-buffer, or an offset) for uninitialized (docs/RELIABILITY.md). The outputs
- *  are the same bits either way. Errors: NULL_ARGUMENT. */
+ *  a buffer (a sub-buffer, or an offset) for uninitialized (docs/RELIABILITY.md). A layer split
+ *  over contexts or processes (its counts read back, so never grouped) keeps its experts'
+ *  buffers apart whatever this says: a pool of E slots would hold room for the experts held
+ *  elsewhere. The outputs are the same bits either way. Errors: NULL_ARGUMENT. */
 CLFFN_API clffn_status clffn_moe_set_grouping(clffn_moe *moe, int on);
 
 /** Host-level forward, blocking, on the context's queue: y[T, D] = MoE(x[T, D]); x_len and

@@ -23,7 +23,7 @@ clffn_moe_counts clffn_moe_counts_where(const clffn_moe *moe) {
 
 clffn_status clffn_moe_set_grouping(clffn_moe *moe, int on) {
     if (!moe) { return CLFFN_ERROR_NULL_ARGUMENT; }
-    moe->group.pools.off = !on;
+    moe->group.pools.off = !on || clffn__moe_split(moe); /* see below */
     return CLFFN_SUCCESS;
 }
 
@@ -57,6 +57,9 @@ clffn_status clffn_moe_create_split(clffn_context *const *contexts, int count,
         clffn_moe_destroy(moe);
         return st;
     }
+    /* its counts are read back, so it never runs grouped, and pools of E slots on the first
+     * context would hold room for every other context's experts too */
+    moe->group.pools.off = count > 1;
     *out = moe;
     return CLFFN_SUCCESS;
 }
@@ -75,6 +78,7 @@ clffn_status clffn_moe_create_partial(clffn_context *ctx, const clffn_moe_config
      * are the held ones' (one program), so every loop over the experts stays as it is */
     moe->exchange = exchange, moe->exchange_user = user;
     moe->held0 = first, moe->held1 = first + count;
+    moe->group.pools.off = true; /* as a split layer's: no room for the experts held elsewhere */
     *out = moe;
     return CLFFN_SUCCESS;
 }

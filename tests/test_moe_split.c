@@ -125,9 +125,15 @@ static clffn_moe *layer(clffn_context *const *ctx, int count, const split_data *
         ASSERT_OK(clffn_moe_create_split(ctx, count, &d->c, &moe));
     }
     ASSERT_OK(clffn_moe_upload_router(moe, d->router, d->bias));
+    if (count % 2) { ASSERT_OK(clffn_moe_set_grouping(moe, 1)); } /* no effect on a split one */
     for (size_t e = 0; e < d->n_w; ++e) {
         if (!hs || e >= E || clffn_moe_expert_owner(e, E, count) == 0) {
             upload(clffn_moe_expert(moe, e), d, e);
+            /* a split layer's experts are in no pool: one of E slots would take room for the
+             * experts held elsewhere (one context's layer pools them) */
+            const unsigned gen = clffn_moe_expert(moe, e)->pool_gen[CLFFN_POOL_W1];
+            cr_assert(e >= E || (count > 1 ? gen == 0 : gen != 0), "%d contexts, expert %zu", count,
+                      e);
         }
     }
     return moe;
