@@ -431,6 +431,9 @@ clffn_status clffn_moe_forward(clffn_moe *moe, size_t tokens, cl_mem x, size_t x
     st = clffn__moe_route_and_run(moe, tokens, x, x_offset, counted, queue);
     if (st == CLFFN_SUCCESS) { st = enqueue_combine(moe, (cl_uint)tokens, y, y_offset, queue); }
     if (st == CLFFN_SUCCESS) { moe->last_tokens = tokens, moe->last_counted = counted; }
+    /* a failure part-way may leave launches after last_event, which an upload over the pools
+     * waits for (pool.h): none is left running */
+    if (st != CLFFN_SUCCESS) { clFinish(queue); }
     return st;
 }
 
