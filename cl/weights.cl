@@ -726,6 +726,27 @@ void clffn_wgemv_rows4(__global const uchar *restrict w, const ulong w_off, cons
                       const uint count_at, __global float *restrict y, const ulong y_off,      \
                       const ulong ldy, const float beta,                          \
                       __global const uint *restrict ids, const ulong8 grp)
+// Both forms' first lines: as CLFFN_GROUP_SHIFT, but the quantized rows, the launch's own
+// scratch, by the step.
+#define CLFFN_ROWS_QX_SHIFT()                                                                \
+  CLFFN_GROUP_EXPERT();                                                                      \
+  w += group_ * grp.s0;                                                                      \
+  xq += get_global_id(2) * grp.s1;                                                           \
+  y += group_ * grp.s2;                                                                      \
+  count += group_
+// clffn_xquant's head, the same for q8_0 rows and bf16 ones (below), and its first lines: x
+// by the expert (grp.s1), the rows it writes, the launch's scratch, by the step (grp.s2).
+#define CLFFN_XQUANT_KERNEL                                                                  \
+  __kernel void clffn_xquant(__global const float *restrict x, const ulong x_off,            \
+                             const ulong ldx, const ulong cols, const uint max_tokens,       \
+                             __global const uint *restrict count, const uint count_at,       \
+                             __global uchar *restrict xq, const ulong xs,                    \
+                             __global const uint *restrict ids, const ulong8 grp)
+#define CLFFN_XQUANT_SHIFT()                                                                 \
+  CLFFN_GROUP_EXPERT();                                                                      \
+  x += group_ * grp.s1;                                                                      \
+  xq += get_global_id(2) * grp.s2;                                                           \
+  count += group_
 // y[t, r0 + i] = sum[i·CLFFN_WTOKENS + t] (+ β·y) for n rows and the pass's tokens: the rows
 // clffn_wgemv_rows_qx's work-item took.
 inline void clffn_store_rows(__global float *y, ulong ldy, ulong r0, ulong n, uint tokens,
@@ -806,15 +827,8 @@ inline void clffn_store_rows(__global float *y, ulong ldy, ulong r0, ulong n, ui
 // NDRange (2·P, max_tokens), any work-group: one block of one token's row per work-item. A
 // block with a NaN or an infinity gets a NaN scale, so that token's outputs are NaN, as the f32
 // path's would be (GGUF's quantizer gives such a block finite quants and scale).
-__kernel void clffn_xquant(__global const float *restrict x, const ulong x_off, const ulong ldx,
-                           const ulong cols, const uint max_tokens,
-                           __global const uint *restrict count, const uint count_at,
-                           __global uchar *restrict xq, const ulong xs,
-                           __global const uint *restrict ids, const ulong8 grp) {
-  CLFFN_GROUP_EXPERT(); // as CLFFN_GROUP_SHIFT: x by grp.s1, xq by grp.s2
-  x += group_ * grp.s1;
-  xq += get_global_id(2) * grp.s2;
-  count += group_;
+CLFFN_XQUANT_KERNEL {
+  CLFFN_XQUANT_SHIFT();
   CLFFN_PASS_TOKENS();
   const ulong b = get_global_id(0), blocks = cols / CLFFN_QK, pairs = (blocks + 1) / 2;
   const uint t = get_global_id(1);
@@ -1199,11 +1213,7 @@ inline void clffn_qx_lanes(__global const uchar *row, ulong blocks, __global con
 // sixteen, transposed (clffn_qx_rows16, CLFFN_QX_WIDE). On a GPU the row's lanes share it
 // (clffn_qx_lanes).
 CLFFN_ROWS_QX_KERNEL {
-  CLFFN_GROUP_EXPERT(); // as CLFFN_GROUP_SHIFT, the quantized rows by the step
-  w += group_ * grp.s0;
-  xq += get_global_id(2) * grp.s1;
-  y += group_ * grp.s2;
-  count += group_;
+  CLFFN_ROWS_QX_SHIFT();
   CLFFN_PASS_TOKENS();
   const ulong r0 = get_global_id(1) * CLFFN_QX_R;
   float sum[CLFFN_QX_R][CLFFN_WTOKENS];
@@ -1308,15 +1318,8 @@ inline uint8 clffn_to_bf16x8(float8 v) {
 }
 
 // NDRange (⌈cols / 32⌉, max_tokens), any work-group: 32 values of one token's row a work-item.
-__kernel void clffn_xquant(__global const float *restrict x, const ulong x_off, const ulong ldx,
-                           const ulong cols, const uint max_tokens,
-                           __global const uint *restrict count, const uint count_at,
-                           __global uchar *restrict xq, const ulong xs,
-                           __global const uint *restrict ids, const ulong8 grp) {
-  CLFFN_GROUP_EXPERT(); // as CLFFN_GROUP_SHIFT: x by grp.s1, xq by grp.s2
-  x += group_ * grp.s1;
-  xq += get_global_id(2) * grp.s2;
-  count += group_;
+CLFFN_XQUANT_KERNEL {
+  CLFFN_XQUANT_SHIFT();
   CLFFN_PASS_TOKENS();
   const ulong b = get_global_id(0), c0 = b * 32;
   const uint t = get_global_id(1);
@@ -1467,11 +1470,7 @@ inline void clffn_bx_lanes(__global const uchar *row, ulong cols, __global const
 // work-group (CLFFN_ROW_SPLIT, CLFFN_ROW_ROWS): CLFFN_BX_R rows a work-item where a row has one
 // lane (CPUs), a row's lanes side by side where it has several (GPUs).
 CLFFN_ROWS_QX_KERNEL {
-  CLFFN_GROUP_EXPERT(); // as CLFFN_GROUP_SHIFT, the quantized rows by the step
-  w += group_ * grp.s0;
-  xq += get_global_id(2) * grp.s1;
-  y += group_ * grp.s2;
-  count += group_;
+  CLFFN_ROWS_QX_SHIFT();
   CLFFN_PASS_TOKENS();
   const ulong g = get_global_id(1), r0 = g * CLFFN_BX_R;
   const uint s = get_local_id(0);

@@ -143,7 +143,8 @@ clffn_status clffn__group_forward(clffn_moe_group *g, const clffn_group_pass *p,
         const cl_uint ids = (cl_uint)p->experts + 1;
         const clffn_wcount c2 = {p->counts, 0, steps(p), ids, 0, 0, 0};
         const clffn_pool *b2 = &g->pools.kind[CLFFN_POOL_B2];
-        const clffn_group_io io = {g->u, p->yg, {{T * D, T * D, b2->stride / 4, 0, ids}}};
+        const clffn_group_io io = {
+            g->u, p->yg, {{T * D, T * D, b2->stride / sizeof(float), 0, ids}}};
         const clffn_matrix x = {p->xg, 0, D}; /* no residual in an expert: unread */
         const clffn_buffer bias = {b2->parent, 0};
         err = clffn__epilogue2_group(f0, T, &c2, &bias, &io, 0, x, q, NULL);
