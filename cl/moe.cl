@@ -4,6 +4,7 @@
 //   x[T,D] ─logits, route─► experts[T,k], weights[T,k], probs[T,E], gate[T] (the shared
 //                            expert's scale)
 //          ─count, place─► counts[E], slot[T,k] (row of the gathered matrix)
+//          (route, count and place in one launch for up to CLFFN_MOE_LANES choices: route_few)
 //          ─gather─► xg  (each expert's tokens contiguous, in token order: packed, [T·k, D], or
 //                         from row e·T for expert e, [E·T, D], where the host never reads the
 //                         counts)
@@ -46,18 +47,17 @@ void clffn_moe_logits(__global const float *x, const ulong x_off, __global const
   }
 }
 
-// The choice, one work-item per token t (NDRange T, any work-group), from clffn_moe_logits'
-// logits: softmax probabilities over the E logits (max subtracted), then the k largest in order,
-// a tie going to the lower expert index: pass j takes the largest logit below pass j-1's in the
-// order (logit descending, index ascending), so no chosen-set is kept and E has no bound.
+// Token t's choice (clffn_moe_route: a work-item per token, NDRange T, any work-group), from
+// clffn_moe_logits' logits: softmax probabilities over the E logits (max subtracted), then the k
+// largest in order, a tie going to the lower expert index: pass j takes the largest logit below
+// pass j-1's in the order (logit descending, index ascending), so no chosen-set is kept and E has
+// no bound.
 // normalize = 1 rescales the k probabilities to sum 1 (Mixtral); 0 keeps them (Switch, Qwen2-MoE
 // with norm_topk_prob false). R = E + 1 (a gated shared expert, Qwen2-MoE's): gate[t] becomes
 // sigmoid(its logit), outside the softmax.
-__kernel void clffn_moe_route(const uint E, const uint k, const int normalize, const uint T,
-                              __global float *probs, __global int *experts,
-                              __global float *weights, const uint R, __global float *gate) {
-  const uint t = get_global_id(0);
-  if (t >= T) { return; }
+void clffn_moe_route_token(const uint t, const uint E, const uint k, const int normalize,
+                           __global float *probs, __global int *experts, __global float *weights,
+                           const uint R, __global float *gate) {
   __global float *p = probs + (ulong)t * E;
   float mx = -INFINITY;
   for (uint e = 0; e < E; ++e) { mx = fmax(mx, p[e]); }
@@ -92,6 +92,13 @@ __kernel void clffn_moe_route(const uint E, const uint k, const int normalize, c
   if (R > E) { gate[t] = 1.0f / (1.0f + exp(-gate[t])); }
 }
 
+__kernel void clffn_moe_route(const uint E, const uint k, const int normalize, const uint T,
+                              __global float *probs, __global int *experts,
+                              __global float *weights, const uint R, __global float *gate) {
+  const uint t = get_global_id(0);
+  if (t < T) { clffn_moe_route_token(t, E, k, normalize, probs, experts, weights, R, gate); }
+}
+
 // Lane l of a work-group of CLFFN_MOE_LANES takes the choices [*i0, *i1), a contiguous run, so
 // that its matches come after every lower lane's in token order; returns how many name e.
 uint clffn_moe_run_count(__global const int *experts, const uint n, const uint e, const uint l,
@@ -124,17 +131,35 @@ void clffn_moe_count(__global const int *experts, const uint n, __global uint *c
   }
 }
 
-// Expert e's rows of the gathered matrix start after every lower expert's (stride 0), or at
-// e·stride; its choices take them in token order: slot[i] is choice i's row. A work-group of
-// CLFFN_MOE_LANES per expert, NDRange (LANES, E): each lane counts its run's matches, lane 0
-// turns the counts into each lane's first row (a prefix sum), and every lane numbers its own
-// matches from there, so the slots are those of one walk in token order, in n / LANES steps.
-// Lane 0 also lists the experts with rows for the grouped launches (moe_grouped.c), after the
-// E + 1 counts. Those launches run G = min(E, n) steps, step j taking expert counts[E + 1 + j];
-// the W experts with rows, in index order, go to steps ⌊i·G / W⌋ (i their rank, distinct as W ≤
-// G), the others' steps keep clffn_moe_count's E, whose count is 0. Spread so, the steps with
-// work are not all at the front of the launch, which a CPU device's threads take in runs:
-// 128 experts, top-8, 16 tokens, 70 of the 128 steps have rows.
+// Lists expert e for the grouped launches (moe_grouped.c), after the E + 1 counts, where it has
+// rows. Those launches run G = min(E, n) steps, step j taking expert counts[E + 1 + j]; the W
+// experts with rows, in index order, go to steps ⌊i·G / W⌋ (i their rank, distinct as W ≤ G),
+// the others' steps keep clffn_moe_count's E, whose count is 0. Spread so, the steps with work
+// are not all at the front of the launch, which a CPU device's threads take in runs: 128
+// experts, top-8, 16 tokens, 70 of the 128 steps have rows.
+void clffn_moe_list(__global uint *counts, const uint E, const uint n, const uint e) {
+  uint below = 0, with_rows = 0; // experts with rows below e, and in all
+  for (uint f = 0; f < E; ++f) {
+    const uint has = counts[f] > 0;
+    below += f < e ? has : 0;
+    with_rows += has;
+  }
+  const uint G = min(E, n);
+  if (counts[e]) { counts[E + 1 + (uint)((ulong)below * G / with_rows)] = e; }
+}
+
+// Expert e's first row of the gathered matrix: after every lower expert's (stride 0), or e·stride.
+uint clffn_moe_first_row(__global const uint *counts, const uint e, const uint stride) {
+  uint s = e * stride;
+  for (uint f = 0; stride == 0 && f < e; ++f) { s += counts[f]; }
+  return s;
+}
+
+// Expert e's rows of the gathered matrix (clffn_moe_first_row on) go to its choices in token
+// order: slot[i] is choice i's row. A work-group of CLFFN_MOE_LANES per expert, NDRange (LANES,
+// E): each lane counts its run's matches, lane 0 turns the counts into each lane's first row (a
+// prefix sum), and every lane numbers its own matches from there, so the slots are those of one
+// walk in token order, in n / LANES steps. Lane 0 also lists the expert (clffn_moe_list).
 __kernel __attribute__((reqd_work_group_size(CLFFN_MOE_LANES, 1, 1)))
 void clffn_moe_place(__global const int *experts, const uint n, __global uint *counts,
                      const uint stride, __global uint *slot) {
@@ -144,16 +169,8 @@ void clffn_moe_place(__global const int *experts, const uint n, __global uint *c
   first[l] = clffn_moe_run_count(experts, n, e, l, &i0, &i1);
   barrier(CLK_LOCAL_MEM_FENCE);
   if (l == 0) {
-    uint below = 0, with_rows = 0; // experts with rows below e, and in all
-    for (uint f = 0; f < E; ++f) {
-      const uint has = counts[f] > 0;
-      below += f < e ? has : 0;
-      with_rows += has;
-    }
-    const uint G = min(E, n);
-    if (counts[e]) { counts[E + 1 + (uint)((ulong)below * G / with_rows)] = e; }
-    uint s = e * stride;
-    for (uint f = 0; stride == 0 && f < e; ++f) { s += counts[f]; }
+    clffn_moe_list(counts, E, n, e);
+    uint s = clffn_moe_first_row(counts, e, stride);
     for (uint j = 0; j < CLFFN_MOE_LANES; ++j) {
       const uint cj = first[j];
       first[j] = s;
@@ -164,6 +181,41 @@ void clffn_moe_place(__global const int *experts, const uint n, __global uint *c
   uint s = first[l];
   for (uint i = i0; i < i1; ++i) {
     if (experts[i] == (int)e) { slot[i] = s++; }
+  }
+}
+
+// clffn_moe_route, clffn_moe_count and clffn_moe_place in one work-group of CLFFN_MOE_LANES
+// (NDRange LANES), for few choices: the host takes it where n = T·k ≤ LANES, a choice a lane at
+// most, and saves two launches of the few-token forward, whose time on a GPU (and on POCL, about
+// 25 µs a command) is mostly launches. The same buffers and bits as those three: each token's
+// choice by clffn_moe_route_token, each count a sum of integers, each slot its expert's first
+// row plus the choices of that expert before it, which is its number in a walk in token order.
+// A barrier on global memory orders the steps: the choices before the counts, the counts before
+// the list and the slots (the list writes past the counts that the slots read).
+__kernel __attribute__((reqd_work_group_size(CLFFN_MOE_LANES, 1, 1)))
+void clffn_moe_route_few(const uint E, const uint k, const int normalize, const uint T,
+                         __global float *probs, __global int *experts, __global float *weights,
+                         const uint R, __global float *gate, __global uint *counts,
+                         const uint stride, __global uint *slot) {
+  const uint l = get_local_id(0), n = T * k;
+  for (uint t = l; t < T; t += CLFFN_MOE_LANES) {
+    clffn_moe_route_token(t, E, k, normalize, probs, experts, weights, R, gate);
+  }
+  barrier(CLK_GLOBAL_MEM_FENCE);
+  for (uint e = l; e < E; e += CLFFN_MOE_LANES) {
+    uint c = 0;
+    for (uint i = 0; i < n; ++i) { c += experts[i] == (int)e; }
+    counts[e] = c;
+    counts[E + 1 + e] = E;
+  }
+  if (l == 0) { counts[E] = 0; }
+  barrier(CLK_GLOBAL_MEM_FENCE);
+  for (uint e = l; e < E; e += CLFFN_MOE_LANES) { clffn_moe_list(counts, E, n, e); }
+  for (uint i = l; i < n; i += CLFFN_MOE_LANES) {
+    const int e = experts[i];
+    uint s = clffn_moe_first_row(counts, (uint)e, stride);
+    for (uint j = 0; j < i; ++j) { s += experts[j] == e; }
+    slot[i] = s;
   }
 }
 

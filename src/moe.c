@@ -72,7 +72,7 @@ void clffn_moe_destroy(clffn_moe *moe) {
     for (size_t i = 0; i < sizeof mems / sizeof mems[0]; ++i) { release_mem(mems[i]); }
     cl_kernel *ks[] = {&moe->logits,    &moe->route,        &moe->count,      &moe->place,
                        &moe->gather,    &moe->combine,      &moe->scatter_dy, &moe->router_backward,
-                       &moe->dx_kernel, &moe->router_grads, &moe->scale_dy};
+                       &moe->dx_kernel, &moe->router_grads, &moe->scale_dy,   &moe->route_few};
     for (size_t i = 0; i < sizeof ks / sizeof ks[0]; ++i) { release_kernel(ks[i]); }
     free(moe->host_counts);
     free(moe);
@@ -86,17 +86,17 @@ static clffn_status make_kernels(clffn_moe *moe) {
     cl_program p = NULL;
     clffn_status st = clffn__get_program(&moe->ctx->programs, &key, &p);
     if (st != CLFFN_SUCCESS) { return st; }
-    static const char *const names[11] = {
+    static const char *const names[12] = {
         "clffn_moe_logits",       "clffn_moe_route",           "clffn_moe_count",
         "clffn_moe_place",        "clffn_moe_gather",          "clffn_moe_combine",
         "clffn_moe_scatter_dy",   "clffn_moe_router_backward", "clffn_moe_dx",
-        "clffn_moe_router_grads", "clffn_moe_scale_dy"};
-    cl_kernel *ks[11] = {&moe->logits,       &moe->route,           &moe->count,
+        "clffn_moe_router_grads", "clffn_moe_scale_dy",        "clffn_moe_route_few"};
+    cl_kernel *ks[12] = {&moe->logits,       &moe->route,           &moe->count,
                          &moe->place,        &moe->gather,          &moe->combine,
                          &moe->scatter_dy,   &moe->router_backward, &moe->dx_kernel,
-                         &moe->router_grads, &moe->scale_dy};
+                         &moe->router_grads, &moe->scale_dy,        &moe->route_few};
     cl_int err = CL_SUCCESS;
-    for (size_t i = 0; i < 11 && err == CL_SUCCESS; ++i) {
+    for (size_t i = 0; i < 12 && err == CL_SUCCESS; ++i) {
         *ks[i] = clCreateKernel(p, names[i], &err);
     }
     return (clffn_status)err;
@@ -112,6 +112,7 @@ clffn_status clffn_moe_create(clffn_context *ctx, const clffn_moe_config *config
     moe->cfg = *config;
     moe->n_ffn = config->experts + (config->shared_expert ? 1 : 0);
     moe->router_rows = clffn__moe_router_rows(config);
+    moe->few_choices = CLFFN_MOE_LANES;
     moe->ffn = calloc(moe->n_ffn, sizeof *moe->ffn);
     moe->host_counts = malloc(config->experts * sizeof *moe->host_counts);
     st = moe->ffn && moe->host_counts ? CLFFN_SUCCESS : CLFFN_ERROR_OUT_OF_HOST_MEMORY;
@@ -303,35 +304,57 @@ static cl_int enqueue_logits(clffn_moe *moe, cl_uint T, cl_mem x, cl_ulong xo, c
     return enqueue_nd(moe, q, moe->logits, 3, global, local);
 }
 
-/* logits, route, count, place and gather; then, unless counted, the counts read back
- * (blocking). */
-static cl_int enqueue_routing(clffn_moe *moe, cl_uint T, cl_mem x, cl_ulong xo, bool counted,
-                              cl_command_queue q) {
+/* clffn_moe_route's arguments, the first nine of clffn_moe_route_few's too. */
+static clffn_args route_args(clffn_moe *moe, cl_kernel kernel, cl_uint T) {
     const clffn_moe_config *c = &moe->cfg;
-    const cl_uint E = (cl_uint)c->experts, k = (cl_uint)c->top_k, D = (cl_uint)c->expert.d_model;
-    const cl_uint n = T * k;
+    const cl_uint E = (cl_uint)c->experts, k = (cl_uint)c->top_k, R = (cl_uint)moe->router_rows;
     const cl_int normalize = c->routing == CLFFN_ROUTING_TOPK_NORMALIZED;
-    clffn_args a = clffn__args(moe->route);
+    clffn_args a = clffn__args(kernel);
     CLFFN_ARG(a, E), CLFFN_ARG(a, k), CLFFN_ARG(a, normalize), CLFFN_ARG(a, T);
     CLFFN_ARG(a, moe->probs), CLFFN_ARG(a, moe->chosen), CLFFN_ARG(a, moe->weights);
-    const cl_uint R = (cl_uint)moe->router_rows;
     CLFFN_ARG(a, R), CLFFN_ARG(a, moe->gate);
-    cl_int err = enqueue_logits(moe, T, x, xo, q);
-    if (err == CL_SUCCESS) { err = clffn__args_end(&a); }
+    return a;
+}
+
+/* route, count and place: in one launch of clffn_moe_route_few where the n choices are at most
+ * few_choices, else three. Expert e's rows from e·stride, or packed (0). */
+static cl_int enqueue_choice(clffn_moe *moe, cl_uint T, cl_uint stride, cl_command_queue q) {
+    const cl_uint E = (cl_uint)moe->cfg.experts, n = T * (cl_uint)moe->cfg.top_k;
+    const size_t one[1] = {CLFFN_MOE_LANES};
+    const size_t lanes[2] = {CLFFN_MOE_LANES, E}, group[2] = {CLFFN_MOE_LANES, 1};
+    const bool few = n <= moe->few_choices;
+    clffn_args a = route_args(moe, few ? moe->route_few : moe->route, T);
+    if (few) {
+        CLFFN_ARG(a, moe->counts), CLFFN_ARG(a, stride), CLFFN_ARG(a, moe->slot);
+        cl_int err = clffn__args_end(&a);
+        return err != CL_SUCCESS ? err : enqueue_nd(moe, q, moe->route_few, 1, one, one);
+    }
+    cl_int err = clffn__args_end(&a);
     if (err == CL_SUCCESS) { err = clffn__moe_enqueue(moe, q, moe->route, T, 0); }
     clffn_args b = clffn__args(moe->count);
     CLFFN_ARG(b, moe->chosen), CLFFN_ARG(b, n), CLFFN_ARG(b, moe->counts);
-    const size_t lanes[2] = {CLFFN_MOE_LANES, E}, group[2] = {CLFFN_MOE_LANES, 1};
     if (err == CL_SUCCESS && (err = clffn__args_end(&b)) == CL_SUCCESS) {
         err = enqueue_nd(moe, q, moe->count, 2, lanes, group);
     }
-    const cl_uint stride = counted ? T : 0; /* expert e's rows from e·T, or packed */
     clffn_args p = clffn__args(moe->place);
     CLFFN_ARG(p, moe->chosen), CLFFN_ARG(p, n), CLFFN_ARG(p, moe->counts);
     CLFFN_ARG(p, stride), CLFFN_ARG(p, moe->slot);
     if (err == CL_SUCCESS && (err = clffn__args_end(&p)) == CL_SUCCESS) {
         err = enqueue_nd(moe, q, moe->place, 2, lanes, group);
     }
+    return err;
+}
+
+/* logits, the choice (enqueue_choice) and gather; then, unless counted, the counts read back
+ * (blocking). */
+static cl_int enqueue_routing(clffn_moe *moe, cl_uint T, cl_mem x, cl_ulong xo, bool counted,
+                              cl_command_queue q) {
+    const clffn_moe_config *c = &moe->cfg;
+    const cl_uint E = (cl_uint)c->experts, k = (cl_uint)c->top_k, D = (cl_uint)c->expert.d_model;
+    const cl_uint n = T * k;
+    const cl_uint stride = counted ? T : 0; /* expert e's rows from e·T, or packed */
+    cl_int err = enqueue_logits(moe, T, x, xo, q);
+    if (err == CL_SUCCESS) { err = enqueue_choice(moe, T, stride, q); }
     clffn_args g = clffn__args(moe->gather);
     CLFFN_ARG(g, x), CLFFN_ARG(g, xo), CLFFN_ARG(g, moe->slot), CLFFN_ARG(g, D), CLFFN_ARG(g, n);
     CLFFN_ARG(g, k), CLFFN_ARG(g, moe->xg);
@@ -434,52 +457,5 @@ clffn_status clffn_moe_forward(clffn_moe *moe, size_t tokens, cl_mem x, size_t x
     /* a failure part-way may leave launches after last_event, which an upload over the pools
      * waits for (pool.h): none is left running */
     if (st != CLFFN_SUCCESS) { clFinish(queue); }
-    return st;
-}
-
-static clffn_status grow_io(clffn_moe *moe, size_t T) {
-    if (T <= moe->io_tokens) { return CLFFN_SUCCESS; }
-    const size_t bytes = T * moe->cfg.expert.d_model * sizeof(float);
-    cl_int err = CL_SUCCESS;
-    cl_mem m[3] = {NULL};
-    for (size_t i = 0; i < 3 && err == CL_SUCCESS; ++i) {
-        m[i] = clffn__buffer(moe->ctx, CL_MEM_READ_WRITE, bytes, &err);
-    }
-    if (err != CL_SUCCESS) {
-        for (size_t i = 0; i < 3; ++i) { release_mem(&m[i]); }
-        return (clffn_status)err;
-    }
-    release_mem(&moe->io_x), release_mem(&moe->io_y), release_mem(&moe->io_dx);
-    moe->io_x = m[0], moe->io_y = m[1], moe->io_dx = m[2], moe->io_tokens = T;
-    return CLFFN_SUCCESS;
-}
-
-clffn_status clffn_moe_forward_host(clffn_moe *moe, size_t tokens, const float *x, size_t x_len,
-                                    float *y, size_t y_len, int32_t *experts, float *weights) {
-    if (!moe || (tokens && (!x || !y))) { return CLFFN_ERROR_NULL_ARGUMENT; }
-    const size_t D = moe->cfg.expert.d_model, k = moe->cfg.top_k;
-    size_t n;
-    if (!clffn__mul_ok(tokens, D, &n)) { return CLFFN_ERROR_SIZE_OVERFLOW; }
-    if (x_len < n || y_len < n) { return CLFFN_ERROR_BUFFER_TOO_SMALL; }
-    if (tokens == 0) { return CLFFN_SUCCESS; }
-    cl_command_queue q = moe->ctx->queue;
-    clffn_status st = grow_io(moe, tokens);
-    if (st == CLFFN_SUCCESS) {
-        st = (clffn_status)clffn__write(q, moe->io_x, 0, n * sizeof(float), x);
-    }
-    if (st == CLFFN_SUCCESS) { st = clffn_moe_forward(moe, tokens, moe->io_x, 0, moe->io_y, 0, q); }
-    if (st == CLFFN_SUCCESS) { st = (clffn_status)clffn__finish(q); }
-    if (st != CLFFN_SUCCESS) { return st; }
-    moe->last_host = true; /* io_x holds the x a host-level backward differentiates at */
-    /* the outputs only now, when all of the forward has succeeded */
-    st = (clffn_status)clffn__read(q, moe->io_y, 0, n * sizeof(float), y, 0, NULL);
-    if (st == CLFFN_SUCCESS && experts) {
-        st = (clffn_status)clffn__read(q, moe->chosen, 0, tokens * k * sizeof(int32_t), experts, 0,
-                                       NULL);
-    }
-    if (st == CLFFN_SUCCESS && weights) {
-        st = (clffn_status)clffn__read(q, moe->weights, 0, tokens * k * sizeof(float), weights, 0,
-                                       NULL);
-    }
     return st;
 }

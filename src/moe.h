@@ -1,4 +1,5 @@
-/* The clffn_moe, owned by moe.c (create, router, forward); moe_backward.c differentiates it.
+/* The clffn_moe, owned by moe.c (create, router, forward; moe_host.c the forward from host
+ * arrays); moe_backward.c differentiates it.
  * Shapes as in clffn.h: T tokens, D = d_model, E experts, k chosen per token. */
 #ifndef CLFFN_MOE_H
 #define CLFFN_MOE_H
@@ -14,8 +15,11 @@ struct clffn_moe {
     clffn_ffn **ffn;     /* [n_ffn] */
     size_t router_rows;  /* R: E, + 1 with a gated shared expert */
     cl_mem router, bias; /* [R, D], [R] (bias NULL without one) */
-    cl_kernel logits, route, count, place, gather, combine;                   /* forward */
+    cl_kernel logits, route, count, place, gather, combine, route_few;        /* forward */
     cl_kernel scatter_dy, router_backward, dx_kernel, router_grads, scale_dy; /* backward */
+    /* route, count and place in one launch (route_few) up to this many choices T·k:
+     * CLFFN_MOE_LANES, a choice a lane (cl/moe.cl); the tests move it to compare the two ways */
+    size_t few_choices;
     /* the workspace for `tokens` tokens: probs [T, E], chosen, weights, slot [T, k], counts
      * [2E + 1] (E counts, a 0, and the experts with rows: cl/moe.cl's clffn_moe_place),
      * xg and yg [g_rows, D] (T·k rows, or E·T with the counts on the device: moe.c), ys [T, D]

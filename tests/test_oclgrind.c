@@ -450,27 +450,35 @@ Test(oclgrind, kernels_use_core_cl12_only) {
     free(src);
 }
 
-/* A mixture-of-experts layer's kernels, forward and backward (cl/moe.cl): 40 tokens (80
- * choices, so the count and place kernels' lanes take runs of 2 and some none), 4 experts,
- * k = 2, a shared expert of its own width behind the router's gate row (R = E + 1 rows) and a
- * router bias, odd widths; x and the router in steps of 1/16 so every logit is exact and the
- * choice is the reference's. Twice: with the counts read back (f32 on CLBlast), then kept on the
- * device (f32 on clffn's own kernels, each expert's launched for all 40 rows and reading its
- * count; the backward then routes again). */
+/* A mixture-of-experts layer's kernels, forward and backward (cl/moe.cl): 4 experts, k = 2, a
+ * shared expert of its own width behind the router's gate row (R = E + 1 rows) and a router
+ * bias, odd widths; x and the router in steps of 1/16 so every logit is exact and the choice is
+ * the reference's. 40 tokens (80 choices: route, count and place apart, and the count and place
+ * kernels' lanes take runs of 2 and some none) and 3 (6 choices: the three in one work-group,
+ * clffn_moe_route_few), each with the counts read back (f32 on CLBlast, the rows packed), then
+ * kept on the device (f32 on clffn's own kernels, each expert's launched for all T rows and
+ * reading its count; the backward then routes again). */
+typedef struct moe_ocl_case {
+    int counted;
+    size_t tokens;
+} moe_ocl_case;
+
 ParameterizedTestParameters(oclgrind, moe_forward_backward) {
-    static int counted[] = {0, 1};
-    return cr_make_param_array(int, counted, 2);
+    static moe_ocl_case cases[] = {{0, 40}, {1, 40}, {0, 3}, {1, 3}};
+    return cr_make_param_array(moe_ocl_case, cases, sizeof cases / sizeof cases[0]);
 }
 
-ParameterizedTest(int *counted, oclgrind, moe_forward_backward, .timeout = 600) {
+ParameterizedTest(moe_ocl_case *mc, oclgrind, moe_forward_backward, .timeout = 600) {
     clffn_context *ctx = test_context();
-    ASSERT_OK(clffn_context_set_kernel_max_tokens(ctx, 0, *counted ? CLFFN_MAX_KERNEL_TOKENS : 0));
-    enum { T = 40, E = 4, R = E + 1, D = 13, F = 29, FS = 21 };
+    ASSERT_OK(
+        clffn_context_set_kernel_max_tokens(ctx, 0, mc->counted ? CLFFN_MAX_KERNEL_TOKENS : 0));
+    enum { TMAX = 40, E = 4, R = E + 1, D = 13, F = 29, FS = 21 };
+    const size_t T = mc->tokens;
     clffn_moe_config c = clffn_moe_config_default(D, F, E, 2);
     c.shared_expert = 1, c.router_bias = 1, c.shared_gate = 1, c.shared_d_ff = FS;
     clffn_config sc = c.expert;
     sc.d_ff = FS;
-    float x[T * D], router[R * D], bias[R] = {0.5f, -0.25f, 0.0f, 0.125f, -0.5f}, y[T * D];
+    float x[TMAX * D], router[R * D], bias[R] = {0.5f, -0.25f, 0.0f, 0.125f, -0.5f}, y[TMAX * D];
     for (size_t i = 0; i < T * D; ++i) { x[i] = (float)((int)((i * 7) % 33) - 16) / 16.0f; }
     for (size_t i = 0; i < R * D; ++i) { router[i] = (float)((int)((i * 5) % 17) - 8) / 16.0f; }
     test_weights w[E + 1];
@@ -484,16 +492,16 @@ ParameterizedTest(int *counted, oclgrind, moe_forward_backward, .timeout = 600) 
         hw[e] = w[e].host;
         ASSERT_OK(clffn_ffn_upload_weights(clffn_moe_expert(moe, e), CLFFN_LAYOUT_OUT_IN, &hw[e]));
     }
-    int32_t ch[T * 2], rch[T * 2];
-    double ref[T * D];
+    int32_t ch[TMAX * 2], rch[TMAX * 2];
+    double ref[TMAX * D];
     ASSERT_OK(clffn_moe_forward_host(moe, T, x, T * D, y, T * D, ch, NULL));
     ASSERT_OK(clffn_moe_reference_forward(&c, CLFFN_LAYOUT_OUT_IN, router, bias, hw, T, x, ref, rch,
                                           NULL));
-    cr_assert(!memcmp(ch, rch, sizeof ch), "the choice differs from the reference's");
+    cr_assert(!memcmp(ch, rch, T * 2 * sizeof *ch), "the choice differs from the reference's");
     assert_close(y, ref, T * D, TOL_RTOL, "moe on Oclgrind");
     /* the backward's kernels: dx and the router's gradients (the experts' own are the FFN's) */
-    float dy[T * D], dx[T * D], rg[R * D], rbg[R];
-    double rdx[T * D], rrg[R * D], rrbg[R];
+    float dy[TMAX * D], dx[TMAX * D], rg[R * D], rbg[R];
+    double rdx[TMAX * D], rrg[R * D], rrbg[R];
     fill_uniform(dy, T * D, -1.0f, 1.0f, 3);
     ASSERT_OK(clffn_moe_backward_host(moe, T, dy, T * D, dx, T * D, rg, rbg, NULL, 0));
     ASSERT_OK(clffn_moe_reference_backward(&c, CLFFN_LAYOUT_OUT_IN, router, bias, hw, T, x, dy, rdx,

@@ -1,0 +1,75 @@
+/* The mixture-of-experts layer's routing kernels against each other: clffn_moe_route_few, which
+ * routes, counts and places a few choices in one launch, against the three kernels it stands
+ * for (cl/moe.cl). */
+#include "clffn_defs.h"
+#include "moe.h" /* the routing kernels' choice (few_choices) */
+#include "moe_data.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* n 32-bit values of one of a layer's buffers. */
+static uint32_t *read_u32(clffn_moe *moe, cl_mem m, size_t n) {
+    uint32_t *out = malloc(n * sizeof *out);
+    cr_assert(out);
+    cr_assert_eq(
+        clEnqueueReadBuffer(moe->ctx->queue, m, CL_TRUE, 0, n * sizeof *out, out, 0, NULL, NULL),
+        CL_SUCCESS);
+    return out;
+}
+
+/* clffn_moe_route_few (route, count and place in one work-group, up to CLFFN_MOE_LANES choices:
+ * cl/moe.cl) against the three kernels it stands for, on a second layer with few_choices 0: the
+ * same choices, weights, counts, list of experts with rows, slots and outputs, to the bit, with
+ * the counts on the device (where T allows) and read back. The same layer without its
+ * route_few kernel fails such a forward, so the first layer's ran it. */
+static void route_few_check(clffn_moe *moe, const moe_data *m, const moe_case *mc,
+                            const char *what) {
+    const size_t T = mc->tokens, D = m->c.expert.d_model, E = m->c.experts, n = T * m->c.top_k;
+    cr_assert(n <= moe->few_choices && moe->few_choices == CLFFN_MOE_LANES, "%s", what);
+    clffn_moe *l[2] = {moe, moe_make(moe->ctx, m)};
+    l[1]->few_choices = 0;
+    float *y = malloc(2 * T * D * sizeof *y), *wt = malloc(2 * n * sizeof *wt);
+    int32_t *ch = malloc(2 * n * sizeof *ch);
+    cr_assert(y && wt && ch);
+    for (int host = 0; host < 2; ++host) {
+        uint32_t *counts[2], *slot[2];
+        for (int i = 0; i < 2; ++i) {
+            ASSERT_OK(
+                clffn_moe_set_counts(l[i], host ? CLFFN_MOE_COUNTS_HOST : CLFFN_MOE_COUNTS_DEVICE));
+            ASSERT_OK(clffn_moe_forward_host(l[i], T, m->x, T * D, y + i * T * D, T * D, ch + i * n,
+                                             wt + i * n));
+            cr_assert_eq(l[i]->last_counted, !host && T <= CLFFN_MAX_KERNEL_TOKENS, "%s", what);
+            counts[i] = read_u32(l[i], l[i]->counts, 2 * E + 1);
+            slot[i] = read_u32(l[i], l[i]->slot, n);
+        }
+        cr_assert(!memcmp(ch, ch + n, n * sizeof *ch) && !memcmp(wt, wt + n, n * sizeof *wt),
+                  "%s, host %d: the choice differs", what, host);
+        cr_assert(!memcmp(counts[0], counts[1], (2 * E + 1) * sizeof *counts[0]),
+                  "%s, host %d: the counts or the list differ", what, host);
+        cr_assert(!memcmp(slot[0], slot[1], n * sizeof *slot[0]), "%s, host %d: the slots differ",
+                  what, host);
+        cr_assert(!memcmp(y, y + T * D, T * D * sizeof *y), "%s, host %d: y differs", what, host);
+        for (int i = 0; i < 2; ++i) { free(counts[i]), free(slot[i]); }
+    }
+    cl_kernel kept = moe->route_few;
+    moe->route_few = NULL;
+    ASSERT_STATUS(clffn_moe_forward_host(moe, T, m->x, T * D, y, T * D, NULL, NULL),
+                  (clffn_status)CL_INVALID_KERNEL);
+    moe->route_few = kept;
+    check_against_reference(moe, m, T, what);
+    clffn_moe_destroy(l[1]);
+    free(y), free(wt), free(ch);
+}
+
+Test(moe, route_few_gives_the_three_kernels_bits, .timeout = 300) {
+    static const moe_case few[] = {
+        {1, 8, 2, CLFFN_ROUTING_TOPK_NORMALIZED, 0, 0, 1, CLFFN_ACT_SILU, 0, 0},
+        {16, 8, 4, CLFFN_ROUTING_TOPK, 1, 1, 0, CLFFN_ACT_GELU, 0, 0},            /* n = 64 */
+        {3, 70, 1, CLFFN_ROUTING_TOPK_NORMALIZED, 0, 1, 1, CLFFN_ACT_SILU, 0, 0}, /* E > lanes */
+        {8, 16, 8, CLFFN_ROUTING_TOPK_NORMALIZED, 1, 0, 1, CLFFN_ACT_SILU, 1, 24},
+        {32, 8, 2, CLFFN_ROUTING_TOPK, 0, 1, 1, CLFFN_ACT_RELU, 0, 0}, /* counts read back */
+    };
+    f32_kernel_max = CLFFN_MAX_KERNEL_TOKENS;
+    each_case(few, sizeof few / sizeof few[0], 32, 40, 1700, route_few_check);
+}
