@@ -1061,7 +1061,7 @@ typedef enum clffn_moe_counts {
 /** Sets where later forwards keep the expert counts. Every launch costs the driver some
  *  microseconds whatever its work (NVIDIA's, about 10 of the host's; POCL's, about 5). Grouped
  *  (the default), the device counts launch a few kernels whatever E, with no wait: 128
- *  experts, top-8, one token on a CPU, 10 launches, and faster than HOST (f16 1.6–1.9 ms against
+ *  experts, top-8, one token on a CPU, 8 launches, and faster than HOST (f16 1.6–1.9 ms against
  *  2.1–2.2). One at a time they launch four kernels for each expert, chosen or not, and there
  *  HOST or AUTO, which launch only the chosen experts, ran that layer 2.1 (f16) to 2.6 (q8_0)
  *  times faster (docs/PERFORMANCE.md, "Mixture of experts"). The outputs are the same bits
