@@ -1017,8 +1017,11 @@ CLFFN_API void clffn_moe_destroy(clffn_moe *moe);
 
 /** Expert e (0 ≤ e < E), or the shared expert (e = E, when the config has one): an FFN whose
  *  weights are uploaded or bound with the FFN API (clffn_ffn_upload_weights(),
- *  clffn_ffn_upload_weights_typed(), …). Owned by the layer. NULL for any other e, and for an
- *  expert a partial layer (clffn_moe_create_partial()) does not hold. */
+ *  clffn_ffn_upload_weights_typed(), …). Owned by the layer. The experts on the layer's
+ *  context share one scratch (compressed weights' f32 blocks at many tokens: one expert's at a
+ *  time, not one an expert), so run them, and the layer, from one thread at a time, as one
+ *  FFN. NULL for any other e, and for an expert a partial layer (clffn_moe_create_partial())
+ *  does not hold. */
 CLFFN_API clffn_ffn *clffn_moe_expert(clffn_moe *moe, size_t e);
 
 /** Uploads the router (blocking): weight [R, D] row-major (nn.Linear's layout: Mixtral's

@@ -49,8 +49,11 @@ struct clffn_ffn {
     clffn_workspace ws;
     clffn_scratch scratch; /* CLBlast's, for every product of the FFN */
     clffn_wkernels wk;     /* the few-token and dequantization kernels, for its weights' type */
-    size_t weight_bytes;   /* of W1, V and W2 on the device */
-    char message[160];     /* clffn_ffn_error_message() */
+    /* a mixture-of-experts layer's scratch for CLBlast, which its experts on its context share
+     * as they do wk.shared (NULL: scratch) */
+    clffn_scratch *shared_scratch;
+    size_t weight_bytes; /* of W1, V and W2 on the device */
+    char message[160];   /* clffn_ffn_error_message() */
 
     /* an expert of a mixture-of-experts layer: the layer's weight pools and its slot there
      * (pools NULL: buffers of its own), and for each kind of tensor the generation of the pool
@@ -83,8 +86,17 @@ static inline void clffn__keep_tail(clffn_ffn *ffn, cl_event ev) {
     ffn->tail = ev;
 }
 
+/* The FFN's products use w and g as their scratch from now on, not scratch buffers of its own:
+ * for FFNs whose products never overlap, all on one queue from one thread (a mixture-of-experts
+ * layer's experts). w and g outlive the FFN. */
+static inline void clffn__ffn_share_scratch(clffn_ffn *ffn, clffn_wscratch *w, clffn_scratch *g) {
+    ffn->wk.shared = w;
+    ffn->shared_scratch = g;
+}
+
 static inline clffn_gemm_env clffn__gemm_env(clffn_ffn *ffn, cl_command_queue *queue) {
-    const clffn_gemm_env env = {ffn->ctx, &ffn->scratch, &ffn->wk, queue, NULL, 0};
+    clffn_scratch *scratch = ffn->shared_scratch ? ffn->shared_scratch : &ffn->scratch;
+    const clffn_gemm_env env = {ffn->ctx, scratch, &ffn->wk, queue, NULL, 0};
     return env;
 }
 

@@ -63,6 +63,8 @@ void clffn_moe_destroy(clffn_moe *moe) {
     }
     for (size_t i = 0; moe->ffn && i < moe->n_ffn; ++i) { clffn_ffn_destroy(moe->ffn[i]); }
     free(moe->ffn);
+    clffn__wscratch_release(&moe->wscratch);
+    clffn__scratch_release(&moe->gscratch);
     clffn__group_release(&moe->group);
     cl_mem *mems[] = {&moe->router, &moe->bias,   &moe->probs,    &moe->chosen,  &moe->weights,
                       &moe->slot,   &moe->counts, &moe->xg,       &moe->yg,      &moe->ys,
@@ -119,6 +121,9 @@ clffn_status clffn_moe_create(clffn_context *ctx, const clffn_moe_config *config
     const clffn_config shared = clffn__moe_shared_config(config);
     for (size_t i = 0; i < moe->n_ffn && st == CLFFN_SUCCESS; ++i) {
         st = clffn_ffn_create(ctx, i < config->experts ? &config->expert : &shared, &moe->ffn[i]);
+        if (st == CLFFN_SUCCESS) {
+            clffn__ffn_share_scratch(moe->ffn[i], &moe->wscratch, &moe->gscratch);
+        }
     }
     if (st == CLFFN_SUCCESS) { st = make_kernels(moe); }
     if (st == CLFFN_SUCCESS) {

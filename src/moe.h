@@ -50,6 +50,10 @@ struct clffn_moe {
      * the last forward ran them */
     clffn_moe_group group;
     bool last_grouped;
+    /* the scratch of the experts on the layer's context (wmatrix.h, gemm.h): they run one at a
+     * time */
+    clffn_wscratch wscratch;
+    clffn_scratch gscratch;
 };
 
 /* Enqueues one of the layer's kernels over g0 (× g1 when g1 > 0) work-items, keeping its event

@@ -24,11 +24,15 @@ struct clffn_moe_holder {
     float *x;
     size_t x_cap, *last_rows;
     int has_forward;
+    clffn_wscratch wscratch; /* the experts' scratch, one at a time (moe.h) */
+    clffn_scratch gscratch;
 };
 
 void clffn_moe_holder_destroy(clffn_moe_holder *h) {
     if (!h) { return; }
     for (size_t i = 0; h->ffn && i < h->count; ++i) { clffn_ffn_destroy(h->ffn[i]); }
+    clffn__wscratch_release(&h->wscratch);
+    clffn__scratch_release(&h->gscratch);
     free(h->ffn), free(h->x), free(h->last_rows);
     free(h);
 }
@@ -49,6 +53,9 @@ clffn_status clffn_moe_holder_create(clffn_context *ctx, const clffn_moe_config 
     st = h->ffn && h->last_rows ? CLFFN_SUCCESS : CLFFN_ERROR_OUT_OF_HOST_MEMORY;
     for (size_t i = 0; i < count && st == CLFFN_SUCCESS; ++i) {
         st = clffn_ffn_create(ctx, &config->expert, &h->ffn[i]);
+        if (st == CLFFN_SUCCESS) {
+            clffn__ffn_share_scratch(h->ffn[i], &h->wscratch, &h->gscratch);
+        }
     }
     if (st != CLFFN_SUCCESS) {
         clffn_moe_holder_destroy(h);

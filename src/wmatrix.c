@@ -19,19 +19,25 @@ void clffn__wkernels_release(clffn_wkernels *wk) {
     }
     if (wk->sum) { clReleaseKernel(wk->sum); }
     if (wk->dequant) { clReleaseKernel(wk->dequant); }
-    if (wk->scratch) { clReleaseMemObject(wk->scratch); } /* queued commands keep it alive */
+    clffn__wscratch_release(&wk->own);
     memset(wk, 0, sizeof *wk);
+}
+
+void clffn__wscratch_release(clffn_wscratch *s) {
+    if (s->mem) { clReleaseMemObject(s->mem); } /* queued commands keep it alive */
+    s->mem = NULL, s->bytes = 0;
 }
 
 /* The kernels made for another type or other shapes go: what is asked for next is made anew. */
 static void refresh(clffn_wkernels *wk, const clffn_context *ctx, clffn_dtype dtype) {
     if (wk->dtype == dtype && !memcmp(wk->shapes, ctx->wgemv, sizeof wk->shapes)) { return; }
-    const cl_mem scratch = wk->scratch;
-    const size_t scratch_bytes = wk->scratch_bytes, planned = wk->planned;
+    const clffn_wscratch own = wk->own;
+    clffn_wscratch *shared = wk->shared;
+    const size_t planned = wk->planned;
     const int planning = wk->planning;
-    wk->scratch = NULL;
+    wk->own.mem = NULL;
     clffn__wkernels_release(wk);
-    wk->scratch = scratch, wk->scratch_bytes = scratch_bytes;
+    wk->own = own, wk->shared = shared;
     wk->planned = planned, wk->planning = planning;
     wk->dtype = dtype;
     memcpy(wk->shapes, ctx->wgemv, sizeof wk->shapes);
@@ -77,13 +83,16 @@ static cl_int enqueue_grouped(const clffn_context *ctx, cl_command_queue queue, 
     return clEnqueueNDRangeKernel(queue, kernel, 3, NULL, g, l, 0, NULL, NULL);
 }
 
+static cl_mem scratch_of(clffn_wkernels *wk) { return clffn__wscratch(wk)->mem; }
+
 /* The scratch need recorded while planning; past it, whether it was recorded. */
 static cl_int need_scratch(clffn_wkernels *wk, size_t bytes) {
     if (wk->planning) {
         if (bytes > wk->planned) { wk->planned = bytes; }
         return CL_SUCCESS;
     }
-    return bytes > wk->scratch_bytes ? CL_INVALID_BUFFER_SIZE : CL_SUCCESS; /* not planned: a bug */
+    return bytes > clffn__wscratch(wk)->bytes ? CL_INVALID_BUFFER_SIZE /* not planned: a bug */
+                                              : CL_SUCCESS;
 }
 
 /* y = β·y + the chunks' sums in the scratch (chunks × tokens × cols). */
@@ -95,11 +104,12 @@ static cl_int enqueue_sum(clffn_wkernels *wk, const clffn_context *ctx, clffn_dt
     const cl_ulong K = chunks, C = cols, y_off = y.off, ldy = y.ld;
     const cl_uint t = (cl_uint)tokens;
     const cl_ulong8 grp = {{0, 0, count->y_stride, chunks * tokens * cols, count->ids_at}};
+    const cl_mem scratch = scratch_of(wk);
     clffn_args a = clffn__args(wk->sum);
-    CLFFN_ARG(a, wk->scratch), CLFFN_ARG(a, K), CLFFN_ARG(a, t), CLFFN_ARG(a, count->mem);
+    CLFFN_ARG(a, scratch), CLFFN_ARG(a, K), CLFFN_ARG(a, t), CLFFN_ARG(a, count->mem);
     CLFFN_ARG(a, count->at), CLFFN_ARG(a, C);
     CLFFN_ARG(a, y.mem), CLFFN_ARG(a, y_off), CLFFN_ARG(a, ldy), CLFFN_ARG(a, beta);
-    const cl_mem ids = ids_of(count, wk->scratch);
+    const cl_mem ids = ids_of(count, scratch);
     CLFFN_ARG(a, ids), CLFFN_ARG(a, grp);
     if ((err = clffn__args_end(&a)) != CL_SUCCESS) { return err; }
     const size_t global[2] = {cols, tokens};
@@ -148,10 +158,11 @@ static cl_int wgemv_quantized_inputs(clffn_wkernels *wk, const clffn_context *ct
     if (err != CL_SUCCESS || wk->planning) { return err; }
     const cl_ulong x_off = x.off, ldx = x.ld, cols = w->cols, XS = xs;
     const cl_uint t = (cl_uint)tokens;
+    const cl_mem scratch = scratch_of(wk);
     clffn_args a = clffn__args(wk->xquant[b]);
     CLFFN_ARG(a, x.mem), CLFFN_ARG(a, x_off), CLFFN_ARG(a, ldx), CLFFN_ARG(a, cols);
     CLFFN_ARG(a, t), CLFFN_ARG(a, count->mem), CLFFN_ARG(a, count->at);
-    CLFFN_ARG(a, wk->scratch), CLFFN_ARG(a, XS);
+    CLFFN_ARG(a, scratch), CLFFN_ARG(a, XS);
     const cl_ulong8 qgrp = {{0, count->x_stride, per_group, 0, count->ids_at}};
     const cl_mem xids = ids_of(count, x.mem);
     CLFFN_ARG(a, xids), CLFFN_ARG(a, qgrp);
@@ -163,7 +174,7 @@ static cl_int wgemv_quantized_inputs(clffn_wkernels *wk, const clffn_context *ct
     const cl_ulong y_off = y.off, ldy = y.ld;
     a = clffn__args(wk->rows_qx[b]);
     CLFFN_ARG(a, w->mem), CLFFN_ARG(a, w_off), CLFFN_ARG(a, row_bytes), CLFFN_ARG(a, rows);
-    CLFFN_ARG(a, cols), CLFFN_ARG(a, wk->scratch), CLFFN_ARG(a, XS), CLFFN_ARG(a, t);
+    CLFFN_ARG(a, cols), CLFFN_ARG(a, scratch), CLFFN_ARG(a, XS), CLFFN_ARG(a, t);
     CLFFN_ARG(a, count->mem), CLFFN_ARG(a, count->at), CLFFN_ARG(a, y.mem), CLFFN_ARG(a, y_off);
     CLFFN_ARG(a, ldy), CLFFN_ARG(a, beta);
     const cl_ulong8 grp = {{count->w_stride, per_group, count->y_stride, 0, count->ids_at}};
@@ -236,7 +247,7 @@ cl_int clffn__wgemv(clffn_wkernels *wk, const clffn_context *ctx, const clffn_wm
     CLFFN_ARG(a, t), CLFFN_ARG(a, count->mem), CLFFN_ARG(a, count->at), CLFFN_ARG(a, y.mem);
     CLFFN_ARG(a, y_off), CLFFN_ARG(a, ldy);
     CLFFN_ARG(a, beta);
-    const cl_mem part = chunks > 1 ? wk->scratch : y.mem; /* one chunk: unread */
+    const cl_mem part = chunks > 1 ? scratch_of(wk) : y.mem; /* one chunk: unread */
     if (!along_rows) { CLFFN_ARG(a, chunk_rows), CLFFN_ARG(a, part); }
     const cl_ulong8 grp = {{count->w_stride, count->x_stride, count->y_stride,
                             chunks * tokens * w->cols, count->ids_at}};
@@ -267,13 +278,14 @@ void clffn__wkernels_plan(clffn_wkernels *wk) {
 cl_int clffn__wkernels_reserve(clffn_wkernels *wk, const clffn_context *ctx,
                                cl_command_queue queue) {
     wk->planning = 0;
-    if (wk->planned <= wk->scratch_bytes) { return CL_SUCCESS; }
+    clffn_wscratch *s = clffn__wscratch(wk);
+    if (wk->planned <= s->bytes) { return CL_SUCCESS; }
     cl_int err;
     cl_mem m = clffn__buffer(ctx, CL_MEM_READ_WRITE, wk->planned, &err);
     if (err != CL_SUCCESS) { return err; }
-    clffn__release_when_done(queue, wk->scratch);
-    wk->scratch = m;
-    wk->scratch_bytes = wk->planned;
+    clffn__release_when_done(queue, s->mem);
+    s->mem = m;
+    s->bytes = wk->planned;
     return CL_SUCCESS;
 }
 
@@ -287,12 +299,13 @@ cl_int clffn__wdequant(clffn_wkernels *wk, const clffn_context *ctx, const clffn
     if (err != CL_SUCCESS || wk->planning) { return err; }
     const cl_ulong w_off = w->offset, row_bytes = w->row_bytes, R0 = r0, C0 = c0, NR = nr, NC = nc,
                    ldo = nc;
+    const cl_mem scratch = scratch_of(wk);
     clffn_args a = clffn__args(wk->dequant);
     CLFFN_ARG(a, w->mem), CLFFN_ARG(a, w_off), CLFFN_ARG(a, row_bytes), CLFFN_ARG(a, R0);
-    CLFFN_ARG(a, C0), CLFFN_ARG(a, NR), CLFFN_ARG(a, NC), CLFFN_ARG(a, wk->scratch);
+    CLFFN_ARG(a, C0), CLFFN_ARG(a, NR), CLFFN_ARG(a, NC), CLFFN_ARG(a, scratch);
     CLFFN_ARG(a, ldo);
     if ((err = clffn__args_end(&a)) != CL_SUCCESS) { return err; }
     const size_t global[2] = {(nc + 7) / 8, nr};
-    out->mem = wk->scratch, out->off = 0, out->ld = nc;
+    out->mem = scratch, out->off = 0, out->ld = nc;
     return clffn__enqueue_items(&ctx->programs, queue, wk->dequant, 2, global, NULL);
 }

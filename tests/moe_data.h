@@ -1,4 +1,4 @@
-/* The mixture-of-experts suites' cases and layers (test_moe.c, test_moe_route.c): a case's
+/* The mixture-of-experts suites' cases and layers (test_moe.c, test_moe_internals.c): a case's
  * config, its host data with dyadic router inputs (every logit exact in float as in double, so
  * the device and the reference choose alike), a layer made from it, and the check against the
  * double reference. */

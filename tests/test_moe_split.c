@@ -7,7 +7,7 @@
  * f16 at few tokens, where the whole layer keeps its counts on the device and runs each expert's
  * kernels as built for the pass's tokens; the owners; an exchange that fails; bad arguments. */
 #include "common.h"
-#include "ffn.h" /* an expert's context */
+#include "moe.h" /* an expert's context, the layer's scratch */
 
 #include <stdlib.h>
 #include <string.h>
@@ -134,6 +134,24 @@ static clffn_moe *layer(clffn_context *const *ctx, int count, const split_data *
             const unsigned gen = clffn_moe_expert(moe, e)->pool_gen[CLFFN_POOL_W1];
             cr_assert(e >= E || (count > 1 ? gen == 0 : gen != 0), "%d contexts, expert %zu", count,
                       e);
+            /* the experts on the layer's context share its scratch, the others have their own:
+             * they run at once, a thread a context */
+            const clffn_ffn *f = clffn_moe_expert(moe, e);
+            const int here = f->ctx == ctx[0];
+            cr_assert(here ? f->wk.shared == &moe->wscratch && f->shared_scratch == &moe->gscratch
+                           : !f->wk.shared && !f->shared_scratch,
+                      "%d contexts, expert %zu: the scratch", count, e);
+        }
+    }
+    for (int r = 1; hs && r < count; ++r) { /* a holder's experts share one of the holder's */
+        size_t e0;
+        const size_t n = held_by(r, count, &e0);
+        const clffn_ffn *f0 = clffn_moe_holder_expert(hs->h[r], e0);
+        for (size_t e = e0; e < e0 + n; ++e) {
+            const clffn_ffn *f = clffn_moe_holder_expert(hs->h[r], e);
+            cr_assert(f->wk.shared && f->wk.shared == f0->wk.shared && f->shared_scratch &&
+                          f->shared_scratch == f0->shared_scratch,
+                      "holder %d, expert %zu: the scratch", r, e);
         }
     }
     return moe;

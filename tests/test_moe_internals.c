@@ -1,8 +1,8 @@
-/* The mixture-of-experts layer's routing kernels against each other: clffn_moe_route_few, which
- * routes, counts and places a few choices in one launch, against the three kernels it stands
- * for (cl/moe.cl). */
+/* What the mixture-of-experts layer does inside that its API does not show: clffn_moe_route_few,
+ * which routes, counts and places a few choices in one launch, against the three kernels it
+ * stands for (cl/moe.cl); and the one scratch that the experts on the layer's context share. */
 #include "clffn_defs.h"
-#include "moe.h" /* the routing kernels' choice (few_choices) */
+#include "moe.h" /* the routing kernels' choice (few_choices), the experts' scratch */
 #include "moe_data.h"
 
 #include <stdlib.h>
@@ -72,4 +72,42 @@ Test(moe, route_few_gives_the_three_kernels_bits, .timeout = 300) {
     };
     f32_kernel_max = CLFFN_MAX_KERNEL_TOKENS;
     each_case(few, sizeof few / sizeof few[0], 32, 40, 1700, route_few_check);
+}
+
+/* The experts on a layer's context share one scratch for their dequantized blocks and one for
+ * CLBlast's copies (moe.h: one expert's at a time, not one an expert), and the layer computes
+ * what the reference does on the dequantized weights with them, as they grow from one expert
+ * and one token count to the next: experts in four types and a shared expert, 40 then 200
+ * tokens (every product over f32 blocks on CLBlast). No expert holds a scratch of its own. */
+Test(moe, experts_share_one_scratch, .timeout = 300) {
+    const moe_case mc = {200, 4, 2, CLFFN_ROUTING_TOPK_NORMALIZED, 1, 1, 1, CLFFN_ACT_SILU, 0, 0};
+    static const clffn_dtype types[5] = {CLFFN_DTYPE_Q8_0, CLFFN_DTYPE_F16, CLFFN_DTYPE_Q4_0,
+                                         CLFFN_DTYPE_BF16, CLFFN_DTYPE_Q8_0};
+    moe_data m;
+    data_make(&m, &mc, 64, 96, 1800);
+    typed_set s[5];
+    clffn_context *ctx = test_context();
+    clffn_moe *moe = NULL;
+    ASSERT_OK(clffn_moe_create(ctx, &m.c, &moe));
+    ASSERT_OK(clffn_moe_upload_router(moe, m.router, m.bias));
+    for (size_t e = 0; e < m.n_w; ++e) {
+        const clffn_config ce = expert_config(&m, e);
+        typed_make(&s[e], &ce, &m.w[e], types[e], CLFFN_LAYOUT_OUT_IN);
+        m.hw[e] = s[e].ref; /* the reference takes the values the device holds */
+        ASSERT_OK(clffn_ffn_upload_weights_typed(clffn_moe_expert(moe, e), CLFFN_LAYOUT_OUT_IN,
+                                                 &s[e].typed));
+    }
+    check_against_reference(moe, &m, 40, "shared scratch, 40 tokens");
+    check_against_reference(moe, &m, 200, "shared scratch, 200 tokens");
+    cr_assert(moe->wscratch.mem && moe->gscratch.mem, "the layer's scratch was used");
+    for (size_t e = 0; e < m.n_w; ++e) {
+        const clffn_ffn *f = clffn_moe_expert(moe, e);
+        cr_assert(f->wk.shared == &moe->wscratch && f->shared_scratch == &moe->gscratch &&
+                      !f->wk.own.mem && !f->scratch.mem,
+                  "expert %zu has a scratch of its own", e);
+    }
+    clffn_moe_destroy(moe);
+    for (size_t e = 0; e < m.n_w; ++e) { typed_free(&s[e]); }
+    data_free(&m);
+    clffn_context_destroy(ctx);
 }
