@@ -99,7 +99,8 @@ Test(moe, experts_share_one_scratch, .timeout = 300) {
     }
     check_against_reference(moe, &m, 40, "shared scratch, 40 tokens");
     check_against_reference(moe, &m, 200, "shared scratch, 200 tokens");
-    cr_assert(moe->wscratch.mem && moe->gscratch.mem, "the layer's scratch was used");
+    /* CLBlast's copies only where its kernels need them (none on some devices' parameters) */
+    cr_assert(moe->wscratch.mem, "the layer's scratch was used");
     for (size_t e = 0; e < m.n_w; ++e) {
         const clffn_ffn *f = clffn_moe_expert(moe, e);
         cr_assert(f->wk.shared == &moe->wscratch && f->shared_scratch == &moe->gscratch &&
