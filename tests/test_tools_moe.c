@@ -130,6 +130,42 @@ Test(clffn_run_moe, mixtral_checkpoint_verifies, .timeout = 120) {
     remove_dir();
 }
 
+/* --moe-grouping: f16 experts (clffn's own kernels at these 6 tokens, so the counts stay on the
+ * device) run grouped by default and one at a time with off, as --verbose says, with the same
+ * bits in y. */
+Test(clffn_run_moe, grouping_on_and_off, .timeout = 120) {
+    make_dir();
+    char w[128], x[128], y[2][128], cmd[1024], out[4096];
+    snprintf(w, sizeof w, "%s/m.safetensors", dir), snprintf(x, sizeof x, "%s/x.npy", dir);
+    float *router, *m[3 * E];
+    mixtral_checkpoint(w, &router, m);
+    write_input(x);
+    clffn_npy yv[2] = {{0}, {0}};
+    for (int i = 0; i < 2; ++i) {
+        snprintf(y[i], sizeof y[i], "%s/y%d.npy", dir, i);
+        snprintf(cmd, sizeof cmd,
+                 "'%s' --weights %s --preset mixtral --weights-dtype f16 --input %s --output %s "
+                 "--verbose %s 2>&1",
+                 CLFFN_RUN_PATH, w, x, y[i], i ? "--moe-grouping off" : "");
+        cr_assert_eq(run(cmd, out, sizeof out), 0, "%s", out);
+        cr_assert(strstr(out, i ? "experts: one at a time" : "experts: grouped"), "%s", out);
+        char err[CLFFN_IO_ERR];
+        cr_assert_eq(clffn_npy_load(y[i], &yv[i], err), 0, "%s", err);
+    }
+    cr_assert(yv[0].numel == yv[1].numel &&
+                  !memcmp(yv[0].data, yv[1].data, (size_t)yv[0].numel * sizeof(float)),
+              "grouped and one at a time differ");
+    for (int i = 0; i < 2; ++i) { clffn_npy_free(&yv[i]); }
+    snprintf(cmd, sizeof cmd,
+             "'%s' --weights %s --preset mixtral --moe-grouping sometimes --input %s --output %s "
+             "2>&1",
+             CLFFN_RUN_PATH, w, x, y[0]);
+    cr_assert_eq(run(cmd, out, sizeof out), 2, "%s", out);
+    cr_assert(strstr(out, "--moe-grouping takes on or off, not 'sometimes'"), "%s", out);
+    free_values(router, m);
+    remove_dir();
+}
+
 /* A GGUF layer: router [E, D] and the experts stacked, in type; k from the metadata (3). */
 /* vals: the f32 values the stacked tensors were made from (gate, up, down; the caller frees). */
 static void moe_gguf(const char *path, clffn_dtype type, float **router_out, float **vals) {

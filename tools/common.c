@@ -32,6 +32,12 @@ const char *tool_moe_counts_name(clffn_moe_counts c) {
     return (unsigned)c < 3 ? MOE_COUNTS[c] : "?";
 }
 
+int tool_parse_on_off(const char *s, int *on) {
+    if (strcmp(s, "on") && strcmp(s, "off")) { return -1; }
+    *on = !strcmp(s, "on");
+    return 0;
+}
+
 cl_int tool_finish(cl_command_queue q) {
     cl_event done = NULL;
     cl_int err = clEnqueueMarkerWithWaitList(q, 0, NULL, &done);

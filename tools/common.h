@@ -35,6 +35,8 @@ int tool_parse_double(const char *s, double min, double max, double *out);
  * and the name of one. */
 int tool_parse_moe_counts(const char *s, clffn_moe_counts *out);
 const char *tool_moe_counts_name(clffn_moe_counts c);
+/* "on" → 1, "off" → 0 into *on: 0, or -1 (*on unchanged) for anything else. */
+int tool_parse_on_off(const char *s, int *on);
 
 /* Waits until every command enqueued on q so far has run: a marker's event, then clFinish. Mesa's
  * rusticl returns from clFinish at once when the queue was flushed before (docs/RELIABILITY.md;

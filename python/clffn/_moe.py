@@ -32,7 +32,7 @@ class MoE:
     MoE(d_model, d_ff, experts, top_k=2, activation="swiglu", bias=False,
     routing="normalized", router_bias=False, shared_expert=False, device=None,
     weight_dtype="f32", aux_loss_coef=0.0, shared_d_ff=None, shared_gate=False,
-    quantized_inputs=False, counts="device"). Each expert is
+    quantized_inputs=False, counts="device", grouping=True). Each expert is
     an FFN of (d_model, d_ff, activation, bias); the router [experts, d_model] scores each
     token, the top_k best experts (ties to the lower index) run it, and their outputs are
     summed with the softmax probabilities renormalised over the chosen ("normalized",
@@ -50,13 +50,15 @@ class MoE:
     (clffn_moe_set_counts): "device" runs the experts grouped, a launch a stage for all of them
     (the fastest), "host" reads the counts back and launches only the chosen ones, one at a
     time, "auto" reads them back where some expert must go unchosen; the outputs are the same
-    bits.
+    bits. grouping=False runs the experts one at a time even with the counts on the device
+    (clffn_moe_set_grouping), with the same bits; grouped says whether the last call ran them
+    grouped.
     """
 
     def __init__(self, d_model, d_ff, experts, top_k=2, activation="swiglu", bias=False,
                  routing="normalized", router_bias=False, shared_expert=False, device=None,
                  weight_dtype="f32", aux_loss_coef=0.0, shared_d_ff=None, shared_gate=False,
-                 quantized_inputs=False, counts="device"):
+                 quantized_inputs=False, counts="device", grouping=True):
         shared_d_ff = d_ff if shared_d_ff is None else shared_d_ff
         for name, v in (("d_model", d_model), ("d_ff", d_ff), ("experts", experts),
                         ("top_k", top_k), ("shared_d_ff", shared_d_ff)):
@@ -90,6 +92,7 @@ class MoE:
                "creating the layer")
         self._handle, self._mc = handle, mc
         _check(_lib.moe_set_counts(handle, COUNTS.index(counts)), "setting where the counts go")
+        _check(_lib.moe_set_grouping(handle, int(bool(grouping))), "setting the grouping")
         sc = _lib.Config.from_buffer_copy(mc.expert)
         sc.d_ff = int(shared_d_ff)
         self._experts = [_Expert(self, _lib.moe_expert(handle, e), mc.expert, dtype)
@@ -130,6 +133,13 @@ class MoE:
     def experts(self):
         """The E experts (clffn.FFN objects the layer owns: set_weights, state_dict)."""
         return self._experts[:self._mc.experts]
+
+    @property
+    def grouped(self):
+        """Whether the last call ran the routed experts grouped, a launch a stage for all of
+        them (clffn_moe_experts_grouped): with the counts on the device, grouping on, and every
+        expert's weights uploaded alike."""
+        return bool(_lib.moe_experts_grouped(self._handle))
 
     @property
     def shared_expert(self):

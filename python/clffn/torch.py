@@ -191,18 +191,18 @@ class _Expert(nn.Module):
 
 class MoE(nn.Module):
     """MoE(d_model, d_ff, experts=8, top_k=2, activation="swiglu", routing="normalized",
-    device=None, counts="device"): Mixtral's sparse MoE block (block_sparse_moe), computed by
-    clffn. Its parameters are named as Mixtral's (gate.weight [experts, d_model];
+    device=None, counts="device", grouping=True): Mixtral's sparse MoE block (block_sparse_moe),
+    computed by clffn. Its parameters are named as Mixtral's (gate.weight [experts, d_model];
     experts.{e}.w1, w2, w3), so a Mixtral layer's block_sparse_moe state_dict loads as it is.
     Returns y only (Mixtral's module also returns the router logits). Every forward uploads the
-    current parameters. counts as clffn.MoE takes it ("host" or "auto": the counts read back,
-    the same results)."""
+    current parameters. counts and grouping as clffn.MoE takes them ("host" or "auto": the
+    counts read back; grouping=False: the experts one at a time; the same results)."""
 
     def __init__(self, d_model, d_ff, experts=8, top_k=2, activation="swiglu",
-                 routing="normalized", device=None, counts="device"):
+                 routing="normalized", device=None, counts="device", grouping=True):
         super().__init__()
         self._moe = _NpMoE(d_model, d_ff, experts, top_k=top_k, activation=activation,
-                           routing=routing, device=device, counts=counts)
+                           routing=routing, device=device, counts=counts, grouping=grouping)
         self.gate = nn.Linear(d_model, experts, bias=False)
         self.experts = nn.ModuleList(_Expert(d_model, d_ff) for _ in range(experts))
         self._calls = 0
@@ -231,24 +231,24 @@ class _QwenMlp(nn.Module):
 
 class Qwen2MoE(MoE):
     """Qwen2MoE(d_model, d_ff, experts=60, top_k=4, shared_d_ff=None, norm_topk_prob=False,
-    device=None, counts="device"): Qwen2-MoE's sparse MoE block (Qwen2MoeSparseMoeBlock, a
-    layer's mlp), computed by clffn: softmax routing over the experts, the top_k kept as they
-    are (or renormalised with norm_topk_prob), SwiGLU experts, and a shared expert of width
-    shared_d_ff (the config's shared_expert_intermediate_size; default d_ff) scaled by the
-    sigmoid of shared_expert_gate. Parameters are named as Qwen's (gate.weight [experts, d_model];
+    device=None, counts="device", grouping=True): Qwen2-MoE's sparse MoE block
+    (Qwen2MoeSparseMoeBlock, a layer's mlp), computed by clffn: softmax routing over the
+    experts, the top_k kept as they are (or renormalised with norm_topk_prob), SwiGLU experts,
+    and a shared expert of width shared_d_ff (the config's shared_expert_intermediate_size;
+    default d_ff) scaled by the sigmoid of shared_expert_gate. Parameters are named as Qwen's (gate.weight [experts, d_model];
     experts.{e}.gate_proj, up_proj, down_proj; shared_expert.*; shared_expert_gate.weight
     [1, d_model]), so a Qwen2-MoE layer's mlp state_dict loads as it is. The defaults are
     Qwen1.5-MoE-A2.7B's but for the widths (d_model 2048, d_ff 1408, shared_d_ff 5632 there).
     Returns y only (Qwen's module also returns the router logits)."""
 
     def __init__(self, d_model, d_ff, experts=60, top_k=4, shared_d_ff=None,
-                 norm_topk_prob=False, device=None, counts="device"):
+                 norm_topk_prob=False, device=None, counts="device", grouping=True):
         nn.Module.__init__(self)
         shared_d_ff = d_ff if shared_d_ff is None else shared_d_ff
         self._moe = _NpMoE(d_model, d_ff, experts, top_k=top_k, activation="swiglu",
                            routing="normalized" if norm_topk_prob else "topk",
                            shared_expert=True, shared_d_ff=shared_d_ff, shared_gate=True,
-                           device=device, counts=counts)
+                           device=device, counts=counts, grouping=grouping)
         self.gate = nn.Linear(d_model, experts, bias=False)
         self.experts = nn.ModuleList(_QwenMlp(d_model, d_ff) for _ in range(experts))
         self.shared_expert = _QwenMlp(d_model, shared_d_ff)

@@ -63,6 +63,19 @@ def test_counts_on_the_host_give_the_same_bits(counts):
         clffn.MoE(D, FF, E, counts="sideways")
 
 
+def test_grouping_off_gives_the_same_bits():
+    # f16 experts run clffn's own kernels at 3 tokens, so the counts stay on the device
+    rng = np.random.default_rng(12)
+    a = clffn.MoE(D, FF, E, top_k=2, weight_dtype="f16")
+    b = clffn.MoE(D, FF, E, top_k=2, weight_dtype="f16", grouping=False)
+    b.load_state_dict(a.state_dict())
+    assert not a.grouped and not b.grouped  # no call yet
+    x = dyadic(rng, (3, D), 64, 64)
+    np.testing.assert_array_equal(a(x), b(x))
+    np.testing.assert_array_equal(a.last_weights, b.last_weights)
+    assert a.grouped and not b.grouped
+
+
 def test_state_dict_round_trip_and_bad_input():
     a = clffn.MoE(D, FF, E)
     b = clffn.MoE(D, FF, E).load_state_dict(a.state_dict())

@@ -166,7 +166,7 @@ static int take_size(const char *name, const char *v, size_t min, size_t max, si
 static int take_option(int key, const char *name, const char *v, args *a) {
     const size_t big = (size_t)1 << 40;
     size_t n;
-    int g = 0;
+    int g = 0, on;
     switch (key) {
     case OPT_TOKENS: return take_size(name, v, 1, big, &a->tokens);
     case OPT_D_MODEL: return take_size(name, v, 1, big, &a->d_model);
@@ -198,8 +198,11 @@ static int take_option(int key, const char *name, const char *v, args *a) {
         fprintf(stderr, "clffn-bench: --moe-counts takes device, host or auto\n");
         return -1;
     case OPT_MOE_GROUPING:
-        a->set_grouping = 1, a->ungrouped = !strcmp(v, "off");
-        if (a->ungrouped || !strcmp(v, "on")) { return 0; }
+        a->set_grouping = 1;
+        if (tool_parse_on_off(v, &on) == 0) {
+            a->ungrouped = !on;
+            return 0;
+        }
         fprintf(stderr, "clffn-bench: --moe-grouping takes on or off\n");
         return -1;
     case OPT_KERNEL_MAX:

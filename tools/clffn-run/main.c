@@ -78,6 +78,7 @@ enum {
     OPT_ROUTER_OUT,
     OPT_EXPERT_DEVICES,
     OPT_MOE_COUNTS,
+    OPT_MOE_GROUPING,
 };
 
 static const tool_option OPTIONS[] = {
@@ -107,6 +108,9 @@ static const tool_option OPTIONS[] = {
      "where a mixture-of-experts layer keeps its expert counts at few\ntokens: device "
      "(default), host (only the chosen experts run) or\nauto (host where some expert must go "
      "unchosen)"},
+    {"moe-grouping", OPT_MOE_GROUPING, TOOL_VALUE, "on|off",
+     "with the counts on the device, run the experts grouped, a launch\na stage for all of them "
+     "(on, the default), or one at a time\n(clffn_moe_set_grouping)"},
     {"layer", OPT_LAYER, TOOL_VALUE, "L", "layer index for gpt2, bert and llama (default 0)"},
     {"activation", OPT_ACTIVATION, TOOL_VALUE, "NAME",
      "relu, gelu, gelu_tanh, silu, sigmoid, identity, or a GLU name\n(glu, reglu, geglu, "
@@ -170,6 +174,16 @@ static int take_moe_counts(const char *val, options *o) {
     return 0;
 }
 
+/* --moe-grouping: 0, or -1 with the refusal printed. */
+static int take_moe_grouping(const char *val, options *o) {
+    int on;
+    if (tool_parse_on_off(val, &on) != 0) {
+        return refuse("--moe-grouping takes on or off, not '%s'", val);
+    }
+    o->grouping_given = 1, o->ungrouped = !on;
+    return 0;
+}
+
 /* One option's value into o: 0, or -1 with the refusal printed. */
 static int take_option(int key, const char *val, options *o) {
     uint64_t v;
@@ -212,6 +226,7 @@ static int take_option(int key, const char *val, options *o) {
         break;
     case OPT_ROUTER_OUT: o->router_out = val; break;
     case OPT_MOE_COUNTS: return take_moe_counts(val, o);
+    case OPT_MOE_GROUPING: return take_moe_grouping(val, o);
     case OPT_EXPERT_DEVICES: o->expert_devices = val; break;
     case OPT_WEIGHTS_DTYPE:
         o->dtype_stored = !strcmp(val, "stored");
@@ -255,7 +270,7 @@ static int check_options(const options *o) {
                           o->grads_out || o->preset != run_preset_default() || o->tensor_parallel ||
                           o->expert_parallel || o->verbose || o->moe_preset || o->top_k ||
                           o->routing_given || o->router_out || o->expert_devices ||
-                          o->quantized_inputs || o->counts_given;
+                          o->quantized_inputs || o->counts_given || o->grouping_given;
     const char *why = NULL;
     if (!o->weights && ckpt_only) {
         why = "these options apply to --weights runs (the demo takes only --device)";
@@ -263,8 +278,8 @@ static int check_options(const options *o) {
         why = "--grad-output and --grads-out go together";
     } else if ((o->weights || o->input || o->output) && !(o->weights && o->input && o->output)) {
         why = "--weights, --input and --output go together";
-    } else if (o->tensor_parallel &&
-               (o->moe_preset || o->top_k || o->router_out || o->counts_given)) {
+    } else if (o->tensor_parallel && (o->moe_preset || o->top_k || o->router_out ||
+                                      o->counts_given || o->grouping_given)) {
         why = "--tensor-parallel splits a dense FFN; a mixture-of-experts layer runs on one device";
     } else if ((o->tensor_parallel || o->expert_parallel) && o->verify) {
         why = "--verify needs the whole layer; run it without --tensor-parallel or "

@@ -381,6 +381,11 @@ int run_moe_layer(const options *o, const moe_layer *L, clffn_moe *moe, const cl
                mc->routing == CLFFN_ROUTING_TOPK ? "as they are" : "renormalised", L->D, L->F,
                clffn_activation_name(mc->expert.activation), T, over);
         printf("time: %.3f ms (first call includes kernel builds)\n", dt * 1e3);
+        if (o->verbose) {
+            printf("experts: %s\n", clffn_moe_experts_grouped(moe)
+                                        ? "grouped, a launch a stage for all of them"
+                                        : "one at a time");
+        }
         if ((!o->verify || verify(mc, L, router, refs, T, x->data, y) == 0) &&
             (!o->router_out || write_routing(o, x, L->k, ch, wt) == 0) &&
             (!o->grad_output || run_moe_backward(o, L, moe, x, dy, away) == 0)) {
@@ -442,6 +447,7 @@ static int on_device(const options *o, const ckpt *c, const moe_layer *L, const 
         /* reported */
     } else if ((s = clffn_moe_create_split(ctx, n, &mc, &moe)) != CLFFN_SUCCESS ||
                (s = clffn_moe_set_counts(moe, o->counts)) != CLFFN_SUCCESS ||
+               (s = clffn_moe_set_grouping(moe, !o->ungrouped)) != CLFFN_SUCCESS ||
                (s = clffn_moe_upload_router(moe, router, NULL)) != CLFFN_SUCCESS) {
         run_fail("setting up the layer", s);
     } else if (run_moe_upload(o, c, L, moe, NULL, run_moe_dtype(o, L), refs) == 0) {

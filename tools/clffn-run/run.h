@@ -100,6 +100,8 @@ typedef struct options {
     const char *expert_devices; /* --expert-devices SPEC,SPEC,…: the experts split in-process */
     int counts_given;           /* --moe-counts */
     clffn_moe_counts counts;    /* where the layer keeps its expert counts (clffn_moe_set_counts) */
+    int grouping_given;         /* --moe-grouping */
+    int ungrouped;              /* --moe-grouping off: clffn_moe_set_grouping(moe, 0) */
 } options;
 
 /* The checkpoint's tensors of one FFN layer, as the preset names them, shapes checked. */
