@@ -89,7 +89,7 @@ static inline void clffn__keep_tail(clffn_ffn *ffn, cl_event ev) {
 /* The FFN's products use w and g as their scratch from now on, not scratch buffers of its own:
  * for FFNs whose products never overlap, all on one queue from one thread (a mixture-of-experts
  * layer's experts). w and g outlive the FFN. */
-static inline void clffn__ffn_share_scratch(clffn_ffn *ffn, clffn_wscratch *w, clffn_scratch *g) {
+static inline void clffn__ffn_share_scratch(clffn_ffn *ffn, clffn_scratch *w, clffn_scratch *g) {
     ffn->wk.shared = w;
     ffn->shared_scratch = g;
 }

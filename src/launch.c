@@ -27,6 +27,11 @@ static void CL_CALLBACK release_mem(cl_event event, cl_int status, void *mem) {
     clReleaseMemObject((cl_mem)mem);
 }
 
+void clffn__release_mem(cl_mem *m) {
+    if (*m) { clReleaseMemObject(*m); }
+    *m = NULL;
+}
+
 void clffn__release_when_done(cl_command_queue queue, cl_mem mem) {
     if (!mem) { return; }
     cl_event marker = NULL;

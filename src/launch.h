@@ -38,6 +38,9 @@ cl_mem clffn__buffer(const clffn_context *ctx, cl_mem_flags flags, size_t bytes,
  * Without a marker, waits for the queue and releases it now. */
 void clffn__release_when_done(cl_command_queue queue, cl_mem mem);
 
+/* Releases *m if it is a buffer, and empties it. */
+void clffn__release_mem(cl_mem *m);
+
 /* Writes a linear layer's weight into m from host arrays: parts[0], and parts[1] (V, stacked
  * after W1; NULL for one part), each out × in, given in layout `given`, kept in layout `kept`,
  * the parts stacked as clffn_device_weights describes: [P·out, in] (OUT_IN), or [in, P·out]

@@ -45,11 +45,6 @@ clffn_moe_config clffn_moe_config_default(size_t d_model, size_t d_ff, size_t ex
     return c;
 }
 
-static void release_mem(cl_mem *m) {
-    if (*m) { clReleaseMemObject(*m); }
-    *m = NULL;
-}
-
 static void release_kernel(cl_kernel *k) {
     if (*k) { clReleaseKernel(*k); }
     *k = NULL;
@@ -63,7 +58,7 @@ void clffn_moe_destroy(clffn_moe *moe) {
     }
     for (size_t i = 0; moe->ffn && i < moe->n_ffn; ++i) { clffn_ffn_destroy(moe->ffn[i]); }
     free(moe->ffn);
-    clffn__wscratch_release(&moe->wscratch);
+    clffn__scratch_release(&moe->wscratch);
     clffn__scratch_release(&moe->gscratch);
     clffn__group_release(&moe->group);
     cl_mem *mems[] = {&moe->router, &moe->bias,   &moe->probs,    &moe->chosen,  &moe->weights,
@@ -71,7 +66,7 @@ void clffn_moe_destroy(clffn_moe *moe) {
                       &moe->io_x,   &moe->io_y,   &moe->io_dx,    &moe->dyg,     &moe->dxg,
                       &moe->dxs,    &moe->dlogit, &moe->g_router, &moe->g_rbias, &moe->gate,
                       &moe->dys};
-    for (size_t i = 0; i < sizeof mems / sizeof mems[0]; ++i) { release_mem(mems[i]); }
+    for (size_t i = 0; i < sizeof mems / sizeof mems[0]; ++i) { clffn__release_mem(mems[i]); }
     cl_kernel *ks[] = {&moe->logits,    &moe->route,        &moe->count,      &moe->place,
                        &moe->gather,    &moe->combine,      &moe->scatter_dy, &moe->router_backward,
                        &moe->dx_kernel, &moe->router_grads, &moe->scale_dy,   &moe->route_few};
@@ -230,7 +225,7 @@ static clffn_status grow(clffn_moe *moe, size_t T, size_t rows, cl_command_queue
         m[i] = clffn__buffer(moe->ctx, CL_MEM_READ_WRITE, sizes[i], &err);
     }
     if (err != CL_SUCCESS) {
-        for (size_t i = 0; i < 9; ++i) { release_mem(&m[i]); }
+        for (size_t i = 0; i < 9; ++i) { clffn__release_mem(&m[i]); }
         return (clffn_status)err;
     }
     cl_mem *mine[9] = {&moe->probs, &moe->chosen, &moe->weights, &moe->slot, &moe->counts,

@@ -52,8 +52,7 @@ struct clffn_moe {
     bool last_grouped;
     /* the scratch of the experts on the layer's context (wmatrix.h, gemm.h): they run one at a
      * time */
-    clffn_wscratch wscratch;
-    clffn_scratch gscratch;
+    clffn_scratch wscratch, gscratch;
 };
 
 /* Enqueues one of the layer's kernels over g0 (× g1 when g1 > 0) work-items, keeping its event

@@ -24,14 +24,13 @@ struct clffn_moe_holder {
     float *x;
     size_t x_cap, *last_rows;
     int has_forward;
-    clffn_wscratch wscratch; /* the experts' scratch, one at a time (moe.h) */
-    clffn_scratch gscratch;
+    clffn_scratch wscratch, gscratch; /* the experts' scratch, one at a time (moe.h) */
 };
 
 void clffn_moe_holder_destroy(clffn_moe_holder *h) {
     if (!h) { return; }
     for (size_t i = 0; h->ffn && i < h->count; ++i) { clffn_ffn_destroy(h->ffn[i]); }
-    clffn__wscratch_release(&h->wscratch);
+    clffn__scratch_release(&h->wscratch);
     clffn__scratch_release(&h->gscratch);
     free(h->ffn), free(h->x), free(h->last_rows);
     free(h);

@@ -6,11 +6,6 @@
 #include "launch.h"
 #include "transfer.h"
 
-static void release_io(cl_mem *m) {
-    if (*m) { clReleaseMemObject(*m); }
-    *m = NULL;
-}
-
 static clffn_status grow_io(clffn_moe *moe, size_t T) {
     if (T <= moe->io_tokens) { return CLFFN_SUCCESS; }
     const size_t bytes = T * moe->cfg.expert.d_model * sizeof(float);
@@ -20,10 +15,10 @@ static clffn_status grow_io(clffn_moe *moe, size_t T) {
         m[i] = clffn__buffer(moe->ctx, CL_MEM_READ_WRITE, bytes, &err);
     }
     if (err != CL_SUCCESS) {
-        for (size_t i = 0; i < 3; ++i) { release_io(&m[i]); }
+        for (size_t i = 0; i < 3; ++i) { clffn__release_mem(&m[i]); }
         return (clffn_status)err;
     }
-    release_io(&moe->io_x), release_io(&moe->io_y), release_io(&moe->io_dx);
+    clffn__release_mem(&moe->io_x), clffn__release_mem(&moe->io_y), clffn__release_mem(&moe->io_dx);
     moe->io_x = m[0], moe->io_y = m[1], moe->io_dx = m[2], moe->io_tokens = T;
     return CLFFN_SUCCESS;
 }

@@ -19,20 +19,15 @@ void clffn__wkernels_release(clffn_wkernels *wk) {
     }
     if (wk->sum) { clReleaseKernel(wk->sum); }
     if (wk->dequant) { clReleaseKernel(wk->dequant); }
-    clffn__wscratch_release(&wk->own);
+    clffn__scratch_release(&wk->own);
     memset(wk, 0, sizeof *wk);
-}
-
-void clffn__wscratch_release(clffn_wscratch *s) {
-    if (s->mem) { clReleaseMemObject(s->mem); } /* queued commands keep it alive */
-    s->mem = NULL, s->bytes = 0;
 }
 
 /* The kernels made for another type or other shapes go: what is asked for next is made anew. */
 static void refresh(clffn_wkernels *wk, const clffn_context *ctx, clffn_dtype dtype) {
     if (wk->dtype == dtype && !memcmp(wk->shapes, ctx->wgemv, sizeof wk->shapes)) { return; }
-    const clffn_wscratch own = wk->own;
-    clffn_wscratch *shared = wk->shared;
+    const clffn_scratch own = wk->own;
+    clffn_scratch *shared = wk->shared;
     const size_t planned = wk->planned;
     const int planning = wk->planning;
     wk->own.mem = NULL;
@@ -278,7 +273,7 @@ void clffn__wkernels_plan(clffn_wkernels *wk) {
 cl_int clffn__wkernels_reserve(clffn_wkernels *wk, const clffn_context *ctx,
                                cl_command_queue queue) {
     wk->planning = 0;
-    clffn_wscratch *s = clffn__wscratch(wk);
+    clffn_scratch *s = clffn__wscratch(wk);
     if (wk->planned <= s->bytes) { return CL_SUCCESS; }
     cl_int err;
     cl_mem m = clffn__buffer(ctx, CL_MEM_READ_WRITE, wk->planned, &err);

@@ -32,23 +32,18 @@ typedef struct clffn_wcount {
 /* Token counts the kernels are built for; a launch takes the smallest that holds its tokens. */
 #define CLFFN_WTOKEN_BUCKETS 5
 
-/* A scratch buffer of the kernels below (clffn_wkernels): an owner's own, or one that several
- * owners share where their products run one after another on one queue, as a mixture-of-experts
- * layer's experts on its context do. There one expert's dequantized block at a time is live,
- * not one an expert: 128 experts' f32 blocks of the whole inner dimension would take 2.5 times
- * the q8_0 weights' memory. */
-typedef struct clffn_wscratch {
-    cl_mem mem;
-    size_t bytes;
-} clffn_wscratch;
-
 /* One owner's (an FFN's) kernels for its weights' type, made on first use with the context's
  * shapes (remade when they change), and its scratch: the f32 block a product dequantizes, the
  * column GEMV's per-chunk sums, or a product's quantized input rows (one product at a time uses
- * it, in queue order), its own or `shared`. Kernel arguments are state: one owner, one thread at
- * a time. The scratch follows clffn_scratch's plan-then-reserve: while planning, the products
- * only record what they need and build what they will run, so a failing allocation or build
- * happens before any output is written. */
+ * it, in queue order), its own or `shared`: one that several owners share where their products
+ * run one after another on one queue, as a mixture-of-experts layer's experts on its context do.
+ * There one expert's dequantized block at a time is live, not one an expert: 128 experts' f32
+ * blocks of the whole inner dimension would take 2.5 times the q8_0 weights' memory. Of that
+ * clffn_scratch (gemm.h) only the buffer and its size are used here. Kernel arguments are
+ * state: one owner, one thread at a time. The scratch follows clffn_scratch's
+ * plan-then-reserve (wk's own planned): while planning, the products only record what they need
+ * and build what they will run, so a failing allocation or build happens before any output is
+ * written. */
 typedef struct clffn_wkernels {
     clffn_dtype dtype;
     size_t shapes[CLFFN_WGEMV_PARAMS]; /* the context's shapes the kernels were made with */
@@ -57,14 +52,14 @@ typedef struct clffn_wkernels {
     /* quantized inputs: clffn_xquant, clffn_wgemv_rows_qx */
     cl_kernel xquant[CLFFN_WTOKEN_BUCKETS], rows_qx[CLFFN_WTOKEN_BUCKETS];
     cl_kernel sum, dequant;
-    clffn_wscratch own;
-    clffn_wscratch *shared; /* NULL: own; else not the owner's to release */
+    clffn_scratch own;
+    clffn_scratch *shared; /* NULL: own; else not the owner's to release */
     int planning;
     size_t planned;
 } clffn_wkernels;
 
 /* The scratch wk's products use. */
-static inline clffn_wscratch *clffn__wscratch(clffn_wkernels *wk) {
+static inline clffn_scratch *clffn__wscratch(clffn_wkernels *wk) {
     return wk->shared ? wk->shared : &wk->own;
 }
 
@@ -98,8 +93,5 @@ cl_int clffn__wkernels_reserve(clffn_wkernels *wk, const clffn_context *ctx,
 
 /* Releases the kernels and its own scratch; the struct is empty after. */
 void clffn__wkernels_release(clffn_wkernels *wk);
-
-/* Releases a scratch (its buffer lives on in the commands that use it); empty after. */
-void clffn__wscratch_release(clffn_wscratch *s);
 
 #endif
