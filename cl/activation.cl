@@ -106,6 +106,7 @@ CLFFN_DEFINE_ERF(clffn_erf4, float4, int4, clffn_quotient4)
 CLFFN_DEFINE_ERF(clffn_erf_2ulp_div, float, int, clffn_quotient_2ulp)
 CLFFN_DEFINE_ERF(clffn_erf4_2ulp_div, float4, int4, clffn_quotient4_2ulp)
 
+#ifndef CLFFN_WTYPE // not in the weight kernels' programs (src/program.c)
 // erf of n floats whose bit patterns are first, first + stride, …: the accuracy test's probe of
 // clffn_erf and clffn_erf4 (form & CLFFN_ERF_PROBE_VEC: four consecutive patterns per
 // work-item), with no input buffer, so every float can be swept in chunks; with
@@ -126,27 +127,54 @@ __kernel void clffn_erf_probe(__global float *restrict y, const uint first, cons
     y[i] = off ? clffn_erf_2ulp_div(x) : clffn_erf(x);
   }
 }
+#endif
+
+// Each form by name; CLFFN_ACTIVATE below is the program's own. 0.5·(1 + tanh(u)) in
+// gelu_tanh is written as 1 / (1 + exp(-2u)), the same function: POCL's tanh returns -0.99999994
+// for large negative u (within OpenCL's 5-ulp bound), which made gelu_tanh(-100) -3e-6 instead
+// of -0 and gelu_tanh(-Inf) -Inf instead of the formula's NaN (-Inf · 0).
+#define CLFFN_RELU(x) ((x) < 0.0f ? 0.0f : (x))
+#define CLFFN_GELU(x) (0.5f * (x) * (1.0f + clffn_erf((x) * CLFFN_SQRT1_2)))
+#define CLFFN_GELU4(x) (0.5f * (x) * (1.0f + clffn_erf4((x) * CLFFN_SQRT1_2)))
+#define CLFFN_GELU_TANH_U(x) (CLFFN_SQRT2_PI * ((x) + CLFFN_GELU_CUBE * (x) * (x) * (x)))
+#define CLFFN_GELU_TANH(x) ((x) / (1.0f + exp(-2.0f * CLFFN_GELU_TANH_U(x))))
+#define CLFFN_SILU(x) ((x) / (1.0f + exp(-(x))))
+#define CLFFN_SIGMOID(x) (1.0f / (1.0f + exp(-(x))))
 
 #if CLFFN_ACT == CLFFN_ACT_RELU
-  #define CLFFN_ACTIVATE(x) ((x) < 0.0f ? 0.0f : (x))
+  #define CLFFN_ACTIVATE(x) CLFFN_RELU(x)
 #elif CLFFN_ACT == CLFFN_ACT_GELU
-  #define CLFFN_ACTIVATE(x) (0.5f * (x) * (1.0f + clffn_erf((x) * CLFFN_SQRT1_2)))
-  #define CLFFN_ACTIVATE4(x) (0.5f * (x) * (1.0f + clffn_erf4((x) * CLFFN_SQRT1_2)))
+  #define CLFFN_ACTIVATE(x) CLFFN_GELU(x)
+  #define CLFFN_ACTIVATE4(x) CLFFN_GELU4(x)
 #elif CLFFN_ACT == CLFFN_ACT_GELU_TANH
-  // 0.5·(1 + tanh(u)) written as 1 / (1 + exp(-2u)), the same function: POCL's tanh returns
-  // -0.99999994 for large negative u (within OpenCL's 5-ulp bound), which made gelu_tanh(-100)
-  // -3e-6 instead of -0 and gelu_tanh(-Inf) -Inf instead of the formula's NaN (-Inf · 0).
-  #define CLFFN_GELU_TANH_U(x) (CLFFN_SQRT2_PI * ((x) + CLFFN_GELU_CUBE * (x) * (x) * (x)))
-  #define CLFFN_ACTIVATE(x) ((x) / (1.0f + exp(-2.0f * CLFFN_GELU_TANH_U(x))))
+  #define CLFFN_ACTIVATE(x) CLFFN_GELU_TANH(x)
 #elif CLFFN_ACT == CLFFN_ACT_SILU
-  #define CLFFN_ACTIVATE(x) ((x) / (1.0f + exp(-(x))))
+  #define CLFFN_ACTIVATE(x) CLFFN_SILU(x)
 #elif CLFFN_ACT == CLFFN_ACT_SIGMOID
-  #define CLFFN_ACTIVATE(x) (1.0f / (1.0f + exp(-(x))))
+  #define CLFFN_ACTIVATE(x) CLFFN_SIGMOID(x)
 #elif CLFFN_ACT == CLFFN_ACT_IDENTITY
   #define CLFFN_ACTIVATE(x) (x)
 #else
   #error "unknown CLFFN_ACT"
 #endif
+
+// The activation act (a clffn_activation id) of one float, for kernels built for every
+// activation at once (the weight kernels' fused epilogue, cl/weights.cl): the same expressions
+// as CLFFN_ACTIVATE and CLFFN_ACTIVATE4, chosen at run time by a uniform branch. vec4 computes x
+// as one lane of a float4, as the epilogue's float4 path does: a device's vector exp may round
+// otherwise than its scalar one (POCL's did, by an ulp), and the fused value is the bits of the
+// epilogue's.
+inline float clffn_activate_by(const uint act, const float x, const int vec4) {
+  const float4 v = (float4)(x);
+  switch (act) {
+  case CLFFN_ACT_RELU: return CLFFN_RELU(x);
+  case CLFFN_ACT_GELU: return vec4 ? CLFFN_GELU4(v).x : CLFFN_GELU(x);
+  case CLFFN_ACT_GELU_TANH: return vec4 ? CLFFN_GELU_TANH(v).x : CLFFN_GELU_TANH(x);
+  case CLFFN_ACT_SILU: return vec4 ? CLFFN_SILU(v).x : CLFFN_SILU(x);
+  case CLFFN_ACT_SIGMOID: return vec4 ? CLFFN_SIGMOID(v).x : CLFFN_SIGMOID(x);
+  default: return x;
+  }
+}
 // CLFFN_ACTIVATE takes a float; CLFFN_ACTIVATE4 a float4, and is the same expression where the
 // form uses only built-ins, which take either.
 #ifndef CLFFN_ACTIVATE4

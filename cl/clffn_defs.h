@@ -14,6 +14,14 @@
 #define CLFFN_F_BIAS2 4u
 #define CLFFN_F_RESIDUAL 8u
 
+/* The row products' fused epilogues (cl/weights.cl, clffn_wgemv_rows_ep/_act/_glu): which one
+ * (the host's choice of kernel), and whether its biases are added (the kernel's flags). */
+#define CLFFN_EP_HIDDEN 1u    /* the first epilogue (h from z), else the second (y = u + b) */
+#define CLFFN_EP_PAIRS 2u     /* gated: W1's row j and V's row pair + j in one work-group */
+#define CLFFN_EP_BIAS 4u      /* b1 (first) or b2 (second) */
+#define CLFFN_EP_BIAS_GATE 8u /* bv */
+#define CLFFN_EP_VEC4 16u     /* the activation's float4 form, as clffn_epilogue1's vec path */
+
 /* Philox4x32-10: round multipliers and the key's Weyl increments (golden ratio, sqrt(3) - 1). */
 #define CLFFN_PHILOX_M0 0xD2511F53u
 #define CLFFN_PHILOX_M1 0xCD9E8D57u

@@ -469,30 +469,32 @@ inline uint clffn_pass_tokens(uint max_tokens, __global const uint *count, uint 
 
 // ---- y = x·Wᵀ: along the rows -------------------------------------------------------------------
 
-// NDRange (CLFFN_ROW_SPLIT, ⌈rows / CLFFN_ROW_ROWS⌉·CLFFN_ROW_ROWS), work-group (CLFFN_ROW_SPLIT,
-// CLFFN_ROW_ROWS). With one work-item per row (CPUs), it walks the row's blocks two at a time into
-// two accumulators where CLFFN_ROW_UNROLL is 2 (a chain of dependent adds per block is what bounds
-// a CPU here). With more (GPUs), clffn_row_lanes interleaves them, and the row's partial sums
-// meet in local memory. beta = 0 does not read y.
-__kernel __attribute__((reqd_work_group_size(CLFFN_ROW_SPLIT, CLFFN_ROW_ROWS, 1)))
-void clffn_wgemv_rows(__global const uchar *restrict w, const ulong w_off, const ulong row_bytes,
-                      const ulong rows, const ulong cols,
-                      __global const float *restrict x, const ulong x_off, const ulong ldx,
-                      const uint max_tokens, __global const uint *restrict count,
-                      const uint count_at,
-                      __global float *restrict y, const ulong y_off, const ulong ldy,
-                      const float beta, __global const uint *restrict ids,
-                      const ulong8 grp) {
-  CLFFN_GROUP_SHIFT(w, x, y);
-  CLFFN_PASS_TOKENS();
+// The GEMV kernels' first parameters (src/wmatrix.c sets them alike for each): the weights, x,
+// the pass's tokens and their count on the device, and y.
+#define CLFFN_ROWS_PARAMS                                                                      \
+  __global const uchar *restrict w, const ulong w_off, const ulong row_bytes, const ulong rows, \
+      const ulong cols, __global const float *restrict x, const ulong x_off, const ulong ldx,   \
+      const uint max_tokens, __global const uint *restrict count, const uint count_at,        \
+      __global float *restrict y, const ulong y_off, const ulong ldy
+
+// Row r's sums for the pass's tokens (sum: CLFFN_WTOKENS floats), where r < rows and live.
+// With one work-item per row (CPUs), it walks the row's blocks two at a time into two
+// accumulators where CLFFN_ROW_UNROLL is 2 (a chain of dependent adds per block is what bounds a
+// CPU here), its vectors' lanes summed through mine (CLFFN_LANE_SUM). With more (GPUs),
+// clffn_row_lanes interleaves them, and the row's partial sums meet in part, where the row's
+// total then stays at part[t][0]. Every work-item of the group calls it (both hold barriers).
+inline CLFFN_ALWAYS_INLINE void clffn_row_sums(
+    __global const uchar *w, ulong w_off, ulong row_bytes, ulong rows, ulong cols,
+    __global const float *x, ulong x_off, ulong ldx, uint tokens, int live, ulong r,
+    __local float *mine, __local float part[CLFFN_WTOKENS][CLFFN_ROW_SPLIT],
+    float sum[CLFFN_WTOKENS]) {
   const uint s = get_local_id(0);
-  const ulong r = get_global_id(1);
-  float sum[CLFFN_WTOKENS];
 #if CLFFN_ROW_SPLIT > 1
   for (uint t = 0; t < CLFFN_WTOKENS; ++t) { sum[t] = 0.0f; }
   if (r < rows && live) {
     clffn_row_lanes(w + w_off + r * row_bytes, cols, x + x_off, ldx, tokens, s, sum);
   }
+  clffn_lanes_sum(part, s, sum);
 #else
   floatRV acc[CLFFN_WTOKENS];
   float tail[CLFFN_WTOKENS];
@@ -532,16 +534,37 @@ void clffn_wgemv_rows(__global const uchar *restrict w, const ulong w_off, const
     }
 #endif
   }
-#if CLFFN_RV == 16
-  __local float lanes[CLFFN_ROW_ROWS * 16];
-  __local float *mine = lanes + get_local_id(1) * 16;
-#endif
   for (uint t = 0; t < CLFFN_WTOKENS; ++t) { sum[t] = CLFFN_LANE_SUM(acc[t]) + tail[t]; }
 #endif
-#if CLFFN_ROW_SPLIT > 1
-  __local float part[CLFFN_ROW_ROWS][CLFFN_WTOKENS][CLFFN_ROW_SPLIT];
-  clffn_lanes_sum(part[get_local_id(1)], s, sum);
+}
+
+// The row kernels' local memory: each work-item's 16 floats for CLFFN_LANE_SUM (mine), and each
+// row's slots for its lanes' partial sums (part, indexed by the row in the work-group).
+#if CLFFN_RV == 16
+  #define CLFFN_ROW_LOCALS()                                                                   \
+    __local float lanes_[CLFFN_ROW_ROWS * 16];                                                 \
+    __local float *mine = lanes_ + get_local_id(1) * 16;                                       \
+    __local float part[CLFFN_ROW_ROWS][CLFFN_WTOKENS][CLFFN_ROW_SPLIT]
+#else
+  #define CLFFN_ROW_LOCALS()                                                                   \
+    __local float *mine = 0;                                                                   \
+    __local float part[CLFFN_ROW_ROWS][CLFFN_WTOKENS][CLFFN_ROW_SPLIT]
 #endif
+
+// NDRange (CLFFN_ROW_SPLIT, ⌈rows / CLFFN_ROW_ROWS⌉·CLFFN_ROW_ROWS), work-group (CLFFN_ROW_SPLIT,
+// CLFFN_ROW_ROWS): a row a work-item (CPUs) or CLFFN_ROW_SPLIT lanes a row (GPUs), as
+// clffn_row_sums says. beta = 0 does not read y.
+__kernel __attribute__((reqd_work_group_size(CLFFN_ROW_SPLIT, CLFFN_ROW_ROWS, 1)))
+void clffn_wgemv_rows(CLFFN_ROWS_PARAMS, const float beta, __global const uint *restrict ids,
+                      const ulong8 grp) {
+  CLFFN_GROUP_SHIFT(w, x, y);
+  CLFFN_PASS_TOKENS();
+  const uint s = get_local_id(0);
+  const ulong r = get_global_id(1);
+  CLFFN_ROW_LOCALS();
+  float sum[CLFFN_WTOKENS];
+  clffn_row_sums(w, w_off, row_bytes, rows, cols, x, x_off, ldx, tokens, live, r, mine,
+                 part[get_local_id(1)], sum);
   if (s == 0 && r < rows && live) {
     for (uint t = 0; t < CLFFN_WTOKENS; ++t) {
       if (t < tokens) {
@@ -552,20 +575,101 @@ void clffn_wgemv_rows(__global const uchar *restrict w, const ulong w_off, const
   }
 }
 
+// clffn_wgemv_rows with an FFN's epilogue applied as the sums are written, so that it needs no
+// launch of its own (a few-token forward's fixed cost is its launches on a GPU):
+//   clffn_wgemv_rows_ep   the second epilogue: y[t, r] = sum + b[r]
+//   clffn_wgemv_rows_act  the first: y keeps the sums (z, which the backward reads) and
+//                         h[t, j] = act(z[t, j] + b[j]), act a clffn_activation id
+//   clffn_wgemv_rows_glu  the same ⊙ (z[t, pair + j] + bg[j]): a gated first layer, V's rows
+//                         stacked after W1's pair rows. W1's row j and V's row pair + j meet in
+//                         one work-group, its first CLFFN_ROW_ROWS / 2 rows W1's and the others
+//                         V's, the gate's sums read from part (CLFFN_ROW_ROWS even; NDRange
+//                         (CLFFN_ROW_SPLIT, ⌈pair / (CLFFN_ROW_ROWS / 2)⌉ · CLFFN_ROW_ROWS))
+// ep's flags (clffn_defs.h) say whether b and bg are added (CLFFN_EP_BIAS, CLFFN_EP_BIAS_GATE;
+// else never read), and whether the activation takes its float4 form (CLFFN_EP_VEC4, where
+// epilogue.cl's clffn_epilogue1 would). Each value is the one epilogue.cl's kernels compute
+// from the same sums, in the same order. A grouped launch's expert also moves h by grp.s6
+// floats and the biases by grp.s5. beta is 0. Three kernels, not flags: POCL ran the product's
+// sums slower with the other forms' code beside them under a branch.
+#define CLFFN_ROWS_EP_PARAMS                                                                   \
+  CLFFN_ROWS_PARAMS, __global float *restrict h, const ulong h_off, const ulong ldh,            \
+      __global const float *restrict b, const ulong b_off, __global const float *restrict bg, \
+      const ulong bg_off, const uint ep, const uint act, const ulong pair,                    \
+      __global const uint *restrict ids, const ulong8 grp
+#define CLFFN_ROWS_EP_ARGS                                                                     \
+  w, w_off, row_bytes, rows, cols, x, x_off, ldx, max_tokens, count, count_at, y, y_off, ldy,  \
+      h, h_off, ldh, b, b_off, bg, bg_off, ep, act, pair, ids, grp
+
+inline CLFFN_ALWAYS_INLINE void clffn_rows_ep(
+    CLFFN_ROWS_EP_PARAMS, const int hidden, const int pairs, __local float *mine,
+    __local float part[][CLFFN_WTOKENS][CLFFN_ROW_SPLIT]) {
+  CLFFN_GROUP_SHIFT(w, x, y);
+  h += group_ * grp.s6;
+  b += group_ * grp.s5;
+  bg += group_ * grp.s5;
+  CLFFN_PASS_TOKENS();
+  const uint s = get_local_id(0), l = get_local_id(1);
+  float sum[CLFFN_WTOKENS], gate[CLFFN_WTOKENS];
+  const uint half_rows = CLFFN_ROW_ROWS / 2;
+  const ulong j = pairs ? get_group_id(1) * half_rows + (l < half_rows ? l : l - half_rows)
+                        : get_global_id(1);
+  const int v_row = pairs && l >= half_rows; // V's row pair + j, whose sums are the gate
+  const ulong r = v_row ? pair + j : j;
+  const int mine_row = pairs ? j < pair : r < rows;
+  clffn_row_sums(w, w_off, row_bytes, mine_row ? rows : 0, cols, x, x_off, ldx, tokens, live,
+                 r, mine, part[l], sum);
+  if (pairs) { // each row's sums at part[l][t][0], where clffn_lanes_sum leaves a split row's
+#if CLFFN_ROW_SPLIT == 1
+    for (uint t = 0; t < CLFFN_WTOKENS; ++t) { part[l][t][0] = sum[t]; }
+#endif
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (uint t = 0; t < CLFFN_WTOKENS; ++t) { gate[t] = part[l + half_rows][t][0]; }
+  }
+  if (s != 0 || !mine_row || !live) { return; }
+  for (uint t = 0; t < CLFFN_WTOKENS; ++t) {
+    if (t >= tokens) { break; }
+    float v = sum[t];
+    if (!hidden && (ep & CLFFN_EP_BIAS)) { v += b[b_off + r]; }
+    y[y_off + t * ldy + r] = v;
+    if (!hidden || v_row) { continue; }
+    float a = sum[t];
+    if (ep & CLFFN_EP_BIAS) { a += b[b_off + j]; }
+    float o = clffn_activate_by(act, a, (ep & CLFFN_EP_VEC4) != 0);
+    if (pairs) {
+      float g = gate[t];
+      if (ep & CLFFN_EP_BIAS_GATE) { g += bg[bg_off + j]; }
+      o *= g;
+    }
+    h[h_off + t * ldh + j] = o;
+  }
+}
+
+__kernel __attribute__((reqd_work_group_size(CLFFN_ROW_SPLIT, CLFFN_ROW_ROWS, 1)))
+void clffn_wgemv_rows_ep(CLFFN_ROWS_EP_PARAMS) {
+  CLFFN_ROW_LOCALS();
+  clffn_rows_ep(CLFFN_ROWS_EP_ARGS, 0, 0, mine, part);
+}
+
+__kernel __attribute__((reqd_work_group_size(CLFFN_ROW_SPLIT, CLFFN_ROW_ROWS, 1)))
+void clffn_wgemv_rows_act(CLFFN_ROWS_EP_PARAMS) {
+  CLFFN_ROW_LOCALS();
+  clffn_rows_ep(CLFFN_ROWS_EP_ARGS, 1, 0, mine, part);
+}
+
+__kernel __attribute__((reqd_work_group_size(CLFFN_ROW_SPLIT, CLFFN_ROW_ROWS, 1)))
+void clffn_wgemv_rows_glu(CLFFN_ROWS_EP_PARAMS) {
+  CLFFN_ROW_LOCALS();
+  clffn_rows_ep(CLFFN_ROWS_EP_ARGS, 1, 1, mine, part);
+}
+
 // Two rows per work-item, 2·g and 2·g + 1: where x outgrows a CPU's first-level cache (rows of
 // more than CLFFN_WROW_PAIR_COLS values), each vector of x read then serves both rows. NDRange
 // (1, ⌈⌈rows / 2⌉ / CLFFN_ROW_ROWS⌉·CLFFN_ROW_ROWS), work-group (1, CLFFN_ROW_ROWS); built where
 // CLFFN_ROW_SPLIT is 1, which is what the host uses it with.
 #if CLFFN_ROW_SPLIT == 1
 __kernel __attribute__((reqd_work_group_size(1, CLFFN_ROW_ROWS, 1)))
-void clffn_wgemv_rows2(__global const uchar *restrict w, const ulong w_off, const ulong row_bytes,
-                       const ulong rows, const ulong cols,
-                       __global const float *restrict x, const ulong x_off, const ulong ldx,
-                       const uint max_tokens, __global const uint *restrict count,
-                       const uint count_at,
-                       __global float *restrict y, const ulong y_off, const ulong ldy,
-                       const float beta, __global const uint *restrict ids,
-                      const ulong8 grp) {
+void clffn_wgemv_rows2(CLFFN_ROWS_PARAMS, const float beta, __global const uint *restrict ids,
+                       const ulong8 grp) {
   CLFFN_GROUP_SHIFT(w, x, y);
   CLFFN_PASS_TOKENS();
   const ulong r = 2 * get_global_id(1);
@@ -627,14 +731,8 @@ void clffn_wgemv_rows2(__global const uchar *restrict w, const ulong w_off, cons
 // (1, ⌈⌈rows / 4⌉ / CLFFN_ROW_ROWS⌉·CLFFN_ROW_ROWS), work-group (1, CLFFN_ROW_ROWS).
 #if CLFFN_WTOKENS <= 4
 __kernel __attribute__((reqd_work_group_size(1, CLFFN_ROW_ROWS, 1)))
-void clffn_wgemv_rows4(__global const uchar *restrict w, const ulong w_off, const ulong row_bytes,
-                       const ulong rows, const ulong cols,
-                       __global const float *restrict x, const ulong x_off, const ulong ldx,
-                       const uint max_tokens, __global const uint *restrict count,
-                       const uint count_at,
-                       __global float *restrict y, const ulong y_off, const ulong ldy,
-                       const float beta, __global const uint *restrict ids,
-                      const ulong8 grp) {
+void clffn_wgemv_rows4(CLFFN_ROWS_PARAMS, const float beta, __global const uint *restrict ids,
+                       const ulong8 grp) {
   CLFFN_GROUP_SHIFT(w, x, y);
   CLFFN_PASS_TOKENS();
   const ulong r = 4 * get_global_id(1);
@@ -1563,13 +1661,8 @@ inline void clffn_col_sums(__global const uchar *w, ulong row_bytes, ulong r0, u
 // part[k, t, c] (tokens × cols each), which clffn_wgemv_sum adds: the chunks give a GPU
 // work-groups enough where the columns are few.
 __kernel __attribute__((reqd_work_group_size(CLFFN_COL_GROUPS, CLFFN_COL_SPLIT, 1)))
-void clffn_wgemv_cols(__global const uchar *restrict w, const ulong w_off, const ulong row_bytes,
-                      const ulong rows, const ulong cols,
-                      __global const float *restrict x, const ulong x_off, const ulong ldx,
-                      const uint max_tokens, __global const uint *restrict count,
-                      const uint count_at,
-                      __global float *restrict y, const ulong y_off, const ulong ldy,
-                      const float beta, const ulong chunk_rows, __global float *restrict part,
+void clffn_wgemv_cols(CLFFN_ROWS_PARAMS, const float beta, const ulong chunk_rows,
+                      __global float *restrict part,
                       __global const uint *restrict ids, const ulong8 grp) {
   CLFFN_GROUP_SHIFT(w, x, y);
   part += get_global_id(2) * grp.s3;
@@ -1740,13 +1833,8 @@ inline void clffn_strip_sums(__global const uchar *w, ulong row_bytes, ulong r0,
 // NDRange (⌈cols / CLFFN_STRIP⌉, chunks), work-group (1, 1), chunks = ⌈rows / chunk_rows⌉; the
 // arguments, and part when there are several chunks, as clffn_wgemv_cols has them.
 __kernel __attribute__((reqd_work_group_size(1, 1, 1)))
-void clffn_wgemv_strip(__global const uchar *restrict w, const ulong w_off, const ulong row_bytes,
-                       const ulong rows, const ulong cols,
-                       __global const float *restrict x, const ulong x_off, const ulong ldx,
-                       const uint max_tokens, __global const uint *restrict count,
-                       const uint count_at,
-                       __global float *restrict y, const ulong y_off, const ulong ldy,
-                       const float beta, const ulong chunk_rows, __global float *restrict part,
+void clffn_wgemv_strip(CLFFN_ROWS_PARAMS, const float beta, const ulong chunk_rows,
+                       __global float *restrict part,
                       __global const uint *restrict ids, const ulong8 grp) {
   CLFFN_GROUP_SHIFT(w, x, y);
   part += get_global_id(2) * grp.s3;

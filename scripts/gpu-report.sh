@@ -25,7 +25,12 @@
 # in the driver's enqueue calls per forward, scripts/cl-host-costs.c preloaded: one decoding token
 # of 4096 -> 11008 SwiGLU and Mixtral's layer with 8 (its counts on the device with its experts
 # grouped, then one at a time, then the counts on the host) and with 2 experts, f16 and q8_0;
-# the medians of each forward's launches, enqueue, argument and wait times).
+# the medians of each forward's launches, enqueue, argument and wait times), fused (the
+# epilogues in the few-token products' kernels against launches of their own,
+# --fused-epilogues on and off alternated in ROUNDS rounds (default 3): one decoding token of
+# 4096 -> 11008 SwiGLU in f16, q8_0 and f32 through clffn's kernel, Mixtral's layer and Qwen3's
+# (D 2048, F 768, 128 experts, top-8) at one token in f16 and q8_0; then PyTorch fp16 and fp32
+# on the decoding shape).
 # Every step has its own time limit; a failing step does not stop the others.
 set -uo pipefail
 build=${1:?usage: gpu-report.sh BUILD OUT STEPS...}
@@ -66,7 +71,7 @@ bench_text() { # bench_text LABEL ARGS...: the lines of clffn-bench's report tha
     shift
     echo "--- $label"
     timeout 240 "$build/clffn-bench" --reps "$reps" "$@" 2>&1 |
-        grep -E '^(forward|weights read|backward|own kernels|weights kept|GEMVs up|layer|dense FFN|clffn-bench)'
+        grep -E '^(forward|weights read|stages|backward|own kernels|weights kept|GEMVs up|layer|dense FFN|clffn-bench)'
 }
 
 kernel_children() { # kernel_children MODE:ARG: clffn-tune's kernel child per type and layout
@@ -267,6 +272,25 @@ for n, rs in sorted(rows.items()):
           ", ".join("%s %.1f" % (k, v) for k, v in med.items())))
 PY
             done
+        done
+        ;;
+    fused)
+        d=(--tokens 1 --d-model 4096 --d-ff 11008 --activation swiglu)
+        mx=(--tokens 1 --d-model 4096 --d-ff 14336 --activation swiglu --experts 8 --top-k 2)
+        qw=(--tokens 1 --d-model 2048 --d-ff 768 --activation swiglu --experts 128 --top-k 8)
+        for ((r = 1; r <= ${ROUNDS:-3}; ++r)); do
+            for f in on off; do
+                for t in f16 q8_0; do
+                    bench_text "decode $t, fused $f" "${d[@]}" --weights-dtype $t --fused-epilogues $f
+                    bench_text "Mixtral $t, fused $f" "${mx[@]}" --weights-dtype $t --fused-epilogues $f
+                    bench_text "Qwen3 $t, fused $f" "${qw[@]}" --weights-dtype $t --fused-epilogues $f
+                done
+                bench_text "decode f32 kernel, fused $f" "${d[@]}" --kernel-max 1 --weight-layout out_in \
+                    --fused-epilogues $f
+            done
+        done
+        for t in fp16 fp32; do
+            timeout 120 python3 scripts/torch-ffn-bench.py --dtype $t --reps "$reps" 1,4096,11008,swiglu
         done
         ;;
     *) echo "gpu-report: unknown step $step" >&2 ;;

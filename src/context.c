@@ -68,6 +68,9 @@ static clffn_status context_init(clffn_context *ctx, cl_context context, cl_devi
     }
     ctx->context = context;
     ctx->device = device;
+    /* POCL ran the fused products no faster than the launches they save
+     * (docs/PERFORMANCE.md, "Epilogues in the products' kernels") */
+    ctx->fused_epilogues = !ctx->cpu;
     if ((st = clffn__tuning_apply(device, &ctx->tuning)) == CLFFN_SUCCESS) {
         ctx->gemm_k_block = ctx->tuning.gemm_k_block;
         ctx->gemv_max_tokens = ctx->tuning.gemv_max_tokens;
@@ -315,6 +318,16 @@ clffn_status clffn_context_set_quantized_inputs(clffn_context *ctx, int on) {
 
 int clffn_context_quantized_inputs(const clffn_context *ctx) {
     return ctx ? ctx->quantized_inputs : 0;
+}
+
+clffn_status clffn_context_set_fused_epilogues(clffn_context *ctx, int on) {
+    if (!ctx) { return CLFFN_ERROR_NULL_ARGUMENT; }
+    ctx->fused_epilogues = on != 0;
+    return CLFFN_SUCCESS;
+}
+
+int clffn_context_fused_epilogues(const clffn_context *ctx) {
+    return ctx ? ctx->fused_epilogues : 0;
 }
 
 clffn_status clffn_context_set_wgemv(clffn_context *ctx, const size_t params[CLFFN_WGEMV_PARAMS]) {

@@ -42,6 +42,8 @@ struct clffn_context {
     /* clffn_context_set_quantized_inputs(): q8_0 and q4_0 products round their inputs to q8_0,
      * bf16 ones to bf16 */
     int quantized_inputs;
+    /* clffn_context_set_fused_epilogues(): few-token products apply the FFN's epilogues */
+    int fused_epilogues;
     size_t max_wg;                    /* CL_DEVICE_MAX_WORK_GROUP_SIZE */
     cl_uint compute_units;            /* CL_DEVICE_MAX_COMPUTE_UNITS */
     size_t wgemv[CLFFN_WGEMV_PARAMS]; /* the few-token kernels' shapes */

@@ -22,6 +22,12 @@ static void bias_args(clffn_args *a, const clffn_ffn *ffn, const clffn_buffer b[
     CLFFN_ARG(*a, flags);
 }
 
+bool clffn__epilogue1_vec(const clffn_ffn *ffn) {
+    const size_t F = ffn->cfg.d_ff, ld = ffn->hidden_total, col0 = ffn->hidden_col0;
+    return F % CLFFN_COLUMNS_PER_ITEM == 0 && ld % CLFFN_COLUMNS_PER_ITEM == 0 &&
+           col0 % CLFFN_COLUMNS_PER_ITEM == 0;
+}
+
 /* The tail epilogue 1 and its backward share: biases, sizes, dropout, and the float4 switch. */
 static void epilogue1_tail(clffn_args *a, const clffn_ffn *ffn, const clffn_buffer b[2],
                            cl_mem standin, size_t tokens, const clffn_dropout_use *drop) {
@@ -30,8 +36,7 @@ static void epilogue1_tail(clffn_args *a, const clffn_ffn *ffn, const clffn_buff
     const cl_float scale = drop->on ? clffn__drop_scale(drop->p) : 1.0f;
     const cl_ulong ld = ffn->hidden_total, col0 = ffn->hidden_col0;
     const cl_uint2 key = {{(cl_uint)ffn->seed, (cl_uint)(ffn->seed >> 32)}};
-    const cl_uint vec = F % CLFFN_COLUMNS_PER_ITEM == 0 && ld % CLFFN_COLUMNS_PER_ITEM == 0 &&
-                        col0 % CLFFN_COLUMNS_PER_ITEM == 0;
+    const cl_uint vec = clffn__epilogue1_vec(ffn);
     bias_args(a, ffn, b, standin);
     CLFFN_ARG(*a, T);
     CLFFN_ARG(*a, F);

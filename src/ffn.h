@@ -17,6 +17,11 @@ typedef struct clffn_dropout_use {
     uint64_t offset;
 } clffn_dropout_use;
 
+/* Which of a forward's epilogues its products applied (cl/weights.cl, clffn_wgemv_rows_ep). */
+typedef struct clffn_fused {
+    bool first, second;
+} clffn_fused;
+
 struct clffn_ffn {
     clffn_context *ctx;
     clffn_config cfg;
@@ -70,6 +75,7 @@ struct clffn_ffn {
     size_t last_tokens;
     clffn_dropout_use last_drop;
     cl_event last_event;         /* completion of epilogue1 of the last forward, or NULL */
+    clffn_fused last_fused;      /* its epilogues that its products applied */
     cl_command_queue last_queue; /* its queue (retained), flushed before we wait on it */
     /* the last command the FFN enqueued, forward (epilogue 2) or backward (a marker), or NULL:
      * clffn_ffn_destroy() waits for it */
@@ -155,6 +161,10 @@ static inline clffn_status clffn__refuse_compressed_grads(clffn_ffn *ffn) {
 }
 
 /* epilogue.c: clffn's own kernels around the products (cl/epilogue.cl, cl/backward.cl) */
+/* Whether epilogue 1 takes its float4 path (cl/epilogue.cl's vec): d_ff, and the layer's
+ * width and this shard's first column (for dropout's Philox blocks), multiples of 4. */
+bool clffn__epilogue1_vec(const clffn_ffn *ffn);
+
 /* h [T, F] = dropout(act(z1 + b1) ⊙ (z2 + bv)); with count (NULL: none) its first rows alone */
 cl_int clffn__epilogue1(clffn_ffn *ffn, size_t tokens, const clffn_wcount *count,
                         const clffn_dropout_use *drop, cl_command_queue queue, cl_event *event);

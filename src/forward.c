@@ -7,6 +7,7 @@
  * leaves it untouched, and y may be x itself. */
 #include "ffn.h"
 
+#include "clffn_defs.h"
 #include "launch.h"
 
 #include <stdlib.h>
@@ -57,12 +58,45 @@ static void keep_events(clffn_ffn *ffn, cl_event start, cl_event end, cl_event *
     clffn__keep_tail(ffn, end);
 }
 
-/* z = x·[W1|V]ᵀ, one product per part of the first layer. */
-static cl_int first_layer(clffn_ffn *ffn, const clffn_gemm_env *env, size_t tokens,
-                          clffn_matrix x) {
-    const clffn_matrix z = {ffn->ws.z, 0, clffn__n1(&ffn->cfg)};
+/* Which epilogues ride on the products (cl/weights.cl, clffn_wgemv_rows_ep) and so take no
+ * launch of their own, where the context fuses them: few tokens along W's rows. Not the first
+ * with dropout (epilogue.cl draws the mask) or with W1 and V apart, nor the second with a
+ * residual (y may be x itself). */
+static clffn_fused fuses(const clffn_ffn *ffn, const clffn_gemm_env *env, size_t tokens,
+                         const clffn_dropout_use *drop) {
+    const clffn_config *c = &ffn->cfg;
+    clffn_fused f = {false, false};
+    if (!ffn->ctx->fused_epilogues) { return f; }
+    f.first = !drop->on && (!c->gated || ffn->stacked) &&
+              clffn__linear_takes_ep(env, &ffn->w1, tokens, c->gated);
+    f.second = !c->residual && clffn__linear_takes_ep(env, &ffn->w2, tokens, false);
+    return f;
+}
+
+/* z = x·[W1|V]ᵀ, one product per part of the first layer; fused, h too (epilogue 1), its
+ * launch's event in *event. */
+static cl_int first_layer(clffn_ffn *ffn, const clffn_gemm_env *env, size_t tokens, clffn_matrix x,
+                          bool fused, cl_event *event) {
+    const clffn_config *c = &ffn->cfg;
+    const clffn_matrix z = {ffn->ws.z, 0, clffn__n1(c)};
+    if (fused) {
+        const bool bv_on = c->gated && c->bias_gate;
+        const cl_uint flags = CLFFN_EP_HIDDEN | (c->gated ? CLFFN_EP_PAIRS : 0) |
+                              (c->bias1 ? CLFFN_EP_BIAS : 0) | (bv_on ? CLFFN_EP_BIAS_GATE : 0) |
+                              (clffn__epilogue1_vec(ffn) ? CLFFN_EP_VEC4 : 0);
+        const clffn_buffer standin = {ffn->ws.z, 0}; /* a bias that is off: never read */
+        const clffn_wepi ep = {flags,
+                               (cl_uint)c->activation,
+                               c->d_ff,
+                               {ffn->ws.h, 0, c->d_ff},
+                               c->bias1 ? ffn->b1 : standin,
+                               bv_on ? ffn->bv : standin,
+                               0,
+                               0};
+        return clffn__linear_forward_ep(env, &ffn->w1, tokens, x, z, &ep, event);
+    }
     clffn_part parts[2];
-    const size_t n = clffn__first_layer(ffn->cfg.gated, ffn->stacked, &ffn->w1, &ffn->v, parts);
+    const size_t n = clffn__first_layer(c->gated, ffn->stacked, &ffn->w1, &ffn->v, parts);
     cl_int err = CL_SUCCESS;
     for (size_t i = 0; i < n && err == CL_SUCCESS; ++i) {
         const clffn_matrix zi = {z.mem, parts[i].col, z.ld};
@@ -71,29 +105,46 @@ static cl_int first_layer(clffn_ffn *ffn, const clffn_gemm_env *env, size_t toke
     return err;
 }
 
-/* u = h·W2ᵀ */
-static cl_int second_layer(clffn_ffn *ffn, const clffn_gemm_env *env, size_t tokens) {
-    const clffn_matrix h = {ffn->ws.h, 0, ffn->cfg.d_ff}, u = {ffn->ws.u, 0, ffn->cfg.d_model};
+/* u = h·W2ᵀ; fused, y = u + b2 straight into y (epilogue 2), its launch's event in *event. */
+static cl_int second_layer(clffn_ffn *ffn, const clffn_gemm_env *env, size_t tokens,
+                           const clffn_matrix *fused_y, cl_event *event) {
+    const clffn_config *c = &ffn->cfg;
+    const clffn_matrix h = {ffn->ws.h, 0, c->d_ff}, u = {ffn->ws.u, 0, c->d_model};
+    if (fused_y) {
+        const clffn_buffer standin = {ffn->ws.h, 0};
+        const clffn_wepi ep = {
+            c->bias2 ? CLFFN_EP_BIAS : 0, 0,       0, {ffn->ws.u, 0, c->d_model}, /* unread */
+            c->bias2 ? ffn->b2 : standin, standin, 0, 0};
+        return clffn__linear_forward_ep(env, &ffn->w2, tokens, h, *fused_y, &ep, event);
+    }
     return clffn__linear_forward(env, &ffn->w2, tokens, h, 0.0f, u);
 }
 
-/* The products and kernels of one forward; ev1 receives epilogue 1's event. The GEMM scratch is
- * sized for both products before the first is enqueued. */
+/* The products and kernels of one forward; ev1 receives the event after which h is written,
+ * last the forward's last. The GEMM scratch is sized for both products before the first is
+ * enqueued. */
 static cl_int enqueue_forward(clffn_ffn *ffn, size_t tokens, const clffn_wcount *count,
                               clffn_matrix x, clffn_matrix y, const clffn_dropout_use *drop,
                               cl_command_queue queue, cl_event *ev1, cl_event *last) {
     clffn_gemm_env env = clffn__gemm_env(ffn, &queue);
     env.count = count;
     env.capacity = ffn->kernel_capacity;
+    const clffn_fused f = fuses(ffn, &env, tokens, drop);
+    const clffn_matrix *fy = f.second ? &y : NULL;
     clffn__env_plan(&env);
-    cl_int err = first_layer(ffn, &env, tokens, x);
-    if (err == CL_SUCCESS) { err = second_layer(ffn, &env, tokens); }
+    cl_int err = first_layer(ffn, &env, tokens, x, f.first, NULL);
+    if (err == CL_SUCCESS) { err = second_layer(ffn, &env, tokens, fy, NULL); }
     const cl_int reserved = clffn__env_reserve(&env);
     if (err == CL_SUCCESS) { err = reserved; }
-    if (err == CL_SUCCESS) { err = first_layer(ffn, &env, tokens, x); }
-    if (err == CL_SUCCESS) { err = clffn__epilogue1(ffn, tokens, count, drop, queue, ev1); }
-    if (err == CL_SUCCESS) { err = second_layer(ffn, &env, tokens); }
-    if (err == CL_SUCCESS) { err = clffn__epilogue2(ffn, tokens, count, x, y, queue, last); }
+    if (err == CL_SUCCESS) { err = first_layer(ffn, &env, tokens, x, f.first, ev1); }
+    if (err == CL_SUCCESS && !f.first) {
+        err = clffn__epilogue1(ffn, tokens, count, drop, queue, ev1);
+    }
+    if (err == CL_SUCCESS) { err = second_layer(ffn, &env, tokens, fy, last); }
+    if (err == CL_SUCCESS && !f.second) {
+        err = clffn__epilogue2(ffn, tokens, count, x, y, queue, last);
+    }
+    ffn->last_fused = f;
     return err;
 }
 

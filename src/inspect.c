@@ -91,10 +91,12 @@ clffn_status clffn_ffn_stage_times(clffn_ffn *ffn, clffn_stage_times *out) {
     if (!(t0 <= e1s && e1s <= e1e && e1e <= e2s && e2s <= e2e)) {
         return CLFFN_ERROR_PROFILING_TIMES;
     }
-    out->gemm1_s = (double)(e1s - t0) * 1e-9;
-    out->epilogue1_s = (double)(e1e - e1s) * 1e-9;
-    out->gemm2_s = (double)(e2s - e1e) * 1e-9;
-    out->epilogue2_s = (double)(e2e - e2s) * 1e-9;
+    /* a fused epilogue's event is its product's (clffn_context_set_fused_epilogues) */
+    const clffn_fused f = ffn->last_fused;
+    out->gemm1_s = (double)((f.first ? e1e : e1s) - t0) * 1e-9;
+    out->epilogue1_s = f.first ? 0.0 : (double)(e1e - e1s) * 1e-9;
+    out->gemm2_s = (double)((f.second ? e2e : e2s) - e1e) * 1e-9;
+    out->epilogue2_s = f.second ? 0.0 : (double)(e2e - e2s) * 1e-9;
     out->total_s = (double)(e2e - t0) * 1e-9;
     return CLFFN_SUCCESS;
 }

@@ -2,6 +2,8 @@
  * compressed weights over many tokens, one clffn__sgemm per dequantized block. */
 #include "linear.h"
 
+#include "clffn_defs.h"
+
 static bool out_in(const clffn_linear *w) { return w->layout == CLFFN_LAYOUT_OUT_IN; }
 
 void clffn__env_plan(const clffn_gemm_env *env) {
@@ -101,6 +103,25 @@ cl_int clffn__linear_forward(const clffn_gemm_env *env, const clffn_linear *w, s
                               beta,           x,
                               weight(w),      y};
     return clffn__sgemm(env->ctx, env->scratch, &op, env->queue, NULL);
+}
+
+bool clffn__linear_takes_ep(const clffn_gemm_env *env, const clffn_linear *w, size_t tokens,
+                            bool pairs) {
+    if (!few(env, w, tokens) || !out_in(w)) { return false; }
+    const clffn_wmatrix m = stored(w);
+    return clffn__wgemv_takes_ep(env->ctx, &m, tokens, env->capacity, pairs);
+}
+
+cl_int clffn__linear_forward_ep(const clffn_gemm_env *env, const clffn_linear *w, size_t tokens,
+                                clffn_matrix x, clffn_matrix y, const clffn_wepi *ep,
+                                cl_event *event) {
+    const bool pairs = (ep->flags & CLFFN_EP_PAIRS) != 0;
+    if (!clffn__linear_takes_ep(env, w, tokens, pairs)) {
+        return (cl_int)CLFFN_ERROR_INVALID_ARGUMENT;
+    }
+    const clffn_wmatrix m = stored(w);
+    return clffn__wgemv_ep(env->wk, env->ctx, &m, tokens, env->capacity, env->count, x, y, ep,
+                           *env->queue, event);
 }
 
 /* dx = dy·W: B = W [out, in] as it is, or W [in, out] transposed. */

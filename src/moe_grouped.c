@@ -4,6 +4,8 @@
  *
  *   xg[E·T, D] ─W1|V─► z[E·T, N1] ─epilogue1─► h[E·T, F] ─W2─► yg[E·T, D] (─epilogue2─► with b2)
  *
+ * (the epilogues in the products' kernels where the context fuses them, as a forward does)
+ *
  * expert e's rows from e·T, n_e of them live (counts[e]). The launches run min(E, T·k) steps,
  * each taking its expert from the routing's list of the experts with rows (cl/moe.cl's
  * clffn_moe_place), so an unchosen expert costs nothing, not even an empty work-group. Each
@@ -13,6 +15,7 @@
  * grows with E. */
 #include "moe_grouped.h"
 
+#include "clffn_defs.h"
 #include "launch.h"
 
 void clffn__group_init(clffn_moe_group *g, const clffn_context *ctx, clffn_ffn *const *ffn,
@@ -95,9 +98,32 @@ static cl_uint steps(const clffn_group_pass *p) {
     return (cl_uint)(most < p->experts ? most : p->experts);
 }
 
-/* The two products, planned (plan) or enqueued, with the first epilogue between them. */
+/* The first epilogue as the first product's kernel applies it (clffn_wgemv_rows_act, _glu):
+ * e's hidden rows and biases e's strides on. */
+static clffn_wepi first_ep(const clffn_ffn *f0, const clffn_pool *pool, cl_mem h, size_t T) {
+    const clffn_config *c = &f0->cfg;
+    const bool bv_on = c->gated && c->bias_gate;
+    const cl_uint flags = CLFFN_EP_HIDDEN | (c->gated ? CLFFN_EP_PAIRS : 0) |
+                          (c->bias1 ? CLFFN_EP_BIAS : 0) | (bv_on ? CLFFN_EP_BIAS_GATE : 0) |
+                          (clffn__epilogue1_vec(f0) ? CLFFN_EP_VEC4 : 0);
+    const clffn_pool *b = &pool[c->bias1 ? CLFFN_POOL_B1 : CLFFN_POOL_BV];
+    const clffn_wepi ep = {flags,
+                           (cl_uint)c->activation,
+                           c->d_ff,
+                           {h, 0, c->d_ff},
+                           {c->bias1 ? pool[CLFFN_POOL_B1].parent : h, 0},
+                           {bv_on ? pool[CLFFN_POOL_BV].parent : h, 0},
+                           (c->bias1 || bv_on) ? b->stride / sizeof(float) : 0,
+                           T * c->d_ff};
+    return ep;
+}
+
+/* The two products, planned (plan) or enqueued, with the first epilogue between them and the
+ * second after them, each in its product's kernel where the context fuses them (the forward's
+ * rule, src/forward.c); *second_done says whether the second was. */
 static cl_int products(const clffn_moe_group *g, const clffn_group_pass *p,
-                       const clffn_gemm_env *base, bool plan, cl_command_queue q) {
+                       const clffn_gemm_env *base, bool plan, cl_command_queue q,
+                       bool *second_done) {
     const clffn_ffn *f0 = p->ffn[0];
     const clffn_config *c = &f0->cfg;
     const clffn_pool *pool = g->pools.kind;
@@ -108,22 +134,43 @@ static cl_int products(const clffn_moe_group *g, const clffn_group_pass *p,
     const clffn_linear w1 = pooled(&f0->w1, &pool[CLFFN_POOL_W1]);
     const clffn_linear w2 = pooled(&f0->w2, &pool[CLFFN_POOL_W2]);
     const clffn_matrix x = {p->xg, 0, D}, z = {g->z, 0, N1}, h = {g->h, 0, F};
-    const clffn_matrix u = {c->bias2 ? g->u : p->yg, 0, D};
+    const bool fused = f0->ctx->fused_epilogues != 0;
     clffn_gemm_env env = *base;
     env.count = &c1;
-    cl_int err = clffn__linear_forward(&env, &w1, T, x, 0.0f, z);
-    if (err == CL_SUCCESS && !plan) {
-        const clffn_pool *b = &pool[c->bias1 ? CLFFN_POOL_B1 : CLFFN_POOL_BV];
-        const clffn_buffer bias[2] = {{pool[CLFFN_POOL_B1].parent, 0},
-                                      {pool[CLFFN_POOL_BV].parent, 0}};
-        const clffn_group_io io = {
-            z.mem, h.mem, {{T * N1, T * F, b->stride / sizeof(float), 0, ids}}};
-        const clffn_dropout_use none = {false, 0.0f, 0};
-        err = clffn__epilogue1_group(f0, T, &c1, bias, &io, &none, q, NULL);
+    cl_int err;
+    if (fused && clffn__linear_takes_ep(&env, &w1, T, c->gated)) {
+        const clffn_wepi ep = first_ep(f0, pool, h.mem, T);
+        err = clffn__linear_forward_ep(&env, &w1, T, x, z, &ep, NULL);
+    } else {
+        err = clffn__linear_forward(&env, &w1, T, x, 0.0f, z);
+        if (err == CL_SUCCESS && !plan) {
+            const clffn_pool *b = &pool[c->bias1 ? CLFFN_POOL_B1 : CLFFN_POOL_BV];
+            const clffn_buffer bias[2] = {{pool[CLFFN_POOL_B1].parent, 0},
+                                          {pool[CLFFN_POOL_BV].parent, 0}};
+            const clffn_group_io io = {
+                z.mem, h.mem, {{T * N1, T * F, b->stride / sizeof(float), 0, ids}}};
+            const clffn_dropout_use none = {false, 0.0f, 0};
+            err = clffn__epilogue1_group(f0, T, &c1, bias, &io, &none, q, NULL);
+        }
     }
     env.count = &c2;
-    if (err == CL_SUCCESS) { err = clffn__linear_forward(&env, &w2, T, h, 0.0f, u); }
-    return err;
+    const clffn_matrix yg = {p->yg, 0, D};
+    *second_done = !c->bias2 || (fused && clffn__linear_takes_ep(&env, &w2, T, false));
+    if (err != CL_SUCCESS) { return err; }
+    if (!c->bias2 || !*second_done) {
+        const clffn_matrix u = {c->bias2 ? g->u : p->yg, 0, D};
+        return clffn__linear_forward(&env, &w2, T, h, 0.0f, u);
+    }
+    const clffn_pool *b2 = &pool[CLFFN_POOL_B2];
+    const clffn_wepi ep = {CLFFN_EP_BIAS,
+                           0,
+                           0,
+                           {h.mem, 0, F},
+                           {b2->parent, 0},
+                           {b2->parent, 0},
+                           b2->stride / sizeof(float),
+                           0};
+    return clffn__linear_forward_ep(&env, &w2, T, h, yg, &ep, NULL);
 }
 
 clffn_status clffn__group_forward(clffn_moe_group *g, const clffn_group_pass *p,
@@ -135,11 +182,12 @@ clffn_status clffn__group_forward(clffn_moe_group *g, const clffn_group_pass *p,
     if (st != CLFFN_SUCCESS) { return st; }
     const clffn_gemm_env env = clffn__gemm_env(f0, &q);
     clffn__env_plan(&env);
-    cl_int err = products(g, p, &env, true, q);
+    bool second_done = false;
+    cl_int err = products(g, p, &env, true, q, &second_done);
     const cl_int reserved = clffn__env_reserve(&env);
     if (err == CL_SUCCESS) { err = reserved; }
-    if (err == CL_SUCCESS) { err = products(g, p, &env, false, q); }
-    if (err == CL_SUCCESS && c->bias2) {
+    if (err == CL_SUCCESS) { err = products(g, p, &env, false, q, &second_done); }
+    if (err == CL_SUCCESS && !second_done) {
         const cl_uint ids = (cl_uint)p->experts + 1;
         const clffn_wcount c2 = {p->counts, 0, steps(p), ids, 0, 0, 0};
         const clffn_pool *b2 = &g->pools.kind[CLFFN_POOL_B2];

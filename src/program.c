@@ -19,10 +19,12 @@
 /* Kernel sources: embedded at build time, or read from CLFFN_KERNEL_DIR while developing */
 
 /* Whether the program of `only` (see clffn__kernel_source) takes source file i: the shared
- * definitions always come first. */
+ * definitions always come first, and the weight kernels' program takes the activations too
+ * (its fused epilogue computes them). */
 static bool takes(const char *only, size_t i) {
     const char *name = clffn_embedded_sources[i].name;
     if (i == 0) { return true; }
+    if (only && !strcmp(only, "weights.cl") && !strcmp(name, "activation.cl")) { return true; }
     return only ? !strcmp(name, only) : strcmp(name, "weights.cl") != 0;
 }
 

@@ -21,8 +21,8 @@ typedef struct clffn_wgemv_params {
 
 /* The options that select a program; equal keys share one cl_program. weights = 0: the
  * epilogue program (every .cl file but weights.cl) for activation, gated and dropout;
- * weights = 1 + a clffn_dtype: cl/weights.cl alone for that type, CLFFN_WTOKENS = tokens, and
- * the shape parameters. */
+ * weights = 1 + a clffn_dtype: cl/weights.cl (after activation.cl) for that type,
+ * CLFFN_WTOKENS = tokens, and the shape parameters. */
 typedef struct clffn_program_key {
     int activation;
     int gated;
@@ -72,7 +72,8 @@ void clffn__programs_release(clffn_programs *p);
 const char *clffn__programs_build_log(const clffn_programs *p);
 
 /* The full source of a program, concatenated (embedded or from CLFFN_KERNEL_DIR): clffn_defs.h
- * and, with only NULL, every other .cl file but weights.cl; else clffn_defs.h and `only`.
+ * and, with only NULL, every other .cl file but weights.cl; else clffn_defs.h and `only`
+ * (activation.cl before weights.cl, whose fused epilogue computes the activations).
  * Caller frees. Errors: KERNEL_SOURCE (a file unreadable), OUT_OF_HOST_MEMORY. */
 clffn_status clffn__kernel_source(const char *only, char **out);
 

@@ -13,6 +13,9 @@ void clffn__wkernels_release(clffn_wkernels *wk) {
         if (wk->rows[b]) { clReleaseKernel(wk->rows[b]); }
         if (wk->rows2[b]) { clReleaseKernel(wk->rows2[b]); }
         if (wk->rows4[b]) { clReleaseKernel(wk->rows4[b]); }
+        if (wk->rows_ep[b]) { clReleaseKernel(wk->rows_ep[b]); }
+        if (wk->rows_glu[b]) { clReleaseKernel(wk->rows_glu[b]); }
+        if (wk->rows_act[b]) { clReleaseKernel(wk->rows_act[b]); }
         if (wk->cols[b]) { clReleaseKernel(wk->cols[b]); }
         if (wk->xquant[b]) { clReleaseKernel(wk->xquant[b]); }
         if (wk->rows_qx[b]) { clReleaseKernel(wk->rows_qx[b]); }
@@ -184,32 +187,59 @@ static cl_int wgemv_quantized_inputs(clffn_wkernels *wk, const clffn_context *ct
     return enqueue_grouped(ctx, queue, wk->rows_qx[b], count, global, local);
 }
 
+/* The GEMV kernels' first arguments (cl/weights.cl's CLFFN_ROWS_PARAMS; the column kernels
+ * take the same): W, x, the pass's tokens and their count on the device, and y. */
+static void head_args(clffn_args *a, const clffn_wmatrix *w, clffn_matrix x, size_t tokens,
+                      const clffn_wcount *count, clffn_matrix y) {
+    const cl_ulong w_off = w->offset, row_bytes = w->row_bytes, rows = w->rows, cols = w->cols;
+    const cl_ulong x_off = x.off, ldx = x.ld, y_off = y.off, ldy = y.ld;
+    const cl_uint t = (cl_uint)tokens;
+    CLFFN_ARG(*a, w->mem), CLFFN_ARG(*a, w_off), CLFFN_ARG(*a, row_bytes), CLFFN_ARG(*a, rows);
+    CLFFN_ARG(*a, cols), CLFFN_ARG(*a, x.mem), CLFFN_ARG(*a, x_off), CLFFN_ARG(*a, ldx);
+    CLFFN_ARG(*a, t), CLFFN_ARG(*a, count->mem), CLFFN_ARG(*a, count->at), CLFFN_ARG(*a, y.mem);
+    CLFFN_ARG(*a, y_off), CLFFN_ARG(*a, ldy);
+}
+
+/* The bucket of kernels built for max(tokens, capacity), or -1 where none holds them. */
+static int bucket_of(size_t tokens, size_t capacity) {
+    const size_t built_for = capacity > tokens ? capacity : tokens;
+    int b = 0;
+    while (b + 1 < CLFFN_WTOKEN_BUCKETS && bucket_tokens[b] < built_for) { ++b; }
+    return built_for > bucket_tokens[b] ? -1 : b;
+}
+
+/* Whether a product along w's rows rounds its inputs first (wgemv_quantized_inputs). */
+static bool quantizes_inputs(const clffn_context *ctx, const clffn_wmatrix *w) {
+    return ctx->quantized_inputs && (w->dtype == CLFFN_DTYPE_Q8_0 || w->dtype == CLFFN_DTYPE_Q4_0 ||
+                                     w->dtype == CLFFN_DTYPE_BF16);
+}
+
+/* Rows a work-item of a product along w's rows takes (bucket b). Rows go several to a
+ * work-item where the pass's x (cols values for each token) outgrows the first-level cache:
+ * each vector of x read then serves every row. In fours up to 4 tokens, where a core streaming
+ * four rows reads faster than with one or two on hosts whose memory outpaces a core, else in
+ * twos. Where x fits, one row a work-item reads fastest, whatever the type (an AMD EPYC host,
+ * 4096 -> 11008 SwiGLU, one token: f16 6.6-6.7 ms with W1's rows in fours, 5.7-6.0 one by one;
+ * q4_0 at 4 tokens, x 64 KB, 12.8-13.1 ms one by one, 8.7-8.8 in fours; docs/PERFORMANCE.md) */
+static size_t rows_per_item(const clffn_context *ctx, const clffn_wmatrix *w, int b) {
+    const bool several =
+        ctx->cpu && ctx->wgemv[0] == 1 && w->cols * bucket_tokens[b] > CLFFN_WROW_PAIR_COLS;
+    return !several ? 1 : bucket_tokens[b] <= 4 ? 4 : 2;
+}
+
 cl_int clffn__wgemv(clffn_wkernels *wk, const clffn_context *ctx, const clffn_wmatrix *w,
                     bool along_rows, size_t tokens, size_t capacity, const clffn_wcount *count,
                     clffn_matrix x, float beta, clffn_matrix y, cl_command_queue queue) {
     static const clffn_wcount none = {NULL, 0, 0, 0, 0, 0, 0};
     if (!count) { count = &none; }
     refresh(wk, ctx, w->dtype);
-    const size_t built_for = capacity > tokens ? capacity : tokens;
-    int b = 0;
-    while (b + 1 < CLFFN_WTOKEN_BUCKETS && bucket_tokens[b] < built_for) { ++b; }
-    if (built_for > bucket_tokens[b]) { return (cl_int)CLFFN_ERROR_INVALID_SIZE; }
-    if (along_rows && ctx->quantized_inputs &&
-        (w->dtype == CLFFN_DTYPE_Q8_0 || w->dtype == CLFFN_DTYPE_Q4_0 ||
-         w->dtype == CLFFN_DTYPE_BF16)) {
+    const int b = bucket_of(tokens, capacity);
+    if (b < 0) { return (cl_int)CLFFN_ERROR_INVALID_SIZE; }
+    if (along_rows && quantizes_inputs(ctx, w)) {
         return wgemv_quantized_inputs(wk, ctx, w, b, tokens, count, x, beta, y, queue);
     }
     const size_t *p = ctx->wgemv;
-    /* Rows go several to a work-item where the pass's x (cols values for each token) outgrows
-     * the first-level cache: each vector of x read then serves every row. In fours up to 4
-     * tokens, where a core streaming four rows reads faster than with one or two on hosts whose
-     * memory outpaces a core, else in twos. Where x fits, one row a work-item reads fastest,
-     * whatever the type (an AMD EPYC host, 4096 -> 11008 SwiGLU, one token: f16 6.6-6.7 ms with
-     * W1's rows in fours, 5.7-6.0 one by one; q4_0 at 4 tokens, x 64 KB, 12.8-13.1 ms one by one,
-     * 8.7-8.8 in fours; docs/PERFORMANCE.md) */
-    const bool pairs =
-        along_rows && ctx->cpu && p[0] == 1 && w->cols * bucket_tokens[b] > CLFFN_WROW_PAIR_COLS;
-    const size_t per_item = !pairs ? 1 : bucket_tokens[b] <= 4 ? 4 : 2; /* rows a work-item */
+    const size_t per_item = along_rows ? rows_per_item(ctx, w, b) : 1; /* rows a work-item */
     cl_kernel *slot = !along_rows     ? &wk->cols[b]
                       : per_item == 4 ? &wk->rows4[b]
                       : per_item == 2 ? &wk->rows2[b]
@@ -233,14 +263,9 @@ cl_int clffn__wgemv(clffn_wkernels *wk, const clffn_context *ctx, const clffn_wm
                    ? enqueue_sum(wk, ctx, w->dtype, chunks, tokens, count, w->cols, beta, y, queue)
                    : err;
     }
-    const cl_ulong w_off = w->offset, row_bytes = w->row_bytes, rows = w->rows, cols = w->cols;
-    const cl_ulong x_off = x.off, ldx = x.ld, y_off = y.off, ldy = y.ld, chunk_rows = chunk;
-    const cl_uint t = (cl_uint)tokens;
+    const cl_ulong chunk_rows = chunk;
     clffn_args a = clffn__args(*slot);
-    CLFFN_ARG(a, w->mem), CLFFN_ARG(a, w_off), CLFFN_ARG(a, row_bytes), CLFFN_ARG(a, rows);
-    CLFFN_ARG(a, cols), CLFFN_ARG(a, x.mem), CLFFN_ARG(a, x_off), CLFFN_ARG(a, ldx);
-    CLFFN_ARG(a, t), CLFFN_ARG(a, count->mem), CLFFN_ARG(a, count->at), CLFFN_ARG(a, y.mem);
-    CLFFN_ARG(a, y_off), CLFFN_ARG(a, ldy);
+    head_args(&a, w, x, tokens, count, y);
     CLFFN_ARG(a, beta);
     const cl_mem part = chunks > 1 ? scratch_of(wk) : y.mem; /* one chunk: unread */
     if (!along_rows) { CLFFN_ARG(a, chunk_rows), CLFFN_ARG(a, part); }
@@ -263,6 +288,52 @@ cl_int clffn__wgemv(clffn_wkernels *wk, const clffn_context *ctx, const clffn_wm
     err = enqueue_grouped(ctx, queue, *slot, count, global, local);
     if (err != CL_SUCCESS || chunks == 1) { return err; }
     return enqueue_sum(wk, ctx, w->dtype, chunks, tokens, count, w->cols, beta, y, queue);
+}
+
+bool clffn__wgemv_takes_ep(const clffn_context *ctx, const clffn_wmatrix *w, size_t tokens,
+                           size_t capacity, bool pairs) {
+    const int b = bucket_of(tokens, capacity);
+    return b >= 0 && !quantizes_inputs(ctx, w) && rows_per_item(ctx, w, b) == 1 &&
+           (!pairs || ctx->wgemv[1] % 2 == 0);
+}
+
+cl_int clffn__wgemv_ep(clffn_wkernels *wk, const clffn_context *ctx, const clffn_wmatrix *w,
+                       size_t tokens, size_t capacity, const clffn_wcount *count, clffn_matrix x,
+                       clffn_matrix y, const clffn_wepi *ep, cl_command_queue queue,
+                       cl_event *event) {
+    static const clffn_wcount none = {NULL, 0, 0, 0, 0, 0, 0};
+    const bool pairs = (ep->flags & CLFFN_EP_PAIRS) != 0;
+    if (!clffn__wgemv_takes_ep(ctx, w, tokens, capacity, pairs)) {
+        return (cl_int)CLFFN_ERROR_INVALID_ARGUMENT;
+    }
+    if (!count) { count = &none; }
+    refresh(wk, ctx, w->dtype);
+    const int b = bucket_of(tokens, capacity);
+    const bool hidden = (ep->flags & CLFFN_EP_HIDDEN) != 0;
+    cl_kernel *slot = pairs ? &wk->rows_glu[b] : hidden ? &wk->rows_act[b] : &wk->rows_ep[b];
+    const char *name = pairs    ? "clffn_wgemv_rows_glu"
+                       : hidden ? "clffn_wgemv_rows_act"
+                                : "clffn_wgemv_rows_ep";
+    cl_int err = kernel_for(ctx, w->dtype, bucket_tokens[b], name, slot);
+    if (err != CL_SUCCESS || wk->planning) { return err; }
+    const cl_ulong h_off = ep->h.off, ldh = ep->h.ld, b_off = ep->b.offset, bg_off = ep->bg.offset;
+    const cl_ulong pair = ep->pair;
+    clffn_args a = clffn__args(*slot);
+    head_args(&a, w, x, tokens, count, y);
+    CLFFN_ARG(a, ep->h.mem), CLFFN_ARG(a, h_off), CLFFN_ARG(a, ldh);
+    CLFFN_ARG(a, ep->b.mem), CLFFN_ARG(a, b_off), CLFFN_ARG(a, ep->bg.mem), CLFFN_ARG(a, bg_off);
+    CLFFN_ARG(a, ep->flags), CLFFN_ARG(a, ep->act), CLFFN_ARG(a, pair);
+    const cl_ulong8 grp = {{count->w_stride, count->x_stride, count->y_stride, 0, count->ids_at,
+                            ep->bias_stride, ep->h_stride}};
+    const cl_mem ids = ids_of(count, w->mem);
+    CLFFN_ARG(a, ids), CLFFN_ARG(a, grp);
+    if ((err = clffn__args_end(&a)) != CL_SUCCESS) { return err; }
+    const size_t *p = ctx->wgemv;
+    /* pairs: a work-group takes p[1] / 2 rows of W1 and as many of V */
+    const size_t per_group = !pairs ? p[1] : p[1] / 2;
+    const size_t groups = ((pairs ? ep->pair : w->rows) + per_group - 1) / per_group;
+    const size_t g[3] = {p[0], groups * p[1], groups_of(count)}, l[3] = {p[0], p[1], 1};
+    return clEnqueueNDRangeKernel(queue, *slot, 3, NULL, g, l, 0, NULL, event);
 }
 
 void clffn__wkernels_plan(clffn_wkernels *wk) {

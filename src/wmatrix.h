@@ -48,6 +48,9 @@ typedef struct clffn_wkernels {
     clffn_dtype dtype;
     size_t shapes[CLFFN_WGEMV_PARAMS]; /* the context's shapes the kernels were made with */
     cl_kernel rows[CLFFN_WTOKEN_BUCKETS], rows2[CLFFN_WTOKEN_BUCKETS], rows4[CLFFN_WTOKEN_BUCKETS];
+    /* clffn_wgemv_rows_ep, _act and _glu: the epilogues applied as the sums are written */
+    cl_kernel rows_ep[CLFFN_WTOKEN_BUCKETS], rows_act[CLFFN_WTOKEN_BUCKETS];
+    cl_kernel rows_glu[CLFFN_WTOKEN_BUCKETS];
     cl_kernel cols[CLFFN_WTOKEN_BUCKETS]; /* clffn_wgemv_cols, or _strip on a CPU unsplit */
     /* quantized inputs: clffn_xquant, clffn_wgemv_rows_qx */
     cl_kernel xquant[CLFFN_WTOKEN_BUCKETS], rows_qx[CLFFN_WTOKEN_BUCKETS];
@@ -76,6 +79,35 @@ static inline clffn_scratch *clffn__wscratch(clffn_wkernels *wk) {
 cl_int clffn__wgemv(clffn_wkernels *wk, const clffn_context *ctx, const clffn_wmatrix *w,
                     bool along_rows, size_t tokens, size_t capacity, const clffn_wcount *count,
                     clffn_matrix x, float beta, clffn_matrix y, cl_command_queue queue);
+
+/* The epilogue a product along W's rows applies as it writes y (cl/weights.cl,
+ * clffn_wgemv_rows_ep), so that it takes no launch of its own: flags CLFFN_EP_* (clffn_defs.h),
+ * act a clffn_activation, pair W1's rows where V's follow them in W (CLFFN_EP_PAIRS: y then
+ * has 2·pair columns), h the first epilogue's output [T, pair or W's rows], b and bg the biases
+ * (any buffer where their flag is off). A grouped launch's expert e takes h e·h_stride floats
+ * on and its biases e·bias_stride. */
+typedef struct clffn_wepi {
+    cl_uint flags, act;
+    size_t pair;
+    clffn_matrix h;
+    clffn_buffer b, bg;
+    cl_ulong bias_stride, h_stride;
+} clffn_wepi;
+
+/* Whether clffn__wgemv_ep can run a product over w's rows for `tokens` (kernels built for
+ * max(tokens, capacity)), with pairs or without: where clffn__wgemv would run it one row a
+ * work-item or a work-group's lanes a row (not rows several to a work-item, nor quantized
+ * inputs), and for pairs with an even number of rows a work-group. */
+bool clffn__wgemv_takes_ep(const clffn_context *ctx, const clffn_wmatrix *w, size_t tokens,
+                           size_t capacity, bool pairs);
+
+/* y[T, w.rows] = x[T, w.cols]·Wᵀ with ep applied as it is written (see clffn_wepi), as
+ * clffn__wgemv along the rows with β 0 otherwise, where clffn__wgemv_takes_ep says so (else
+ * CLFFN_ERROR_INVALID_ARGUMENT); event (NULL: none) receives the one launch's event. */
+cl_int clffn__wgemv_ep(clffn_wkernels *wk, const clffn_context *ctx, const clffn_wmatrix *w,
+                       size_t tokens, size_t capacity, const clffn_wcount *count, clffn_matrix x,
+                       clffn_matrix y, const clffn_wepi *ep, cl_command_queue queue,
+                       cl_event *event);
 
 /* The f32 block W[r0 .. r0 + nr, c0 .. c0 + nc) into the owner's scratch, enqueued on queue:
  * *out is the block as a row-major operand (ld = nc). While planning, records the scratch it

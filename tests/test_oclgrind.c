@@ -30,7 +30,8 @@ typedef struct sim_case {
     int train;    /* dropout 0.25 in training mode */
     int residual; /* y = FFN(x) + x */
     size_t k_block, T, D, F;
-    int gemv; /* every product that can be one runs as CLBlast GEMVs (else SGEMMs) */
+    int gemv;  /* every product that can be one runs as CLBlast GEMVs (else SGEMMs) */
+    int fused; /* 0: the device's default for fused epilogues (Oclgrind's, a GPU: on); 1: off */
 } sim_case;
 
 static void describe(const sim_case *s, char *buf, size_t size) {
@@ -131,15 +132,15 @@ ParameterizedTestParameters(oclgrind, host_passes) {
 ParameterizedTest(int *a, oclgrind, host_passes, .timeout = 600) {
     const clffn_activation act = (clffn_activation)*a;
     const sim_case cases[] = {
-        {act, 0, CLFFN_LAYOUT_OUT_IN, 1, 1, 0, 0, 7, 13, 28, 0},
-        {act, 1, CLFFN_LAYOUT_IN_OUT, 1, 1, 1, 0, 7, 13, 29, 0},
-        {act, 1, CLFFN_LAYOUT_OUT_IN, 0, 1, 0, 0, 6, 16, 20, 0},
-        {act, 0, CLFFN_LAYOUT_IN_OUT, 0, 0, 1, 64, 5, 13, 133, 0},
+        {act, 0, CLFFN_LAYOUT_OUT_IN, 1, 1, 0, 0, 7, 13, 28, 0, 0},
+        {act, 1, CLFFN_LAYOUT_IN_OUT, 1, 1, 1, 0, 7, 13, 29, 0, 0},
+        {act, 1, CLFFN_LAYOUT_OUT_IN, 0, 1, 0, 0, 6, 16, 20, 0, 0},
+        {act, 0, CLFFN_LAYOUT_IN_OUT, 0, 0, 1, 64, 5, 13, 133, 0, 0},
         /* small batches: GEMVs at odd sizes (CLBlast's general kernel) and at multiples of 64
          * (its fast kernels, both orientations) */
-        {act, 1, CLFFN_LAYOUT_OUT_IN, 1, 1, 1, 0, 3, 13, 29, 1},
-        {act, 0, CLFFN_LAYOUT_IN_OUT, 1, 0, 0, 0, 2, 64, 64, 1},
-        {act, 0, CLFFN_LAYOUT_OUT_IN, 0, 1, 0, 0, 2, 64, 64, 1},
+        {act, 1, CLFFN_LAYOUT_OUT_IN, 1, 1, 1, 0, 3, 13, 29, 1, 0},
+        {act, 0, CLFFN_LAYOUT_IN_OUT, 1, 0, 0, 0, 2, 64, 64, 1, 0},
+        {act, 0, CLFFN_LAYOUT_OUT_IN, 0, 1, 0, 0, 2, 64, 64, 1, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) { run_host(&cases[i]); }
 }
@@ -149,7 +150,7 @@ ParameterizedTest(int *a, oclgrind, host_passes, .timeout = 600) {
  * the residual here: its dy → dx copy at offsets ≠ 0 is not tracked by Oclgrind's
  * uninitialized-memory check (the residual runs in host_passes, at offset 0). */
 Test(oclgrind, device_offsets_separate_gate, .timeout = 600) {
-    const sim_case s = {CLFFN_ACT_GELU, 1, CLFFN_LAYOUT_OUT_IN, 1, 1, 0, 0, 7, 13, 28, 0};
+    const sim_case s = {CLFFN_ACT_GELU, 1, CLFFN_LAYOUT_OUT_IN, 1, 1, 0, 0, 7, 13, 28, 0, 0};
     const clffn_config c = config_of(&s);
     const size_t T = s.T, D = s.D, F = s.F;
     clffn_context *ctx = test_context();
@@ -231,6 +232,7 @@ static void run_typed(const sim_case *s, clffn_dtype t, const size_t wgemv[CLFFN
     ASSERT_OK(clffn_context_set_gemm_k_block(ctx, 32));
     ASSERT_OK(clffn_context_set_gemm_k_block_min_rows(ctx, 0));
     if (wgemv) { ASSERT_OK(clffn_context_set_wgemv(ctx, wgemv)); }
+    if (s->fused) { ASSERT_OK(clffn_context_set_fused_epilogues(ctx, 0)); }
     test_weights w;
     test_weights_make(&w, &c, s->layout, 41 + T + D + F);
     typed_set ts;
@@ -314,35 +316,39 @@ ParameterizedTestParameters(oclgrind, typed_passes) {
     return cr_make_param_array(int, types, CLFFN_DTYPE_COUNT_);
 }
 
-/* Each weight type on both of its paths, in the layouts it takes (each pass runs both GEMV
- * kernels: one in the forward, the other for dx), two shape sets; the element types also at
- * d_model 13, d_ff 29, whose rows end in scalar tails and whose column groups run past the last
- * column. */
+/* Each weight type on both of its paths, in the layouts it takes (each pass runs both GEMV kernels:
+ * one in the forward, the other for dx), two shape sets, the few-token products applying the
+ * epilogues (Oclgrind is a GPU to clffn, which fuses them there) and once apart; the element types
+ * also at d_model 13, d_ff 29, whose rows end in scalar tails and whose column groups run past the
+ * last column. */
 ParameterizedTest(int *type, oclgrind, typed_passes, .timeout = 600) {
     const clffn_dtype t = (clffn_dtype)*type;
     const int q = t == CLFFN_DTYPE_Q8_0 || t == CLFFN_DTYPE_Q4_0; /* out_in only */
     const clffn_layout in_out = q ? CLFFN_LAYOUT_OUT_IN : CLFFN_LAYOUT_IN_OUT;
     static const size_t split[CLFFN_WGEMV_PARAMS] = {4, 2, 8, 4, 2};
     static const size_t wide[CLFFN_WGEMV_PARAMS] = {1, 4, 32, 2, 2};
-    const sim_case gated = {CLFFN_ACT_SILU, 1, CLFFN_LAYOUT_OUT_IN, 0, 0, 1, 0, 3, 64, 96, 0};
-    const sim_case plain = {CLFFN_ACT_GELU, 0, in_out, 1, 0, 0, 0, 2, 64, 96, 0};
-    const sim_case many = {CLFFN_ACT_GELU, 1, in_out, 1, 0, 0, 0, 5, 64, 96, 0};
+    const sim_case gated = {CLFFN_ACT_SILU, 1, CLFFN_LAYOUT_OUT_IN, 0, 0, 1, 0, 3, 64, 96, 0, 0};
+    const sim_case plain = {CLFFN_ACT_GELU, 0, in_out, 1, 0, 0, 0, 2, 64, 96, 0, 0};
+    const sim_case many = {CLFFN_ACT_GELU, 1, in_out, 1, 0, 0, 0, 5, 64, 96, 0, 0};
     /* 9 tokens: the 16-token kernels, whose rows are read 8 values at a time, not 16 */
-    const sim_case nine = {CLFFN_ACT_SILU, 1, CLFFN_LAYOUT_OUT_IN, 1, 0, 0, 0, 9, 64, 96, 0};
+    const sim_case nine = {CLFFN_ACT_SILU, 1, CLFFN_LAYOUT_OUT_IN, 1, 0, 0, 0, 9, 64, 96, 0, 0};
+    /* the epilogues in launches of their own, beside the products that apply them */
+    const sim_case apart = {CLFFN_ACT_GELU, 1, CLFFN_LAYOUT_OUT_IN, 1, 0, 0, 0, 3, 64, 96, 0, 1};
     run_typed(&gated, t, split, CLFFN_MAX_KERNEL_TOKENS);
+    run_typed(&apart, t, split, CLFFN_MAX_KERNEL_TOKENS);
     run_typed(&plain, t, wide, CLFFN_MAX_KERNEL_TOKENS);
     run_typed(&nine, t, wide, CLFFN_MAX_KERNEL_TOKENS);
     run_typed(&many, t, NULL, 0);
     /* a CPU's shape: columns in strips of one work-item each, the 160 rows in two chunks */
     static const size_t cpu[CLFFN_WGEMV_PARAMS] = {1, 8, 64, 1, 4};
-    const sim_case strips = {CLFFN_ACT_SILU, 1, in_out, 1, 0, 0, 0, 9, 64, 160, 0};
+    const sim_case strips = {CLFFN_ACT_SILU, 1, in_out, 1, 0, 0, 0, 9, 64, 160, 0, 0};
     run_typed(&strips, t, cpu, CLFFN_MAX_KERNEL_TOKENS);
     /* rows several to a work-item: at 1056 values, x of 3 tokens (the 4-token kernels) and of 5
      * (the 8-token ones) passes CLFFN_WROW_PAIR_COLS, so W1's rows go in fours, then in twos;
      * 71 rows leave the last four 3 short and the last pair 1 short, 1057 values a tail */
     const size_t pd = q ? 1056 : 1057, pf = q ? 96 : 71; /* d_model, d_ff */
-    const sim_case fours = {CLFFN_ACT_SILU, 1, CLFFN_LAYOUT_OUT_IN, 1, 0, 0, 0, 3, pd, pf, 0};
-    const sim_case twos = {CLFFN_ACT_GELU, 0, CLFFN_LAYOUT_OUT_IN, 1, 0, 0, 0, 5, pd, pf, 0};
+    const sim_case fours = {CLFFN_ACT_SILU, 1, CLFFN_LAYOUT_OUT_IN, 1, 0, 0, 0, 3, pd, pf, 0, 0};
+    const sim_case twos = {CLFFN_ACT_GELU, 0, CLFFN_LAYOUT_OUT_IN, 1, 0, 0, 0, 5, pd, pf, 0, 0};
     run_typed(&fours, t, wide, CLFFN_MAX_KERNEL_TOKENS);
     run_typed(&twos, t, wide, CLFFN_MAX_KERNEL_TOKENS);
     if (q) {
@@ -358,8 +364,8 @@ ParameterizedTest(int *type, oclgrind, typed_passes, .timeout = 600) {
         run_quantized_inputs(t, 5, 100, 70, cpu);
         run_quantized_inputs(t, 3, 96, 160, split);
     }
-    const sim_case odd = {CLFFN_ACT_RELU, 1, CLFFN_LAYOUT_OUT_IN, 1, 0, 0, 0, 3, 13, 29, 0};
-    const sim_case odd_in = {CLFFN_ACT_SILU, 0, CLFFN_LAYOUT_IN_OUT, 1, 0, 0, 0, 3, 13, 29, 0};
+    const sim_case odd = {CLFFN_ACT_RELU, 1, CLFFN_LAYOUT_OUT_IN, 1, 0, 0, 0, 3, 13, 29, 0, 0};
+    const sim_case odd_in = {CLFFN_ACT_SILU, 0, CLFFN_LAYOUT_IN_OUT, 1, 0, 0, 0, 3, 13, 29, 0, 0};
     run_typed(&odd, t, split, CLFFN_MAX_KERNEL_TOKENS);
     run_typed(&odd_in, t, wide, CLFFN_MAX_KERNEL_TOKENS);
     run_typed(&odd_in, t, cpu, CLFFN_MAX_KERNEL_TOKENS);

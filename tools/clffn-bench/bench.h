@@ -23,6 +23,7 @@ typedef struct args {
     int set_kernel_max; /* --kernel-max given */
     size_t kernel_max;
     int quantized_inputs; /* --quantized-inputs */
+    int unfused;          /* --fused-epilogues off */
     int set_layout;       /* --weight-layout given */
     clffn_layout layout;
     clffn_dtype dtype; /* --weights-dtype: the type the weights are kept in */

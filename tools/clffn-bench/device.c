@@ -124,6 +124,9 @@ int bench_open_context(const args *a, clffn_context **ctx) {
         (st = clffn_context_set_quantized_inputs(*ctx, 1)) != CLFFN_SUCCESS) {
         return bench_fail("--quantized-inputs", st);
     }
+    if (a->unfused && (st = clffn_context_set_fused_epilogues(*ctx, 0)) != CLFFN_SUCCESS) {
+        return bench_fail("--fused-epilogues", st);
+    }
     if (a->set_layout && (st = clffn_context_set_weight_layout(*ctx, a->layout)) != CLFFN_SUCCESS) {
         return bench_fail("--weight-layout", st);
     }

@@ -5,6 +5,7 @@
  *               [--weight-layout out_in|in_out] [--weights-dtype TYPE] [--kernel-max N]
  *               [--quantized-inputs] [--experts E [--top-k K] [--expert-split N]
  *               [--moe-counts device|host|auto] [--moe-grouping on|off]]
+ *               [--fused-epilogues on|off]
  *
  * Times N device-level forwards (after two warm-ups) with the wall clock around each forward and
  * its completion, reports best and median, GFLOP/s, the per-stage split from OpenCL profiling
@@ -18,10 +19,12 @@
  * layout the weights are kept in on the device (clffn_context_set_weight_layout), and
  * --kernel-max the count up to which clffn's own kernels take the weights' type, so the
  * choices can be compared in one sitting; --quantized-inputs rounds the inputs of q8_0 and q4_0
- * products to q8_0 first (clffn_context_set_quantized_inputs). Few tokens are bound by reading
- * the weights, so both modes also report the weights' bytes over the forward's time beside the
- * device's copy bandwidth, measured here with a plain copy kernel ((bytes read + bytes
- * written) / time, as STREAM's copy counts them). --experts times a mixture-of-experts layer
+ * products to q8_0 first (clffn_context_set_quantized_inputs), and --fused-epilogues on|off
+ * says whether few-token products apply the epilogues (clffn_context_set_fused_epilogues; the
+ * device's default otherwise). Few tokens are bound by reading the weights, so both modes also
+ * report the weights' bytes over the forward's time beside the device's copy bandwidth,
+ * measured here with a plain copy kernel ((bytes read + bytes written) / time, as STREAM's copy
+ * counts them). --experts times a mixture-of-experts layer
  * of such FFNs instead (moe.c).
  *
  * Exit status: 0 success, 1 device or runtime failure, 2 usage. */
@@ -87,6 +90,7 @@ enum {
     OPT_EXPERT_SPLIT,
     OPT_MOE_COUNTS,
     OPT_MOE_GROUPING,
+    OPT_FUSED_EPILOGUES,
 };
 
 static const tool_option OPTIONS[] = {
@@ -139,6 +143,9 @@ static const tool_option OPTIONS[] = {
     {"moe-grouping", OPT_MOE_GROUPING, TOOL_VALUE, "on|off",
      "run the --experts layer's experts a launch a stage for\nall of them (on, the default) or "
      "one at a time\n(clffn_moe_set_grouping)"},
+    {"fused-epilogues", OPT_FUSED_EPILOGUES, TOOL_VALUE, "on|off",
+     "apply the epilogues in few-token products' kernels (on,\nthe default) or in launches of "
+     "their own\n(clffn_context_set_fused_epilogues)"},
     /* the CPU FFN alone, in a child with another OpenBLAS core (cpu.c) */
     {"cpu-only", OPT_CPU_ONLY, TOOL_FLAG, NULL, NULL},
     {0},
@@ -204,6 +211,13 @@ static int take_option(int key, const char *name, const char *v, args *a) {
             return 0;
         }
         fprintf(stderr, "clffn-bench: --moe-grouping takes on or off\n");
+        return -1;
+    case OPT_FUSED_EPILOGUES:
+        if (tool_parse_on_off(v, &on) == 0) {
+            a->unfused = !on;
+            return 0;
+        }
+        fprintf(stderr, "clffn-bench: --fused-epilogues takes on or off\n");
         return -1;
     case OPT_KERNEL_MAX:
         a->set_kernel_max = 1;

@@ -29,6 +29,7 @@ static void json_choices(cJSON *o, clffn_context *ctx) {
     cJSON_AddNumberToObject(o, "kernel_max_tokens_f32",
                             (double)clffn_context_kernel_max_tokens(ctx, 0));
     cJSON_AddBoolToObject(o, "quantized_inputs", clffn_context_quantized_inputs(ctx));
+    cJSON_AddBoolToObject(o, "fused_epilogues", clffn_context_fused_epilogues(ctx));
     cJSON_AddNumberToObject(o, "gemm_k_block", (double)clffn_context_gemm_k_block(ctx));
     cJSON_AddNumberToObject(o, "gemv_max_tokens", (double)clffn_context_gemv_max_tokens(ctx));
     cJSON_AddNumberToObject(o, "xgemm_few_rows", (double)clffn_context_xgemm_few_rows(ctx));
@@ -131,6 +132,9 @@ static void text_choices(const args *a, clffn_context *ctx) {
     printf("own kernels:   up to %zu tokens (%s)\n",
            clffn_context_kernel_max_tokens(ctx, compressed),
            a->set_kernel_max ? "--kernel-max" : tuning);
+    if (!clffn_context_fused_epilogues(ctx)) {
+        printf("epilogues:     launches of their own (--fused-epilogues off)\n");
+    }
     if (clffn_context_quantized_inputs(ctx)) {
         printf("inputs:        rounded to q8_0 for q8_0 and q4_0 products, to bf16 for bf16 "
                "ones (--quantized-inputs)\n");
@@ -160,8 +164,13 @@ void bench_report_text(const args *a, device_run *r, const bench_result *res) {
         printf("stages (mean): GEMM 1 %.3f ms | epilogue 1 %.3f ms | GEMM 2 %.3f ms | epilogue 2 "
                "%.3f ms\n",
                s->gemm1_s * 1e3, s->epilogue1_s * 1e3, s->gemm2_s * 1e3, s->epilogue2_s * 1e3);
-        printf("outside GEMMs: %.1f%% of device time; epilogues at %.1f GB/s\n",
-               100.0 * d.outside_share, d.epilogue_gbps);
+        if (s->epilogue1_s > 0 || s->epilogue2_s > 0) {
+            printf("outside GEMMs: %.1f%% of device time; epilogues at %.1f GB/s\n",
+                   100.0 * d.outside_share, d.epilogue_gbps);
+        } else {
+            printf("outside GEMMs: %.1f%% of device time; epilogues fused into the GEMMs\n",
+                   100.0 * d.outside_share);
+        }
     }
     printf("backward:      best %.3f ms, median %.3f ms: %.2fx the forward\n",
            res->bwd.best_s * 1e3, res->bwd.median_s * 1e3, res->bwd.best_s / res->fwd.best_s);
