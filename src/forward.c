@@ -4,7 +4,9 @@
  *
  * N1 = F, or 2F when gated (W1's columns then V's). The second product writes the FFN's own u,
  * not the caller's y, so y is written by one kernel at the very end: a failure anywhere earlier
- * leaves it untouched, and y may be x itself. */
+ * leaves it untouched, and y may be x itself. Where the context fuses epilogues (few tokens
+ * along W's rows: fuses() below), the products apply them: the first writes z and h, the
+ * second y itself, still the last kernel, reading h alone. */
 #include "ffn.h"
 
 #include "clffn_defs.h"
