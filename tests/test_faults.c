@@ -569,10 +569,19 @@ static void dev_read(clffn_context *ctx, cl_mem m, float *dst, size_t n) {
                  CL_SUCCESS);
 }
 
+/* The device sweeps' FFN applies its epilogues in the products' kernels (f32 weights kept
+ * [out, in] on clffn's own kernels, inference: dropout would keep the first apart). */
+static int dev_fused;
+
 /* a fresh FFN (empty workspace and scratch) with its buffers: y and dx hold SENTINEL, the
  * gradients 0.5 (to be accumulated onto) */
 static void dev_setup(fx *f, dev_fx *d) {
     cr_assert_eq(clffn_context_create(f->cl, f->dev, &d->ctx), 0);
+    cr_assert_eq(clffn_context_set_fused_epilogues(d->ctx, dev_fused), 0);
+    if (dev_fused) {
+        cr_assert_eq(clffn_context_set_kernel_max_tokens(d->ctx, 0, T), 0);
+        cr_assert_eq(clffn_context_set_weight_layout(d->ctx, CLFFN_LAYOUT_OUT_IN), 0);
+    }
     /* every product through the indirect kernel (the direct one needs no scratch) */
     const char *name[1] = {"XGEMM_MIN_INDIRECT_SIZE"};
     const size_t one[1] = {1};
@@ -582,7 +591,7 @@ static void dev_setup(fx *f, dev_fx *d) {
     cr_assert_eq(clffn_ffn_create(d->ctx, &f->cfg, &d->ffn), 0);
     const clffn_host_weights hw = host_weights(f);
     cr_assert_eq(clffn_ffn_upload_weights(d->ffn, CLFFN_LAYOUT_OUT_IN, &hw), 0);
-    cr_assert_eq(clffn_ffn_set_training(d->ffn, 1), 0);
+    cr_assert_eq(clffn_ffn_set_training(d->ffn, !dev_fused), 0);
     float fill[2 * F * D];
     for (size_t i = 0; i < 2 * F * D; ++i) { fill[i] = SENTINEL; }
     d->x = dev_buffer(f->cl, T * D);
@@ -648,6 +657,7 @@ static void device_sweep(int backward, int sticky) {
     /* the clean run, for the values a retry must give */
     dev_setup(f, &d);
     cr_assert_eq(dev_forward(&d), 0);
+    cr_assert_eq(d.ffn->last_fused.first && d.ffn->last_fused.second, dev_fused);
     if (backward) { cr_assert_eq(dev_backward(&d), 0); }
     const size_t n = dev_snapshot(&d, clean);
     dev_teardown(&d);
@@ -698,3 +708,11 @@ Test(faults, device_forward_once) { device_sweep(0, 0); }
 Test(faults, device_forward_sticky) { device_sweep(0, 1); }
 Test(faults, device_backward_once) { device_sweep(1, 0); }
 Test(faults, device_backward_sticky) { device_sweep(1, 1); }
+Test(faults, device_fused_forward_once) {
+    dev_fused = 1;
+    device_sweep(0, 0);
+}
+Test(faults, device_fused_backward_sticky) {
+    dev_fused = 1;
+    device_sweep(1, 1);
+}
