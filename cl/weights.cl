@@ -470,12 +470,15 @@ inline uint clffn_pass_tokens(uint max_tokens, __global const uint *count, uint 
 // ---- y = x·Wᵀ: along the rows -------------------------------------------------------------------
 
 // The GEMV kernels' first parameters (src/wmatrix.c sets them alike for each): the weights, x,
-// the pass's tokens and their count on the device, and y.
-#define CLFFN_ROWS_PARAMS                                                                      \
-  __global const uchar *restrict w, const ulong w_off, const ulong row_bytes, const ulong rows, \
-      const ulong cols, __global const float *restrict x, const ulong x_off, const ulong ldx,   \
-      const uint max_tokens, __global const uint *restrict count, const uint count_at,        \
-      __global float *restrict y, const ulong y_off, const ulong ldy
+// the pass's tokens and their count on the device, and y; R is restrict for a kernel's, and
+// nothing for a function inlined into one: clang marks an inlined function's restrict pointers
+// with llvm.experimental.noalias.scope.decl, which Oclgrind 21.10's LLVM does not know.
+#define CLFFN_ROWS_PARAMS_R(R)                                                                 \
+  __global const uchar *R w, const ulong w_off, const ulong row_bytes, const ulong rows,        \
+      const ulong cols, __global const float *R x, const ulong x_off, const ulong ldx,          \
+      const uint max_tokens, __global const uint *R count, const uint count_at,               \
+      __global float *R y, const ulong y_off, const ulong ldy
+#define CLFFN_ROWS_PARAMS CLFFN_ROWS_PARAMS_R(restrict)
 
 // Row r's sums for the pass's tokens (sum: CLFFN_WTOKENS floats), where r < rows and live.
 // With one work-item per row (CPUs), it walks the row's blocks two at a time into two
@@ -580,8 +583,9 @@ void clffn_wgemv_rows(CLFFN_ROWS_PARAMS, const float beta, __global const uint *
 //   clffn_wgemv_rows_ep   the second epilogue: y[t, r] = sum + b[r]
 //   clffn_wgemv_rows_act  the first: y keeps the sums (z, which the backward reads) and
 //                         h[t, j] = act(z[t, j] + b[j]), act a clffn_activation id
-//   clffn_wgemv_rows_glu  the same ⊙ (z[t, pair + j] + bg[j]): a gated first layer, V's rows
-//                         stacked after W1's pair rows. W1's row j and V's row pair + j meet in
+//   clffn_wgemv_rows_glu  the same ⊙ (z[t, pair + j] + bg[j]): a gated first layer, W1's pair
+//                         rows in w, V's as many at wv_off bytes into wv (after W1's in w when
+//                         stacked, or a buffer of their own). W1's row j and V's row j meet in
 //                         one work-group, its first CLFFN_ROW_ROWS / 2 rows W1's and the others
 //                         V's, the gate's sums read from part (CLFFN_ROW_ROWS even; NDRange
 //                         (CLFFN_ROW_SPLIT, ⌈pair / (CLFFN_ROW_ROWS / 2)⌉ · CLFFN_ROW_ROWS))
@@ -591,19 +595,22 @@ void clffn_wgemv_rows(CLFFN_ROWS_PARAMS, const float beta, __global const uint *
 // from the same sums, in the same order. A grouped launch's expert also moves h by grp.s6
 // floats and the biases by grp.s5. beta is 0. Three kernels, not flags: POCL ran the product's
 // sums slower with the other forms' code beside them under a branch.
-#define CLFFN_ROWS_EP_PARAMS                                                                   \
-  CLFFN_ROWS_PARAMS, __global float *restrict h, const ulong h_off, const ulong ldh,            \
-      __global const float *restrict b, const ulong b_off, __global const float *restrict bg, \
+#define CLFFN_ROWS_EP_PARAMS_R(R)                                                              \
+  CLFFN_ROWS_PARAMS_R(R), __global float *R h, const ulong h_off, const ulong ldh,              \
+      __global const float *R b, const ulong b_off, __global const float *R bg,               \
       const ulong bg_off, const uint ep, const uint act, const ulong pair,                    \
-      __global const uint *restrict ids, const ulong8 grp
+      __global const uchar *R wv, const ulong wv_off, __global const uint *R ids,             \
+      const ulong8 grp
+#define CLFFN_ROWS_EP_PARAMS CLFFN_ROWS_EP_PARAMS_R(restrict)
 #define CLFFN_ROWS_EP_ARGS                                                                     \
   w, w_off, row_bytes, rows, cols, x, x_off, ldx, max_tokens, count, count_at, y, y_off, ldy,  \
-      h, h_off, ldh, b, b_off, bg, bg_off, ep, act, pair, ids, grp
+      h, h_off, ldh, b, b_off, bg, bg_off, ep, act, pair, wv, wv_off, ids, grp
 
 inline CLFFN_ALWAYS_INLINE void clffn_rows_ep(
-    CLFFN_ROWS_EP_PARAMS, const int hidden, const int pairs, __local float *mine,
+    CLFFN_ROWS_EP_PARAMS_R(), const int hidden, const int pairs, __local float *mine,
     __local float part[][CLFFN_WTOKENS][CLFFN_ROW_SPLIT]) {
   CLFFN_GROUP_SHIFT(w, x, y);
+  wv += group_ * grp.s0;
   h += group_ * grp.s6;
   b += group_ * grp.s5;
   bg += group_ * grp.s5;
@@ -613,17 +620,19 @@ inline CLFFN_ALWAYS_INLINE void clffn_rows_ep(
   const uint half_rows = CLFFN_ROW_ROWS / 2;
   const ulong j = pairs ? get_group_id(1) * half_rows + (l < half_rows ? l : l - half_rows)
                         : get_global_id(1);
-  const int v_row = pairs && l >= half_rows; // V's row pair + j, whose sums are the gate
-  const ulong r = v_row ? pair + j : j;
+  const int v_row = pairs && l >= half_rows; // V's row j, whose sums are the gate
+  const ulong r = v_row ? pair + j : j;       // the row's column of y (z)
   const int mine_row = pairs ? j < pair : r < rows;
-  clffn_row_sums(w, w_off, row_bytes, mine_row ? rows : 0, cols, x, x_off, ldx, tokens, live,
-                 r, mine, part[l], sum);
+  clffn_row_sums(v_row ? wv : w, v_row ? wv_off : w_off, row_bytes, mine_row ? rows : 0, cols, x,
+                 x_off, ldx, tokens, live, v_row ? j : r, mine, part[l], sum);
   if (pairs) { // each row's sums at part[l][t][0], where clffn_lanes_sum leaves a split row's
 #if CLFFN_ROW_SPLIT == 1
     for (uint t = 0; t < CLFFN_WTOKENS; ++t) { part[l][t][0] = sum[t]; }
 #endif
     barrier(CLK_LOCAL_MEM_FENCE);
-    for (uint t = 0; t < CLFFN_WTOKENS; ++t) { gate[t] = part[l + half_rows][t][0]; }
+    if (!v_row) { // W1's row: its gate is the V row half a work-group on
+      for (uint t = 0; t < CLFFN_WTOKENS; ++t) { gate[t] = part[l + half_rows][t][0]; }
+    }
   }
   if (s != 0 || !mine_row || !live) { return; }
   for (uint t = 0; t < CLFFN_WTOKENS; ++t) {

@@ -557,17 +557,18 @@ CLFFN_API clffn_status clffn_context_set_quantized_inputs(clffn_context *ctx, in
  *  NULL). */
 CLFFN_API int clffn_context_quantized_inputs(const clffn_context *ctx);
 
-/** Turns fused epilogues on (on ≠ 0, the default) or off (0). Where a product runs on
- *  clffn's few-token kernels along the weights' rows (W kept [out, in], one row a work-item or
- *  a work-group's lanes a row: every such product on a GPU, and on a CPU those whose input row
- *  fits its first-level cache), the kernel applies the FFN's epilogue as it writes its sums, so
- *  the epilogue takes no launch of its own: after the first product, bias, activation and gate
- *  (gated FFNs with V stacked into W1, as uploads keep it; not with dropout), and after the
- *  second, b2 (not with a residual). Each value is the one the separate epilogue computes, to
- *  the bit, and the hidden tensors are written as before. A decoding forward on a GPU is a few
- *  launches, whose gaps are much of its time; a mixture-of-experts layer's experts gain alike.
- *  Stage times (clffn_ffn_stage_times) then count a fused epilogue in its product's time and
- *  give it 0. Off serves comparisons. Takes effect on the next forward. Errors: NULL_ARGUMENT. */
+/** Turns fused epilogues on (on ≠ 0) or off (0); a context starts with them on, but on a CPU
+ *  device, where POCL ran the fused kernels no faster (docs/PERFORMANCE.md). Where a product
+ *  runs on clffn's few-token kernels along the weights' rows (W kept [out, in], one row a
+ *  work-item or a work-group's lanes a row: every such product on a GPU, and on a CPU those
+ *  whose input row fits its first-level cache), the kernel applies the FFN's epilogue as it
+ *  writes its sums, so the epilogue takes no launch of its own: after the first product, bias,
+ *  activation and gate (not with dropout), and after the second, b2 (not with a residual).
+ *  Each value is the one the separate epilogue computes, to the bit, and the hidden tensors are
+ *  written as before. A decoding forward on a GPU is a few launches, whose gaps are much of its
+ *  time; a mixture-of-experts layer's experts gain alike. Stage times (clffn_ffn_stage_times)
+ *  then count a fused epilogue in its product's time and give it 0. Takes effect on the next
+ *  forward. Errors: NULL_ARGUMENT. */
 CLFFN_API clffn_status clffn_context_set_fused_epilogues(clffn_context *ctx, int on);
 
 /** 1 where the context fuses epilogues into few-token products, else 0 (also for NULL). */

@@ -60,18 +60,22 @@ static void keep_events(clffn_ffn *ffn, cl_event start, cl_event end, cl_event *
     clffn__keep_tail(ffn, end);
 }
 
-/* Which epilogues ride on the products (cl/weights.cl, clffn_wgemv_rows_ep) and so take no
- * launch of their own, where the context fuses them: few tokens along W's rows. Not the first
- * with dropout (epilogue.cl draws the mask) or with W1 and V apart, nor the second with a
- * residual (y may be x itself). */
+/* V where it is a matrix of its own (bound apart from W1), else NULL. */
+static const clffn_linear *v_apart(const clffn_ffn *ffn) {
+    return ffn->cfg.gated && !ffn->stacked ? &ffn->v : NULL;
+}
+
+/* Which epilogues ride on the products (cl/weights.cl, clffn_wgemv_rows_ep, _act, _glu) and so
+ * take no launch of their own, where the context fuses them: few tokens along W's rows. Not the
+ * first with dropout (epilogue.cl draws the mask), nor the second with a residual (y may be x
+ * itself). */
 static clffn_fused fuses(const clffn_ffn *ffn, const clffn_gemm_env *env, size_t tokens,
                          const clffn_dropout_use *drop) {
     const clffn_config *c = &ffn->cfg;
     clffn_fused f = {false, false};
     if (!ffn->ctx->fused_epilogues) { return f; }
-    f.first = !drop->on && (!c->gated || ffn->stacked) &&
-              clffn__linear_takes_ep(env, &ffn->w1, tokens, c->gated);
-    f.second = !c->residual && clffn__linear_takes_ep(env, &ffn->w2, tokens, false);
+    f.first = !drop->on && clffn__linear_takes_ep(env, &ffn->w1, v_apart(ffn), tokens, c->gated);
+    f.second = !c->residual && clffn__linear_takes_ep(env, &ffn->w2, NULL, tokens, false);
     return f;
 }
 
@@ -90,12 +94,14 @@ static cl_int first_layer(clffn_ffn *ffn, const clffn_gemm_env *env, size_t toke
         const clffn_wepi ep = {flags,
                                (cl_uint)c->activation,
                                c->d_ff,
+                               NULL, /* V: set by the linear layer */
+                               0,
                                {ffn->ws.h, 0, c->d_ff},
                                c->bias1 ? ffn->b1 : standin,
                                bv_on ? ffn->bv : standin,
                                0,
                                0};
-        return clffn__linear_forward_ep(env, &ffn->w1, tokens, x, z, &ep, event);
+        return clffn__linear_forward_ep(env, &ffn->w1, v_apart(ffn), tokens, x, z, &ep, event);
     }
     clffn_part parts[2];
     const size_t n = clffn__first_layer(c->gated, ffn->stacked, &ffn->w1, &ffn->v, parts);
@@ -114,10 +120,10 @@ static cl_int second_layer(clffn_ffn *ffn, const clffn_gemm_env *env, size_t tok
     const clffn_matrix h = {ffn->ws.h, 0, c->d_ff}, u = {ffn->ws.u, 0, c->d_model};
     if (fused_y) {
         const clffn_buffer standin = {ffn->ws.h, 0};
-        const clffn_wepi ep = {
-            c->bias2 ? CLFFN_EP_BIAS : 0, 0,       0, {ffn->ws.u, 0, c->d_model}, /* unread */
-            c->bias2 ? ffn->b2 : standin, standin, 0, 0};
-        return clffn__linear_forward_ep(env, &ffn->w2, tokens, h, *fused_y, &ep, event);
+        const clffn_wepi ep = {c->bias2 ? CLFFN_EP_BIAS : 0, 0,       0, NULL, 0,
+                               {ffn->ws.u, 0, c->d_model}, /* unread */
+                               c->bias2 ? ffn->b2 : standin, standin, 0, 0};
+        return clffn__linear_forward_ep(env, &ffn->w2, NULL, tokens, h, *fused_y, &ep, event);
     }
     return clffn__linear_forward(env, &ffn->w2, tokens, h, 0.0f, u);
 }

@@ -105,22 +105,32 @@ cl_int clffn__linear_forward(const clffn_gemm_env *env, const clffn_linear *w, s
     return clffn__sgemm(env->ctx, env->scratch, &op, env->queue, NULL);
 }
 
-bool clffn__linear_takes_ep(const clffn_gemm_env *env, const clffn_linear *w, size_t tokens,
-                            bool pairs) {
+bool clffn__linear_takes_ep(const clffn_gemm_env *env, const clffn_linear *w, const clffn_linear *v,
+                            size_t tokens, bool pairs) {
     if (!few(env, w, tokens) || !out_in(w)) { return false; }
+    if (v &&
+        (v->dtype != w->dtype || v->layout != w->layout || v->in != w->in || v->out != w->out)) {
+        return false;
+    }
     const clffn_wmatrix m = stored(w);
     return clffn__wgemv_takes_ep(env->ctx, &m, tokens, env->capacity, pairs);
 }
 
-cl_int clffn__linear_forward_ep(const clffn_gemm_env *env, const clffn_linear *w, size_t tokens,
-                                clffn_matrix x, clffn_matrix y, const clffn_wepi *ep,
-                                cl_event *event) {
+cl_int clffn__linear_forward_ep(const clffn_gemm_env *env, const clffn_linear *w,
+                                const clffn_linear *v, size_t tokens, clffn_matrix x,
+                                clffn_matrix y, const clffn_wepi *ep, cl_event *event) {
     const bool pairs = (ep->flags & CLFFN_EP_PAIRS) != 0;
-    if (!clffn__linear_takes_ep(env, w, tokens, pairs)) {
+    if (!clffn__linear_takes_ep(env, w, v, tokens, pairs)) {
         return (cl_int)CLFFN_ERROR_INVALID_ARGUMENT;
     }
     const clffn_wmatrix m = stored(w);
-    return clffn__wgemv_ep(env->wk, env->ctx, &m, tokens, env->capacity, env->count, x, y, ep,
+    clffn_wepi e = *ep;
+    if (pairs) { /* V's rows: a matrix of their own, or W1's last pair rows' successors */
+        const clffn_wmatrix mv = v ? stored(v) : m;
+        e.v = mv.mem;
+        e.v_offset = v ? mv.offset : m.offset + ep->pair * m.row_bytes;
+    }
+    return clffn__wgemv_ep(env->wk, env->ctx, &m, tokens, env->capacity, env->count, x, y, &e,
                            *env->queue, event);
 }
 

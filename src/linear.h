@@ -50,15 +50,17 @@ cl_int clffn__env_reserve(const clffn_gemm_env *env);
 cl_int clffn__linear_forward(const clffn_gemm_env *env, const clffn_linear *w, size_t tokens,
                              clffn_matrix x, float beta, clffn_matrix y);
 /* Whether y = x·Wᵀ over `tokens` runs clffn's kernels along W's rows with an epilogue
- * (clffn__wgemv_takes_ep): few tokens, W kept [out, in]. */
-bool clffn__linear_takes_ep(const clffn_gemm_env *env, const clffn_linear *w, size_t tokens,
-                            bool pairs);
+ * (clffn__wgemv_takes_ep): few tokens, W kept [out, in]; with pairs, V is v (NULL: stacked
+ * into W after W1's rows, or none), which must then be of W's type, layout and shape. */
+bool clffn__linear_takes_ep(const clffn_gemm_env *env, const clffn_linear *w, const clffn_linear *v,
+                            size_t tokens, bool pairs);
 
-/* y = x·Wᵀ with ep applied as y is written (clffn__wgemv_ep), where clffn__linear_takes_ep
- * says so (else CLFFN_ERROR_INVALID_ARGUMENT); event (NULL: none) receives its launch's. */
-cl_int clffn__linear_forward_ep(const clffn_gemm_env *env, const clffn_linear *w, size_t tokens,
-                                clffn_matrix x, clffn_matrix y, const clffn_wepi *ep,
-                                cl_event *event);
+/* y = x·Wᵀ with ep applied as y is written (clffn__wgemv_ep; ep's V is set here from v or W),
+ * where clffn__linear_takes_ep says so (else CLFFN_ERROR_INVALID_ARGUMENT); event (NULL: none)
+ * receives its launch's. */
+cl_int clffn__linear_forward_ep(const clffn_gemm_env *env, const clffn_linear *w,
+                                const clffn_linear *v, size_t tokens, clffn_matrix x,
+                                clffn_matrix y, const clffn_wepi *ep, cl_event *event);
 
 cl_int clffn__linear_backward_input(const clffn_gemm_env *env, const clffn_linear *w, size_t tokens,
                                     clffn_matrix dy, float beta, clffn_matrix dx);

@@ -110,6 +110,8 @@ static clffn_wepi first_ep(const clffn_ffn *f0, const clffn_pool *pool, cl_mem h
     const clffn_wepi ep = {flags,
                            (cl_uint)c->activation,
                            c->d_ff,
+                           NULL, /* V: stacked into W1 (the linear layer sets it) */
+                           0,
                            {h, 0, c->d_ff},
                            {c->bias1 ? pool[CLFFN_POOL_B1].parent : h, 0},
                            {bv_on ? pool[CLFFN_POOL_BV].parent : h, 0},
@@ -138,9 +140,9 @@ static cl_int products(const clffn_moe_group *g, const clffn_group_pass *p,
     clffn_gemm_env env = *base;
     env.count = &c1;
     cl_int err;
-    if (fused && clffn__linear_takes_ep(&env, &w1, T, c->gated)) {
+    if (fused && clffn__linear_takes_ep(&env, &w1, NULL, T, c->gated)) {
         const clffn_wepi ep = first_ep(f0, pool, h.mem, T);
-        err = clffn__linear_forward_ep(&env, &w1, T, x, z, &ep, NULL);
+        err = clffn__linear_forward_ep(&env, &w1, NULL, T, x, z, &ep, NULL);
     } else {
         err = clffn__linear_forward(&env, &w1, T, x, 0.0f, z);
         if (err == CL_SUCCESS && !plan) {
@@ -155,7 +157,7 @@ static cl_int products(const clffn_moe_group *g, const clffn_group_pass *p,
     }
     env.count = &c2;
     const clffn_matrix yg = {p->yg, 0, D};
-    *second_done = !c->bias2 || (fused && clffn__linear_takes_ep(&env, &w2, T, false));
+    *second_done = !c->bias2 || (fused && clffn__linear_takes_ep(&env, &w2, NULL, T, false));
     if (err != CL_SUCCESS) { return err; }
     if (!c->bias2 || !*second_done) {
         const clffn_matrix u = {c->bias2 ? g->u : p->yg, 0, D};
@@ -165,12 +167,14 @@ static cl_int products(const clffn_moe_group *g, const clffn_group_pass *p,
     const clffn_wepi ep = {CLFFN_EP_BIAS,
                            0,
                            0,
+                           NULL,
+                           0,
                            {h.mem, 0, F},
                            {b2->parent, 0},
                            {b2->parent, 0},
                            b2->stride / sizeof(float),
                            0};
-    return clffn__linear_forward_ep(&env, &w2, T, h, yg, &ep, NULL);
+    return clffn__linear_forward_ep(&env, &w2, NULL, T, h, yg, &ep, NULL);
 }
 
 clffn_status clffn__group_forward(clffn_moe_group *g, const clffn_group_pass *p,

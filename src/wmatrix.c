@@ -322,7 +322,10 @@ cl_int clffn__wgemv_ep(clffn_wkernels *wk, const clffn_context *ctx, const clffn
     head_args(&a, w, x, tokens, count, y);
     CLFFN_ARG(a, ep->h.mem), CLFFN_ARG(a, h_off), CLFFN_ARG(a, ldh);
     CLFFN_ARG(a, ep->b.mem), CLFFN_ARG(a, b_off), CLFFN_ARG(a, ep->bg.mem), CLFFN_ARG(a, bg_off);
+    const cl_mem v = pairs ? ep->v : w->mem; /* unread without pairs */
+    const cl_ulong v_off = pairs ? ep->v_offset : 0;
     CLFFN_ARG(a, ep->flags), CLFFN_ARG(a, ep->act), CLFFN_ARG(a, pair);
+    CLFFN_ARG(a, v), CLFFN_ARG(a, v_off);
     const cl_ulong8 grp = {{count->w_stride, count->x_stride, count->y_stride, 0, count->ids_at,
                             ep->bias_stride, ep->h_stride}};
     const cl_mem ids = ids_of(count, w->mem);

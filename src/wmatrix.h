@@ -81,14 +81,17 @@ cl_int clffn__wgemv(clffn_wkernels *wk, const clffn_context *ctx, const clffn_wm
                     clffn_matrix x, float beta, clffn_matrix y, cl_command_queue queue);
 
 /* The epilogue a product along W's rows applies as it writes y (cl/weights.cl,
- * clffn_wgemv_rows_ep), so that it takes no launch of its own: flags CLFFN_EP_* (clffn_defs.h),
- * act a clffn_activation, pair W1's rows where V's follow them in W (CLFFN_EP_PAIRS: y then
- * has 2·pair columns), h the first epilogue's output [T, pair or W's rows], b and bg the biases
- * (any buffer where their flag is off). A grouped launch's expert e takes h e·h_stride floats
- * on and its biases e·bias_stride. */
+ * clffn_wgemv_rows_ep, _act, _glu), so that it takes no launch of its own: flags CLFFN_EP_*
+ * (clffn_defs.h), act a clffn_activation; with CLFFN_EP_PAIRS, W's first pair rows are W1's and
+ * V's as many lie v_offset bytes into v (after W1's in W's buffer when stacked; y then has
+ * 2·pair columns, V's after W1's); h the first epilogue's output [T, pair or W's rows], b and
+ * bg the biases (any buffer where their flag is off). A grouped launch's expert e takes h
+ * e·h_stride floats on and its biases e·bias_stride, its V as its W. */
 typedef struct clffn_wepi {
     cl_uint flags, act;
     size_t pair;
+    cl_mem v;
+    size_t v_offset;
     clffn_matrix h;
     clffn_buffer b, bg;
     cl_ulong bias_stride, h_stride;

@@ -283,11 +283,12 @@ static void check_case(const fuse_case *k) {
     test_weights_free(&w);
 }
 
-/* Which products apply the epilogues: the first not with dropout, nor with W1 and V bound
- * apart, the second not with a residual (y may be x); neither with quantized inputs, nor where
- * W is kept [in, out], nor past the kernels' crossover; and on a CPU's shape, not where a
- * product's rows go several to a work-item (its x, cols values for each of the pass's
- * tokens, outgrowing the first-level cache). Each fused or not, y and h are the same. */
+/* Which products apply the epilogues: the first not with dropout (with W1 and V bound apart it
+ * reads V's rows from V's own buffer), the second not with a residual (y may be x); neither
+ * with quantized inputs, nor where W is kept [in, out], nor past the kernels' crossover; and on
+ * a CPU's shape, not where a product's rows go several to a work-item (its x, cols values for
+ * each of the pass's tokens, outgrowing the first-level cache). Each fused or not, y and h are
+ * the same. */
 Test(fused, which_products_fuse, .timeout = 300) {
     const clffn_layout oi = CLFFN_LAYOUT_OUT_IN, io = CLFFN_LAYOUT_IN_OUT;
     clffn_config res = config_of(64, 48, CLFFN_ACT_RELU, 1, 7);
@@ -301,7 +302,8 @@ Test(fused, which_products_fuse, .timeout = 300) {
     const fuse_case cases[] = {
         {"residual", res, f16, 2, 1, 0, 0, oi, 0, 1, 0},
         {"dropout", drop, f16, 2, 1, 0, 0, oi, 0, 0, 1},
-        {"W1 and V apart", gated, f32, 2, 1, 0, 0, oi, 1, 0, 1},
+        {"W1 and V apart", gated, f32, 2, 1, 0, 0, oi, 1, 1, 1},
+        {"W1 and V apart, one lane a row", gated, f32, 3, 0, 0, 0, oi, 1, 1, 1},
         {"quantized inputs", gq, q8, 1, 1, 0, 1, oi, 0, 0, 0},
         {"kept [in, out]", gated, f32, 1, 1, 0, 0, io, 0, 0, 0},
         {"past the crossover", gated, f16, 8, 1, 4, 0, oi, 0, 0, 0},

@@ -372,6 +372,58 @@ ParameterizedTest(int *type, oclgrind, typed_passes, .timeout = 600) {
     run_typed(&odd, t, NULL, 0);
 }
 
+/* The first epilogue in the first product's kernel with W1 and V bound apart, each at an offset
+ * ≠ 0 in a buffer with canaries (the kernel reads V's rows from V's buffer): f32 on clffn's
+ * kernels, kept [out, in], inference, 1 and 3 tokens (an FFN each: one FFN's forward of 3 tokens
+ * after one of 1 draws uninitialized-value reports here, fused or not, which no single forward
+ * does), with a row's lanes side by side and one lane a row; y against the reference, and both
+ * fusions checked to have run. */
+static void fused_gate_apart(const size_t wgemv[CLFFN_WGEMV_PARAMS], size_t T) {
+    const sim_case s = {CLFFN_ACT_SILU, 1, CLFFN_LAYOUT_OUT_IN, 1, 0, 0, 0, T, 13, 29, 0, 0};
+    const clffn_config c = config_of(&s);
+    const size_t D = s.D, F = s.F;
+    test_weights w;
+    test_weights_make(&w, &c, s.layout, 78);
+    const float *wsrc[6] = {w.w1, w.b1, w.v, w.bv, w.w2, w.b2};
+    const size_t wlen[6] = {F * D, F, F * D, F, D * F, D};
+    clffn_context *ctx = test_context();
+    ASSERT_OK(clffn_context_set_kernel_max_tokens(ctx, 0, CLFFN_MAX_KERNEL_TOKENS));
+    ASSERT_OK(clffn_context_set_wgemv(ctx, wgemv));
+    ASSERT_OK(clffn_context_set_fused_epilogues(ctx, 1));
+    guarded gw[6];
+    for (int i = 0; i < 6; ++i) {
+        gw[i] = guarded_make(ctx, CANARY + 3 + (size_t)i, wlen[i], wsrc[i]);
+    }
+    const clffn_device_weights dw = {{gw[0].mem, gw[0].offset}, {gw[1].mem, gw[1].offset},
+                                     {gw[2].mem, gw[2].offset}, {gw[3].mem, gw[3].offset},
+                                     {gw[4].mem, gw[4].offset}, {gw[5].mem, gw[5].offset}};
+    clffn_ffn *ffn = NULL;
+    ASSERT_OK(clffn_ffn_create(ctx, &c, &ffn));
+    ASSERT_OK(clffn_ffn_bind_weights(ffn, CLFFN_LAYOUT_OUT_IN, &dw));
+    float x[3 * 13], y[3 * 13];
+    double ry[3 * 13];
+    fill_uniform(x, T * D, -1.0f, 1.0f, 10 + T);
+    ASSERT_OK(clffn_forward_host(ffn, T, x, T * D, y, T * D));
+    cr_assert(ffn->last_fused.first && ffn->last_fused.second, "T %zu", T);
+    ASSERT_OK(clffn_reference_forward(&c, s.layout, &w.host, T, x, 0, 0, 0, ry, NULL));
+    assert_close(y, ry, T * D, act_rtol(s.act), "fused, V apart");
+    for (int i = 0; i < 6; ++i) {
+        guarded_assert_canaries(ctx, &gw[i], "a weight");
+        guarded_free(&gw[i]);
+    }
+    clffn_ffn_destroy(ffn);
+    test_weights_free(&w);
+    release(ctx);
+}
+
+Test(oclgrind, fused_gate_apart, .timeout = 600) {
+    static const size_t shapes[2][CLFFN_WGEMV_PARAMS] = {{4, 2, 8, 4, 2}, {1, 8, 64, 1, 4}};
+    for (int sh = 0; sh < 2; ++sh) {
+        fused_gate_apart(shapes[sh], 1);
+        fused_gate_apart(shapes[sh], 3);
+    }
+}
+
 /* Every weight program (type × token bucket) builds with -cl-std=CL1.2, with the reductions
  * split (local memory and barriers in both GEMVs) and without. */
 Test(oclgrind, every_weight_program_builds_as_cl12, .timeout = 600) {
