@@ -18,8 +18,13 @@ static clffn_status grow_io(clffn_moe *moe, size_t T) {
         for (size_t i = 0; i < 3; ++i) { clffn__release_mem(&m[i]); }
         return (clffn_status)err;
     }
-    clffn__release_mem(&moe->io_x), clffn__release_mem(&moe->io_y), clffn__release_mem(&moe->io_dx);
-    moe->io_x = m[0], moe->io_y = m[1], moe->io_dx = m[2], moe->io_tokens = T;
+    /* the old ones after the queue's commands, as an FFN's (src/workspace.c) */
+    cl_mem *const old[3] = {&moe->io_x, &moe->io_y, &moe->io_dx};
+    for (size_t i = 0; i < 3; ++i) {
+        clffn__release_when_done(moe->ctx->queue, *old[i]);
+        *old[i] = m[i];
+    }
+    moe->io_tokens = T;
     return CLFFN_SUCCESS;
 }
 

@@ -57,7 +57,9 @@ clffn_status clffn__workspace_host_forward(clffn_workspace *ws, const clffn_cont
     cl_mem *const slots[2] = {&ws->io_x, &ws->io_y};
     const size_t bytes = tokens * c->d_model * sizeof(float);
     const size_t sizes[2] = {bytes, bytes};
-    const clffn_status st = grow(ctx, 2, slots, sizes, NULL);
+    /* the old ones after the context queue's commands: released at once, Oclgrind reported
+     * reads of uninitialized values in the next forward's kernels (docs/RELIABILITY.md) */
+    const clffn_status st = grow(ctx, 2, slots, sizes, ctx->queue);
     if (st == CLFFN_SUCCESS) { ws->io_tokens = tokens; }
     return st;
 }
@@ -82,7 +84,7 @@ clffn_status clffn__workspace_host_backward(clffn_workspace *ws, const clffn_con
     cl_mem *const slots[2] = {&ws->io_dy, &ws->io_dx};
     const size_t bytes = tokens * D * sizeof(float);
     const size_t sizes[2] = {bytes, bytes};
-    const clffn_status st = grow(ctx, 2, slots, sizes, NULL);
+    const clffn_status st = grow(ctx, 2, slots, sizes, ctx->queue); /* as the forward's */
     if (st == CLFFN_SUCCESS) { ws->bio_tokens = tokens; }
     return st;
 }
