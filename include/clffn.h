@@ -557,8 +557,9 @@ CLFFN_API clffn_status clffn_context_set_quantized_inputs(clffn_context *ctx, in
  *  NULL). */
 CLFFN_API int clffn_context_quantized_inputs(const clffn_context *ctx);
 
-/** Turns fused epilogues on (on ≠ 0) or off (0); a context starts with them on, but on a CPU
- *  device, where POCL ran the fused kernels no faster (docs/PERFORMANCE.md). Where a product
+/** Turns fused epilogues on (on ≠ 0) or off (0). A context starts as its tuning profile says
+ *  ("FUSED_EPILOGUES": 0 or 1 in its "clffn" section), else with them on, but on a CPU device,
+ *  where POCL ran the fused kernels no faster (docs/PERFORMANCE.md). Where a product
  *  runs on clffn's few-token kernels along the weights' rows (W kept [out, in], one row a
  *  work-item or a work-group's lanes a row: every such product on a GPU, and on a CPU those
  *  whose input row fits its first-level cache), the kernel applies the FFN's epilogue as it

@@ -68,10 +68,12 @@ static clffn_status context_init(clffn_context *ctx, cl_context context, cl_devi
     }
     ctx->context = context;
     ctx->device = device;
-    /* POCL ran the fused products no faster than the launches they save
-     * (docs/PERFORMANCE.md, "Epilogues in the products' kernels") */
-    ctx->fused_epilogues = !ctx->cpu;
     if ((st = clffn__tuning_apply(device, &ctx->tuning)) == CLFFN_SUCCESS) {
+        /* the profile's, else on but on CPU devices, where POCL ran the fused products no
+         * faster than the launches they save (docs/PERFORMANCE.md, "Epilogues in the
+         * products' kernels") */
+        ctx->fused_epilogues =
+            ctx->tuning.fused_epilogues >= 0 ? ctx->tuning.fused_epilogues : !ctx->cpu;
         ctx->gemm_k_block = ctx->tuning.gemm_k_block;
         ctx->gemv_max_tokens = ctx->tuning.gemv_max_tokens;
         ctx->gemm_k_block_min_rows = ctx->tuning.gemm_k_block_min_rows;

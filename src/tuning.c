@@ -96,6 +96,7 @@ static void own_defaults(clffn_tuning *t) {
     t->kernel_max_tokens[0] = CLFFN_DEFAULT_KERNEL_MAX_TOKENS_F32;
     t->kernel_max_tokens[1] = CLFFN_DEFAULT_KERNEL_MAX_TOKENS;
     memset(t->wgemv, 0, sizeof t->wgemv);
+    t->fused_epilogues = -1;
 }
 
 const char *const clffn__wgemv_names[CLFFN_WGEMV_PARAMS] = {
@@ -138,12 +139,14 @@ static void own_take(clffn_tuning *out, const clffn_tuning *own) {
 }
 
 /* The profile's own "clffn" section: {"GEMM_K_BLOCK": n, "GEMM_K_BLOCK_MIN_ROWS": n,
- * "GEMV_MAX_TOKENS": n, "WEIGHT_LAYOUT": n, "XGEMM_FEW_ROWS": n} (clffn__sgemm's inner-dimension
- * block, 0 for none; the fewest token rows a product needs to be blocked; the most tokens that
- * run as matrix-vector products; the clffn_layout uploads keep weights in; the row count below
- * which products run with the "clblast_few_rows" Xgemm set, 0 for none). A missing name keeps its
- * default (own_defaults); an unknown name or a bad value makes the whole profile invalid, so a
- * typo is reported instead of silently doing nothing. */
+ * "GEMV_MAX_TOKENS": n, "WEIGHT_LAYOUT": n, "XGEMM_FEW_ROWS": n, "FUSED_EPILOGUES": 0|1}
+ * (clffn__sgemm's inner-dimension block, 0 for none; the fewest token rows a product needs to
+ * be blocked; the most tokens that run as matrix-vector products; the clffn_layout uploads keep
+ * weights in; the row count below which products run with the "clblast_few_rows" Xgemm set, 0
+ * for none; whether few-token products apply the epilogues), with the kernels' shapes and
+ * crossovers (take_kernel_value). A missing name keeps its default (own_defaults); an unknown
+ * name or a bad value makes the whole profile invalid, so a typo is reported instead of
+ * silently doing nothing. */
 static clffn_status parse_clffn_section(const cJSON *root, clffn_tuning *out) {
     own_defaults(out);
     const cJSON *sec = cJSON_GetObjectItemCaseSensitive(root, "clffn");
@@ -167,6 +170,8 @@ static clffn_status parse_clffn_section(const cJSON *root, clffn_tuning *out) {
         } else if (!strcmp(p->string, "XGEMM_FEW_ROWS") &&
                    (v = whole_in(p, (double)CLFFN_MAX_XGEMM_FEW_ROWS)) >= 0) {
             out->xgemm_few_rows = (size_t)v;
+        } else if (!strcmp(p->string, "FUSED_EPILOGUES") && (v = whole_in(p, 1)) >= 0) {
+            out->fused_epilogues = (int)v;
         } else if (!strcmp(p->string, "WEIGHT_LAYOUT") &&
                    (v = whole_in(p, (double)CLFFN_LAYOUT_IN_OUT)) >= 0) {
             out->weight_layout = v > 0 ? CLFFN_LAYOUT_IN_OUT : CLFFN_LAYOUT_OUT_IN;

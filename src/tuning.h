@@ -30,6 +30,9 @@ typedef struct clffn_tuning {
     size_t kernel_max_tokens[2];
     /* "WGEMV_ROW_SPLIT" … "WGEMV_COL_GROUPS" (CLFFN_WGEMV_PARAMS), all or none; 0s without */
     size_t wgemv[CLFFN_WGEMV_PARAMS];
+    /* "FUSED_EPILOGUES": 0 or 1 (clffn_context_set_fused_epilogues); -1 without: on but on CPU
+     * devices */
+    int fused_epilogues;
 } clffn_tuning;
 
 /* The few-token kernel shapes' names in the profile, in the order of clffn_context_set_wgemv. */

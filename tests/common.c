@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* splitmix64: small, well mixed, and unrelated to the library's Philox */
 static uint64_t splitmix(uint64_t *s) {
@@ -92,6 +93,21 @@ clffn_context *test_context(void) {
     clffn_context *ctx = NULL;
     ASSERT_OK(clffn_context_create_default(&ctx));
     return ctx;
+}
+
+void test_profile_dir(char *dir, char *path, size_t size) {
+    cr_assert(mkdtemp(dir));
+    setenv("CLFFN_TUNE_DIR", dir, 1);
+    unsetenv("CLFFN_NO_TUNING");
+    clffn_context *ctx = test_context();
+    ASSERT_OK(clffn_tuning_profile_path(clffn_context_cl_device(ctx), path, size));
+    clffn_context_destroy(ctx);
+}
+
+void test_profile_dir_end(const char *dir, const char *path) {
+    remove(path);
+    rmdir(dir);
+    unsetenv("CLFFN_TUNE_DIR");
 }
 
 /* Known defects of OpenCL implementations: the platform (a prefix of CL_PLATFORM_NAME), the

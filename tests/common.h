@@ -64,6 +64,11 @@ void assert_rounding_shows(const double *rounded, const double *plain, size_t n,
                            const char *what);
 
 clffn_context *test_context(void);
+/* A fresh folder of tuning profiles made from the template dir ("/tmp/…-XXXXXX") and set as
+ * CLFFN_TUNE_DIR (CLFFN_NO_TUNING unset), and in path the profile file the test device reads
+ * there; test_profile_dir_end removes both and unsets CLFFN_TUNE_DIR. */
+void test_profile_dir(char *dir, char *path, size_t size);
+void test_profile_dir_end(const char *dir, const char *path);
 /* Whether the device's profiling timestamps order three kernels that its in-order queue ran one
  * after the other (each starting at or after the last one's end): the tests' own probe, apart
  * from the library's, of whether stage times can exist on this device. */

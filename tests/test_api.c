@@ -582,11 +582,8 @@ Test(api, xgemm_sets_setting) {
  * applied. */
 Test(api, xgemm_few_rows_profile) {
     char dir[] = "/tmp/clffn-few-XXXXXX", path[1400];
-    cr_assert(mkdtemp(dir));
-    setenv("CLFFN_TUNE_DIR", dir, 1);
-    unsetenv("CLFFN_NO_TUNING");
+    test_profile_dir(dir, path, sizeof path);
     clffn_context *ctx = test_context();
-    ASSERT_OK(clffn_tuning_profile_path(clffn_context_cl_device(ctx), path, sizeof path));
     const size_t fallback = clffn_context_xgemm_few_rows(ctx); /* the built-in's, if any */
     clffn_context_destroy(ctx);
     const char *xg = "{\"GEMMK\":0,\"KREG\":1,\"KWG\":64,\"KWI\":8,\"MDIMA\":4,\"MDIMC\":4,"
@@ -619,9 +616,7 @@ Test(api, xgemm_few_rows_profile) {
         }
         clffn_context_destroy(ctx);
     }
-    remove(path);
-    rmdir(dir);
-    unsetenv("CLFFN_TUNE_DIR");
+    test_profile_dir_end(dir, path);
 }
 
 /* The built-in profile a device matches: what a context applies where no profile file is. */

@@ -414,3 +414,33 @@ Test(fused, mixture_of_experts, .timeout = 300) {
         moe_case(types[i], 1);
     }
 }
+
+/* A profile sets the default for its device: "FUSED_EPILOGUES" 1 or 0 whatever the device's
+ * kind; another value makes the profile invalid, and the device's rule stands. */
+Test(fused, a_profile_sets_the_default, .timeout = 120) {
+    char dir[] = "/tmp/clffn-fused-XXXXXX", path[1400];
+    test_profile_dir(dir, path, sizeof path);
+    clffn_context *ctx = test_context(); /* no profile file yet: the device's rule */
+    const int rule = !ctx->cpu;
+    cr_assert_eq(clffn_context_fused_epilogues(ctx), rule);
+    clffn_context_destroy(ctx);
+    static const char *const texts[3] = {"{\"clblast\":{},\"clffn\":{\"FUSED_EPILOGUES\":1}}",
+                                         "{\"clblast\":{},\"clffn\":{\"FUSED_EPILOGUES\":0}}",
+                                         "{\"clblast\":{},\"clffn\":{\"FUSED_EPILOGUES\":2}}"};
+    for (int i = 0; i < 3; ++i) {
+        FILE *f = fopen(path, "w");
+        cr_assert(f);
+        fputs(texts[i], f);
+        fclose(f);
+        ctx = test_context();
+        const char *applied = clffn_context_tuning(ctx);
+        cr_assert_eq(strncmp(applied, "profile", 7) == 0, i < 2, "%s: %s", texts[i], applied);
+        cr_assert_eq(clffn_context_fused_epilogues(ctx),
+                     i == 0   ? 1
+                     : i == 1 ? 0
+                              : rule,
+                     "%s", texts[i]);
+        clffn_context_destroy(ctx);
+    }
+    test_profile_dir_end(dir, path);
+}
