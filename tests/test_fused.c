@@ -314,11 +314,18 @@ Test(fused, which_products_fuse, .timeout = 300) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) { check_case(&cases[i]); }
 }
 
-/* The setting: off on a CPU device (POCL ran the fused kernels no faster), on elsewhere; NULL
- * refused; and a fused forward's stage times give the epilogues 0, their time in the GEMMs'. */
+/* The setting a context starts with: its profile's "FUSED_EPILOGUES", else on but on CPU
+ * devices. */
+static int device_default(const clffn_context *ctx) {
+    return ctx->tuning.fused_epilogues >= 0 ? ctx->tuning.fused_epilogues : !ctx->cpu;
+}
+
+/* The setting a context starts with (off on a CPU device, where POCL ran the fused kernels no
+ * faster, on elsewhere, unless the profile says); NULL refused; and a fused forward's stage
+ * times give the epilogues 0, their time in the GEMMs'. */
 Test(fused, setting_and_stage_times, .timeout = 120) {
     clffn_context *ctx = test_context();
-    cr_assert_eq(clffn_context_fused_epilogues(ctx), !ctx->cpu);
+    cr_assert_eq(clffn_context_fused_epilogues(ctx), device_default(ctx));
     ASSERT_STATUS(clffn_context_set_fused_epilogues(NULL, 1), CLFFN_ERROR_NULL_ARGUMENT);
     cr_assert_eq(clffn_context_fused_epilogues(NULL), 0);
     if (!test_timestamps_ordered(ctx)) {
@@ -420,8 +427,8 @@ Test(fused, mixture_of_experts, .timeout = 300) {
 Test(fused, a_profile_sets_the_default, .timeout = 120) {
     char dir[] = "/tmp/clffn-fused-XXXXXX", path[1400];
     test_profile_dir(dir, path, sizeof path);
-    clffn_context *ctx = test_context(); /* no profile file yet: the device's rule */
-    const int rule = !ctx->cpu;
+    clffn_context *ctx = test_context(); /* no profile file yet: the built-in's, or the rule */
+    const int rule = device_default(ctx);
     cr_assert_eq(clffn_context_fused_epilogues(ctx), rule);
     clffn_context_destroy(ctx);
     static const char *const texts[3] = {"{\"clblast\":{},\"clffn\":{\"FUSED_EPILOGUES\":1}}",
