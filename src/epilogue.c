@@ -28,6 +28,13 @@ bool clffn__epilogue1_vec(const clffn_ffn *ffn) {
            col0 % CLFFN_COLUMNS_PER_ITEM == 0;
 }
 
+cl_uint clffn__epilogue1_fused_flags(const clffn_ffn *ffn) {
+    const clffn_config *c = &ffn->cfg;
+    const bool bv_on = c->gated && c->bias_gate;
+    return CLFFN_EP_HIDDEN | (c->gated ? CLFFN_EP_PAIRS : 0) | (c->bias1 ? CLFFN_EP_BIAS : 0) |
+           (bv_on ? CLFFN_EP_BIAS_GATE : 0) | (clffn__epilogue1_vec(ffn) ? CLFFN_EP_VEC4 : 0);
+}
+
 /* The tail epilogue 1 and its backward share: biases, sizes, dropout, and the float4 switch. */
 static void epilogue1_tail(clffn_args *a, const clffn_ffn *ffn, const clffn_buffer b[2],
                            cl_mem standin, size_t tokens, const clffn_dropout_use *drop) {

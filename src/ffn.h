@@ -165,6 +165,11 @@ static inline clffn_status clffn__refuse_compressed_grads(clffn_ffn *ffn) {
  * width and this shard's first column (for dropout's Philox blocks), multiples of 4. */
 bool clffn__epilogue1_vec(const clffn_ffn *ffn);
 
+/* Epilogue 1's flags for the first product's kernel that applies it (clffn_wepi, CLFFN_EP_*):
+ * the first epilogue, paired rows when gated, the biases the config has, the float4 form where
+ * epilogue 1 takes it. */
+cl_uint clffn__epilogue1_fused_flags(const clffn_ffn *ffn);
+
 /* h [T, F] = dropout(act(z1 + b1) ⊙ (z2 + bv)); with count (NULL: none) its first rows alone */
 cl_int clffn__epilogue1(clffn_ffn *ffn, size_t tokens, const clffn_wcount *count,
                         const clffn_dropout_use *drop, cl_command_queue queue, cl_event *event);

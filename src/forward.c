@@ -87,9 +87,7 @@ static cl_int first_layer(clffn_ffn *ffn, const clffn_gemm_env *env, size_t toke
     const clffn_matrix z = {ffn->ws.z, 0, clffn__n1(c)};
     if (fused) {
         const bool bv_on = c->gated && c->bias_gate;
-        const cl_uint flags = CLFFN_EP_HIDDEN | (c->gated ? CLFFN_EP_PAIRS : 0) |
-                              (c->bias1 ? CLFFN_EP_BIAS : 0) | (bv_on ? CLFFN_EP_BIAS_GATE : 0) |
-                              (clffn__epilogue1_vec(ffn) ? CLFFN_EP_VEC4 : 0);
+        const cl_uint flags = clffn__epilogue1_fused_flags(ffn);
         const clffn_buffer standin = {ffn->ws.z, 0}; /* a bias that is off: never read */
         const clffn_wepi ep = {flags,
                                (cl_uint)c->activation,

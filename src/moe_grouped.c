@@ -103,9 +103,7 @@ static cl_uint steps(const clffn_group_pass *p) {
 static clffn_wepi first_ep(const clffn_ffn *f0, const clffn_pool *pool, cl_mem h, size_t T) {
     const clffn_config *c = &f0->cfg;
     const bool bv_on = c->gated && c->bias_gate;
-    const cl_uint flags = CLFFN_EP_HIDDEN | (c->gated ? CLFFN_EP_PAIRS : 0) |
-                          (c->bias1 ? CLFFN_EP_BIAS : 0) | (bv_on ? CLFFN_EP_BIAS_GATE : 0) |
-                          (clffn__epilogue1_vec(f0) ? CLFFN_EP_VEC4 : 0);
+    const cl_uint flags = clffn__epilogue1_fused_flags(f0);
     const clffn_pool *b = &pool[c->bias1 ? CLFFN_POOL_B1 : CLFFN_POOL_BV];
     const clffn_wepi ep = {flags,
                            (cl_uint)c->activation,
