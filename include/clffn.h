@@ -506,31 +506,47 @@ CLFFN_API clffn_status clffn_context_set_weight_layout(clffn_context *ctx, clffn
  *  CLFFN_DEFAULT_WEIGHT_LAYOUT for NULL. */
 CLFFN_API clffn_layout clffn_context_weight_layout(const clffn_context *ctx);
 
-/** Most tokens clffn's own few-token kernels take (cl/weights.cl). */
+/** Most tokens one pass of clffn's own few-token kernels takes (cl/weights.cl). A forward
+ *  product over more tokens, where its crossover (clffn_context_set_kernel_max_tokens) allows,
+ *  runs the kernels in passes of this many, each reading the weights once. */
 #define CLFFN_MAX_KERNEL_TOKENS ((size_t)16)
 
+/** Which products a few-token crossover is for (clffn_context_set_kernel_max_tokens). */
+typedef enum clffn_kernel_class {
+    CLFFN_KERNELS_F32 = 0,        /* over f32 weights, against CLBlast's GEMV or SGEMM */
+    CLFFN_KERNELS_COMPRESSED = 1, /* over f16, bf16, q8_0 or q4_0 weights with f32 inputs,
+                                     against dequantized blocks and SGEMM */
+    CLFFN_KERNELS_QUANTIZED = 2   /* over q8_0, q4_0 or bf16 weights kept [out, in] whose inputs
+                                     the context quantizes (clffn_context_set_quantized_inputs),
+                                     against the same */
+} clffn_kernel_class;
+
 /** The few-token crossovers of a device with no tuning profile that says otherwise: weights
- *  kept compressed (f16, bf16, q8_0, q4_0) run clffn's kernels up to 8 tokens, f32 weights
- *  CLBlast's path (clffn_context_set_gemv_max_tokens) at every count. */
+ *  kept compressed (f16, bf16, q8_0, q4_0) run clffn's kernels up to 8 tokens, whether their
+ *  inputs are quantized or not, f32 weights CLBlast's path (clffn_context_set_gemv_max_tokens)
+ *  at every count. */
 #define CLFFN_DEFAULT_KERNEL_MAX_TOKENS ((size_t)8)
 #define CLFFN_DEFAULT_KERNEL_MAX_TOKENS_F32 ((size_t)0)
 
-/** Sets up to how many token rows a product runs on clffn's own few-token kernels, which read
- *  each weight once for all the product's tokens in its stored type and split the inner
- *  dimension over a work-group: `compressed` 1 for weights kept in f16, bf16, q8_0 or q4_0
- *  (above the count, blocks of the weights are dequantized into f32 scratch for CLBlast's
- *  SGEMM), 0 for f32 weights (above it, CLBlast's GEMV or SGEMM as before; 0 keeps f32 on
- *  CLBlast at every count). Both the forward's products and the backward's ∂x take it. The
- *  tuning profile sets them ("clffn": {"KERNEL_MAX_TOKENS": n, "KERNEL_MAX_TOKENS_F32": n};
- *  clffn-tune measures where the kernels stop winning), else the defaults above. Results differ
- *  from the other paths' only by float summation order. Same rules of effect as
- *  clffn_context_set_gemm_k_block(). Errors: NULL_ARGUMENT; max_tokens >
- *  CLFFN_MAX_KERNEL_TOKENS → INVALID_SIZE. */
-CLFFN_API clffn_status clffn_context_set_kernel_max_tokens(clffn_context *ctx, int compressed,
+/** Sets up to how many token rows a product of the given class (a clffn_kernel_class; any
+ *  other nonzero value counts as CLFFN_KERNELS_COMPRESSED) runs on clffn's own few-token
+ *  kernels, which read each weight once for all of a pass's tokens in its stored type and split
+ *  the inner dimension over a work-group. Above the count, compressed weights' blocks are
+ *  dequantized into f32 scratch for CLBlast's SGEMM, and f32 weights take CLBlast's GEMV or
+ *  SGEMM as before (0 keeps a class off the kernels at every count). A count above
+ *  CLFFN_MAX_KERNEL_TOKENS has the forward's products run the kernels in passes of that many
+ *  tokens; the backward's ∂x takes the kernels up to one pass (its column form loses to SGEMM
+ *  beyond). Quantized inputs need no f32 conversion of the weights and multiply in integers, so
+ *  on a CPU their crossover lies far past the others' (docs/PERFORMANCE.md, "Passes"). The
+ *  tuning profile sets them ("clffn": {"KERNEL_MAX_TOKENS": n, "KERNEL_MAX_TOKENS_F32": n,
+ *  "KERNEL_MAX_TOKENS_QX": n}; clffn-tune measures where the kernels stop winning), else the
+ *  defaults above. Results differ from the other paths' only by float summation order. Same
+ *  rules of effect as clffn_context_set_gemm_k_block(). Errors: NULL_ARGUMENT. */
+CLFFN_API clffn_status clffn_context_set_kernel_max_tokens(clffn_context *ctx, int which,
                                                            size_t max_tokens);
 
-/** The context's few-token crossover for compressed (1) or f32 (0) weights; 0 for NULL. */
-CLFFN_API size_t clffn_context_kernel_max_tokens(const clffn_context *ctx, int compressed);
+/** The context's few-token crossover for a clffn_kernel_class (see above); 0 for NULL. */
+CLFFN_API size_t clffn_context_kernel_max_tokens(const clffn_context *ctx, int which);
 
 /** Turns quantized inputs on (on ≠ 0) or off (0, the default) for products over q8_0, q4_0
  *  and bf16 weights on clffn's few-token kernels (up to clffn_context_kernel_max_tokens(ctx, 1)
@@ -875,8 +891,9 @@ CLFFN_API clffn_status clffn_ffn_stage_times(clffn_ffn *ffn, clffn_stage_times *
  * Routing runs on the device; each expert runs on its tokens gathered into contiguous rows
  * (CLBlast's SGEMM for many, clffn's few-token kernels for few, as any FFN), and an expert no
  * token chose reads none of its weights. Where every expert's products at T tokens run clffn's
- * own kernels (T up to the context's clffn_context_kernel_max_tokens() for the experts' type:
- * decoding), the experts' row counts stay on the device: each expert is launched for T rows
+ * own kernels in one pass (T up to CLFFN_MAX_KERNEL_TOKENS and the context's
+ * clffn_context_kernel_max_tokens() for the experts' type: decoding), the experts' row counts
+ * stay on the device: each expert is launched for T rows
  * and its kernels read its count, so the host never waits between the routing and the
  * experts (clffn_moe_set_counts() can trade that for launching only the chosen experts). For
  * more tokens the host reads the E counts back once, since CLBlast's products are

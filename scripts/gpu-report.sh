@@ -14,7 +14,7 @@
 # PyTorch, in turn), decode (one token, 4096 -> 11008 SwiGLU: f32 through the profile's path and
 # through clffn's kernel, every stored type with the weights kept either way, then PyTorch in
 # fp32, fp16 and bf16), kernels (clffn-tune's own children: the few-token kernels' shapes at one
-# token and their crossovers, on that shape), moe (Mixtral's layer, D 4096, F 14336, 8 experts,
+# token and their crossovers, on that shape, f32 inputs and quantized ones), moe (Mixtral's layer, D 4096, F 14336, 8 experts,
 # top-2, at 1 and 512 tokens in f32, f16 and q8_0, then scripts/torch-moe-bench.py), prefill (the
 # seed and SwiGLU shapes with each stored type), fewrows (a few-rows Xgemm set of the device's
 # own, as the H200's profile has: clffn-tune's Xgemm search on the seed shape, stopped after
@@ -165,8 +165,13 @@ for step in "$@"; do
         echo "shapes: $shapes (seconds, best of 4 rounds, one token)"
         kernel_children "shapes:$shapes"
         for c in ${CROSS:-32,4,8,16,8}; do
-            echo "crossovers (kernels, other path) at 1 2 4 8 16 tokens, shape $c:"
+            echo "crossovers (kernels, other path) at 1, 2, 4 ... 1024 tokens (in passes of 16" \
+                "past 16) up to the kernels' first loss, shape $c:"
             kernel_children "cross:$c"
+            for t in q8_0 bf16; do # KERNEL_MAX_TOKENS_QX
+                echo "$t quantized inputs: $(timeout 120 "$build/clffn-tune" --eval --kernels \
+                    "$t:crossqx:$c" --tokens 1 --d-model 4096 --d-ff 11008 --gated --gemv 1 --kept 0)"
+            done
         done
         ;;
     moe)

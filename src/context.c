@@ -300,16 +300,17 @@ size_t clffn_context_xgemm_few_rows(const clffn_context *ctx) {
     return ctx ? ctx->xgemm_few_rows : 0;
 }
 
-clffn_status clffn_context_set_kernel_max_tokens(clffn_context *ctx, int compressed,
-                                                 size_t max_tokens) {
+/* clffn_kernel_class's index, any other nonzero value taken as compressed */
+static int kernel_class(int which) { return which == CLFFN_KERNELS_QUANTIZED ? 2 : which ? 1 : 0; }
+
+clffn_status clffn_context_set_kernel_max_tokens(clffn_context *ctx, int which, size_t max_tokens) {
     if (!ctx) { return CLFFN_ERROR_NULL_ARGUMENT; }
-    if (max_tokens > CLFFN_MAX_KERNEL_TOKENS) { return CLFFN_ERROR_INVALID_SIZE; }
-    ctx->kernel_max_tokens[compressed ? 1 : 0] = max_tokens;
+    ctx->kernel_max_tokens[kernel_class(which)] = max_tokens;
     return CLFFN_SUCCESS;
 }
 
-size_t clffn_context_kernel_max_tokens(const clffn_context *ctx, int compressed) {
-    return ctx ? ctx->kernel_max_tokens[compressed ? 1 : 0] : 0;
+size_t clffn_context_kernel_max_tokens(const clffn_context *ctx, int which) {
+    return ctx ? ctx->kernel_max_tokens[kernel_class(which)] : 0;
 }
 
 clffn_status clffn_context_set_quantized_inputs(clffn_context *ctx, int on) {

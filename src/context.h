@@ -38,7 +38,7 @@ struct clffn_context {
     /* products over at most this many token rows run clffn's few-token kernels: [0] with f32
      * weights, [1] with compressed ones; from the tuning profile, or
      * clffn_context_set_kernel_max_tokens() */
-    size_t kernel_max_tokens[2];
+    size_t kernel_max_tokens[3];
     /* clffn_context_set_quantized_inputs(): q8_0 and q4_0 products round their inputs to q8_0,
      * bf16 ones to bf16 */
     int quantized_inputs;

@@ -205,11 +205,10 @@ clffn_status clffn_forward(clffn_ffn *ffn, size_t tokens, cl_mem x, size_t x_off
 }
 
 bool clffn__forward_can_count(const clffn_ffn *ffn, size_t tokens) {
-    const size_t *most = ffn->ctx->kernel_max_tokens;
-    const clffn_dtype t[3] = {ffn->w1.dtype, ffn->w2.dtype,
-                              ffn->cfg.gated ? ffn->v.dtype : ffn->w1.dtype};
+    if (tokens > CLFFN_MAX_KERNEL_TOKENS) { return false; } /* more than one pass of the kernels */
+    const clffn_linear *w[3] = {&ffn->w1, &ffn->w2, ffn->cfg.gated ? &ffn->v : &ffn->w1};
     for (int i = 0; i < 3; ++i) {
-        if (tokens > most[t[i] != CLFFN_DTYPE_F32]) { return false; }
+        if (tokens > clffn__kernel_max_tokens(ffn->ctx, w[i])) { return false; }
     }
     return ffn->has_weights && !(ffn->training && ffn->cfg.dropout > 0.0f);
 }

@@ -38,9 +38,16 @@ static clffn_wmatrix stored(const clffn_linear *w) {
     return m;
 }
 
-/* Whether a product over `tokens` rows with w runs clffn's few-token kernels. */
+size_t clffn__kernel_max_tokens(const clffn_context *ctx, const clffn_linear *w) {
+    const int c = w->dtype == CLFFN_DTYPE_F32                           ? 0
+                  : out_in(w) && clffn__quantizes_inputs(ctx, w->dtype) ? 2
+                                                                        : 1;
+    return ctx->kernel_max_tokens[c];
+}
+
+/* Whether a forward product over `tokens` rows with w runs clffn's few-token kernels. */
 static bool few(const clffn_gemm_env *env, const clffn_linear *w, size_t tokens) {
-    return tokens <= env->ctx->kernel_max_tokens[w->dtype != CLFFN_DTYPE_F32];
+    return tokens <= clffn__kernel_max_tokens(env->ctx, w);
 }
 
 /* The inner dimension's block for a dequantized product: the context's K-block where it has
@@ -137,7 +144,9 @@ cl_int clffn__linear_forward_ep(const clffn_gemm_env *env, const clffn_linear *w
 /* dx = dy·W: B = W [out, in] as it is, or W [in, out] transposed. */
 cl_int clffn__linear_backward_input(const clffn_gemm_env *env, const clffn_linear *w, size_t tokens,
                                     clffn_matrix dy, float beta, clffn_matrix dx) {
-    if (few(env, w, tokens)) {
+    /* one pass at most: in passes the column form lost to SGEMM from 64 tokens on (a POCL host,
+     * 4096 -> 11008, f16 and q8_0: the backward 1.2x slower at 64 tokens, 2.7x at 256) */
+    if (tokens <= CLFFN_MAX_KERNEL_TOKENS && few(env, w, tokens)) {
         const clffn_wmatrix m = stored(w);
         return clffn__wgemv(env->wk, env->ctx, &m, !out_in(w), tokens, 0, NULL, dy, beta, dx,
                             *env->queue);

@@ -14,6 +14,7 @@
 #include <clblast_c.h>
 #include <ctype.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,6 +96,7 @@ static void own_defaults(clffn_tuning *t) {
     t->xgemm_few_rows = 0;
     t->kernel_max_tokens[0] = CLFFN_DEFAULT_KERNEL_MAX_TOKENS_F32;
     t->kernel_max_tokens[1] = CLFFN_DEFAULT_KERNEL_MAX_TOKENS;
+    t->kernel_max_tokens[2] = SIZE_MAX; /* unset: the compressed one (parse_clffn_section) */
     memset(t->wgemv, 0, sizeof t->wgemv);
     t->fused_epilogues = -1;
 }
@@ -122,12 +124,16 @@ static int take_kernel_value(const cJSON *p, clffn_tuning *out) {
         out->wgemv[i] = (size_t)v;
         return 1;
     }
-    const int f32 = !strcmp(p->string, "KERNEL_MAX_TOKENS_F32");
-    if (!f32 && strcmp(p->string, "KERNEL_MAX_TOKENS")) { return 0; }
-    const double v = whole_in(p, (double)CLFFN_MAX_KERNEL_TOKENS);
-    if (v < 0) { return -1; }
-    out->kernel_max_tokens[f32 ? 0 : 1] = (size_t)v;
-    return 1;
+    static const char *const crossovers[3] = {"KERNEL_MAX_TOKENS_F32", "KERNEL_MAX_TOKENS",
+                                              "KERNEL_MAX_TOKENS_QX"};
+    for (int i = 0; i < 3; ++i) {
+        if (strcmp(p->string, crossovers[i])) { continue; }
+        const double v = whole_in(p, CLFFN_KERNEL_MAX_TOKENS_MOST);
+        if (v < 0) { return -1; }
+        out->kernel_max_tokens[i] = (size_t)v;
+        return 1;
+    }
+    return 0;
 }
 
 /* Takes a parsed profile's own values, keeping what *out says was applied. */
@@ -178,6 +184,9 @@ static clffn_status parse_clffn_section(const cJSON *root, clffn_tuning *out) {
         } else {
             return CLFFN_ERROR_INVALID_ARGUMENT;
         }
+    }
+    if (out->kernel_max_tokens[2] == SIZE_MAX) {
+        out->kernel_max_tokens[2] = out->kernel_max_tokens[1];
     }
     /* the kernel shapes come all together or not at all, each within its range */
     size_t given = 0;

@@ -208,10 +208,13 @@ static int bucket_of(size_t tokens, size_t capacity) {
     return built_for > bucket_tokens[b] ? -1 : b;
 }
 
-/* Whether a product along w's rows rounds its inputs first (wgemv_quantized_inputs). */
+bool clffn__quantizes_inputs(const clffn_context *ctx, clffn_dtype dtype) {
+    return ctx->quantized_inputs &&
+           (dtype == CLFFN_DTYPE_Q8_0 || dtype == CLFFN_DTYPE_Q4_0 || dtype == CLFFN_DTYPE_BF16);
+}
+
 static bool quantizes_inputs(const clffn_context *ctx, const clffn_wmatrix *w) {
-    return ctx->quantized_inputs && (w->dtype == CLFFN_DTYPE_Q8_0 || w->dtype == CLFFN_DTYPE_Q4_0 ||
-                                     w->dtype == CLFFN_DTYPE_BF16);
+    return clffn__quantizes_inputs(ctx, w->dtype);
 }
 
 /* Rows a work-item of a product along w's rows takes (bucket b). Rows go several to a
@@ -227,10 +230,31 @@ static size_t rows_per_item(const clffn_context *ctx, const clffn_wmatrix *w, in
     return !several ? 1 : bucket_tokens[b] <= 4 ? 4 : 2;
 }
 
+/* clffn__wgemv over more tokens than a pass takes: passes of CLFFN_MAX_KERNEL_TOKENS rows, each
+ * reading the weights once, all as built for a full pass, so that a row sums alike in every
+ * pass, the last one's too. The passes share the scratch: the queue runs them in turn. */
+static cl_int wgemv_passes(clffn_wkernels *wk, const clffn_context *ctx, const clffn_wmatrix *w,
+                           bool along_rows, size_t tokens, clffn_matrix x, float beta,
+                           clffn_matrix y, cl_command_queue queue) {
+    const size_t pass = CLFFN_MAX_KERNEL_TOKENS;
+    cl_int err = CL_SUCCESS;
+    for (size_t t0 = 0; t0 < tokens && err == CL_SUCCESS; t0 += pass) {
+        const size_t n = tokens - t0 < pass ? tokens - t0 : pass;
+        const clffn_matrix xp = {x.mem, x.off + t0 * x.ld, x.ld};
+        const clffn_matrix yp = {y.mem, y.off + t0 * y.ld, y.ld};
+        err = clffn__wgemv(wk, ctx, w, along_rows, n, pass, NULL, xp, beta, yp, queue);
+        if (wk->planning) { break; } /* every pass needs what the first does */
+    }
+    return err;
+}
+
 cl_int clffn__wgemv(clffn_wkernels *wk, const clffn_context *ctx, const clffn_wmatrix *w,
                     bool along_rows, size_t tokens, size_t capacity, const clffn_wcount *count,
                     clffn_matrix x, float beta, clffn_matrix y, cl_command_queue queue) {
     static const clffn_wcount none = {NULL, 0, 0, 0, 0, 0, 0};
+    if (tokens > CLFFN_MAX_KERNEL_TOKENS && !count) {
+        return wgemv_passes(wk, ctx, w, along_rows, tokens, x, beta, y, queue);
+    }
     if (!count) { count = &none; }
     refresh(wk, ctx, w->dtype);
     const int b = bucket_of(tokens, capacity);

@@ -80,6 +80,10 @@ cl_int clffn__wgemv(clffn_wkernels *wk, const clffn_context *ctx, const clffn_wm
                     bool along_rows, size_t tokens, size_t capacity, const clffn_wcount *count,
                     clffn_matrix x, float beta, clffn_matrix y, cl_command_queue queue);
 
+/* Whether the context rounds the inputs of products along the rows of dtype's weights first
+ * (clffn_context_set_quantized_inputs): q8_0, q4_0 and bf16 weights where it asks for it. */
+bool clffn__quantizes_inputs(const clffn_context *ctx, clffn_dtype dtype);
+
 /* The epilogue a product along W's rows applies as it writes y (cl/weights.cl,
  * clffn_wgemv_rows_ep, _act, _glu), so that it takes no launch of its own: flags CLFFN_EP_*
  * (clffn_defs.h), act a clffn_activation; with CLFFN_EP_PAIRS, W's first pair rows are W1's and

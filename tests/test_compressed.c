@@ -6,6 +6,7 @@
 #include "program.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +24,14 @@ static clffn_ffn *typed_ffn(clffn_context *ctx, const clffn_config *c, clffn_dty
     ASSERT_OK(clffn_ffn_create(ctx, c, &ffn));
     ASSERT_OK(clffn_ffn_upload_weights_typed(ffn, layout, &s->typed));
     return ffn;
+}
+
+/* D → F, plain with GELU or gated with SiLU (SwiGLU), every bias on. */
+static clffn_config case_config(size_t D, size_t F, int gated) {
+    clffn_config c = clffn_config_default(D, F);
+    c.gated = gated;
+    c.activation = gated ? CLFFN_ACT_SILU : CLFFN_ACT_GELU;
+    return c;
 }
 
 /* T tokens through the FFN against the reference on the dequantized weights. */
@@ -43,9 +52,7 @@ static void assert_forward(clffn_ffn *ffn, const clffn_config *c, const typed_se
 /* Every token count through one type, plain or gated, in one layout, on shape D → F. */
 static void forward_case(clffn_context *ctx, clffn_dtype t, int gated, clffn_layout layout,
                          size_t D, size_t F) {
-    clffn_config c = clffn_config_default(D, F);
-    c.gated = gated;
-    c.activation = gated ? CLFFN_ACT_SILU : CLFFN_ACT_GELU;
+    clffn_config c = case_config(D, F, gated);
     c.bias_gate = 0; /* b1 without bv: each bias flag on its own */
     test_weights w;
     typed_set s;
@@ -145,6 +152,91 @@ Test(compressed, forward_quantized, .timeout = 600) {
     clffn_context_destroy(ctx);
 }
 
+/* Past CLFFN_MAX_KERNEL_TOKENS the kernels run in passes of that many tokens: 17 tokens (a full
+ * pass and one row) and 40 (two and a half) through every type, plain and gated, in each layout
+ * its kernels take, against the reference; and each row sums alike in whichever pass it falls,
+ * the short last one too: rows 24 to 39 of 40 tokens are, to the bit, those of a 16-token forward
+ * of the same 16 rows. */
+static void passes_case(clffn_context *ctx, clffn_dtype t, int gated, clffn_layout layout) {
+    enum { D = 64, F = 96, T = 40, P = (int)CLFFN_MAX_KERNEL_TOKENS };
+    clffn_config c = case_config(D, F, gated);
+    test_weights w;
+    typed_set s;
+    clffn_ffn *ffn = typed_ffn(ctx, &c, t, layout, 17 + (uint64_t)t, &w, &s);
+    char what[96];
+    snprintf(what, sizeof what, "%s %s %s in passes", clffn_dtype_name(t),
+             gated ? "gated" : "plain", layout ? "in_out" : "out_in");
+    assert_forward(ffn, &c, &s, P + 1, what);
+    assert_forward(ffn, &c, &s, T, what);
+    static float x[T * D], y[T * D], y16[P * D];
+    fill_uniform(x, T * D, -1, 1, 77);
+    ASSERT_OK(clffn_forward_host(ffn, T, x, T * D, y, T * D));
+    ASSERT_OK(clffn_forward_host(ffn, P, x + (T - P) * D, P * D, y16, P * D));
+    cr_assert(!memcmp(y + (T - P) * D, y16, sizeof y16), "%s: a row's bits follow its pass", what);
+    clffn_ffn_destroy(ffn);
+    typed_free(&s);
+    test_weights_free(&w);
+}
+
+Test(compressed, forward_in_passes, .timeout = 300) {
+    clffn_context *ctx = test_context();
+    ASSERT_OK(clffn_context_set_kernel_max_tokens(ctx, CLFFN_KERNELS_F32, 64));
+    ASSERT_OK(clffn_context_set_kernel_max_tokens(ctx, CLFFN_KERNELS_COMPRESSED, 64));
+    cr_assert_eq(clffn_context_kernel_max_tokens(ctx, CLFFN_KERNELS_COMPRESSED), 64);
+    for (int t = 0; t < CLFFN_DTYPE_COUNT_; ++t) {
+        const int q = t == CLFFN_DTYPE_Q8_0 || t == CLFFN_DTYPE_Q4_0;
+        for (int gated = 0; gated < 2; ++gated) {
+            for (int l = 0; l < (q ? 1 : 2); ++l) {
+                passes_case(ctx, (clffn_dtype)t, gated, (clffn_layout)l);
+            }
+        }
+    }
+    clffn_context_destroy(ctx);
+}
+
+/* A profile's few-token crossovers, each class's own: the quantized inputs' one where given, else
+ * the compressed one; a count past any forward's, or a negative one, damages the profile. The
+ * setter takes any count (past CLFFN_MAX_KERNEL_TOKENS the kernels run in passes). */
+Test(compressed, crossovers_from_a_profile) {
+    char dir[] = "/tmp/clffn-cross-XXXXXX", path[1400];
+    test_profile_dir(dir, path, sizeof path);
+    static const char *const texts[4] = {
+        "{\"clblast\":{},\"clffn\":{\"KERNEL_MAX_TOKENS\":100,\"KERNEL_MAX_TOKENS_QX\":5000,"
+        "\"KERNEL_MAX_TOKENS_F32\":3}}",
+        "{\"clblast\":{},\"clffn\":{\"KERNEL_MAX_TOKENS\":40}}",
+        "{\"clblast\":{},\"clffn\":{\"KERNEL_MAX_TOKENS_QX\":-1}}",
+        "{\"clblast\":{},\"clffn\":{\"KERNEL_MAX_TOKENS\":2e9}}"};
+    static const size_t want[2][3] = {{3, 100, 5000},
+                                      {CLFFN_DEFAULT_KERNEL_MAX_TOKENS_F32, 40, 40}};
+    for (int i = 0; i < 4; ++i) {
+        FILE *f = fopen(path, "w");
+        cr_assert(f);
+        fputs(texts[i], f);
+        fclose(f);
+        clffn_context *ctx = test_context();
+        const char *applied = clffn_context_tuning(ctx);
+        if (i < 2) {
+            cr_assert(strncmp(applied, "profile", 7) == 0, "text %d not applied: %s", i, applied);
+            for (int k = 0; k < 3; ++k) {
+                cr_assert_eq(clffn_context_kernel_max_tokens(ctx, k), want[i][k], "text %d, %d", i,
+                             k);
+            }
+        } else {
+            cr_assert(strstr(applied, "could not be applied"), "text %d: %s", i, applied);
+        }
+        clffn_context_destroy(ctx);
+    }
+    clffn_context *ctx = test_context();
+    ASSERT_OK(clffn_context_set_kernel_max_tokens(ctx, CLFFN_KERNELS_QUANTIZED, SIZE_MAX));
+    cr_assert_eq(clffn_context_kernel_max_tokens(ctx, CLFFN_KERNELS_QUANTIZED), SIZE_MAX);
+    ASSERT_OK(clffn_context_set_kernel_max_tokens(ctx, 7, 33)); /* nonzero: compressed */
+    cr_assert_eq(clffn_context_kernel_max_tokens(ctx, CLFFN_KERNELS_COMPRESSED), 33);
+    ASSERT_STATUS(clffn_context_set_kernel_max_tokens(NULL, 1, 4), CLFFN_ERROR_NULL_ARGUMENT);
+    cr_assert_eq(clffn_context_kernel_max_tokens(NULL, 1), 0);
+    clffn_context_destroy(ctx);
+    test_profile_dir_end(dir, path);
+}
+
 /* Both sides of the crossover at one count: all kernels, then all dequantized SGEMMs. */
 Test(compressed, either_path_at_the_same_tokens, .timeout = 300) {
     clffn_context *ctx = test_context();
@@ -159,7 +251,6 @@ Test(compressed, either_path_at_the_same_tokens, .timeout = 300) {
             assert_forward(ffn, &c, &s, T, side ? "kernels" : "dequantized SGEMMs");
         }
     }
-    ASSERT_STATUS(clffn_context_set_kernel_max_tokens(ctx, 1, 17), CLFFN_ERROR_INVALID_SIZE);
     clffn_ffn_destroy(ffn);
     typed_free(&s);
     test_weights_free(&w);
@@ -443,16 +534,22 @@ Test(compressed, every_finite_half_decodes_exactly_on_the_device, .timeout = 300
     clffn_context_destroy(ctx);
 }
 
+/* Quantized inputs up to 32 tokens (in passes past 16), f32 inputs up to 16. */
+static void quantized_context(clffn_context *ctx) {
+    ASSERT_OK(clffn_context_set_kernel_max_tokens(ctx, CLFFN_KERNELS_COMPRESSED,
+                                                  CLFFN_MAX_KERNEL_TOKENS));
+    ASSERT_OK(clffn_context_set_kernel_max_tokens(ctx, CLFFN_KERNELS_QUANTIZED, 32));
+    ASSERT_OK(clffn_context_set_quantized_inputs(ctx, 1));
+}
+
 /* One type, plain or gated, D → F, every count the kernels take and one past them. D and F of
  * 96 and 160 values (3 and 5 blocks) leave the pair kernels a lone last block. Token 0 of the
  * first case starts with GGUF's edge blocks: all zeros (scale 0), one outlier among tiny values,
  * and values at rounding midpoints (x·(127 / amax) = k + ½, which rounds away from zero). */
 static void quantized_inputs_case(clffn_context *ctx, clffn_dtype t, int gated, size_t D,
                                   size_t F) {
-    static const size_t counts[] = {1, 2, 3, 5, 8, 16, 20};
-    clffn_config c = clffn_config_default(D, F);
-    c.gated = gated;
-    c.activation = gated ? CLFFN_ACT_SILU : CLFFN_ACT_GELU;
+    static const size_t counts[] = {1, 2, 3, 5, 8, 16, 20, 40}; /* 20: in passes; 40: SGEMMs */
+    clffn_config c = case_config(D, F, gated);
     test_weights w;
     typed_set s;
     clffn_ffn *ffn = typed_ffn(ctx, &c, t, CLFFN_LAYOUT_OUT_IN, 31 + (uint64_t)t, &w, &s);
@@ -471,7 +568,8 @@ static void quantized_inputs_case(clffn_context *ctx, clffn_dtype t, int gated, 
         char what[96];
         snprintf(what, sizeof what, "quantized inputs, %s %s, %zu -> %zu, %zu tokens",
                  clffn_dtype_name(t), gated ? "gated" : "plain", D, F, T);
-        assert_quantized_forward(ffn, &c, &s, T, x, T > CLFFN_MAX_KERNEL_TOKENS, what);
+        const size_t most = clffn_context_kernel_max_tokens(ctx, CLFFN_KERNELS_QUANTIZED);
+        assert_quantized_forward(ffn, &c, &s, T, x, T > most, what);
         free(x);
     }
     clffn_ffn_destroy(ffn);
@@ -482,8 +580,9 @@ static void quantized_inputs_case(clffn_context *ctx, clffn_dtype t, int gated, 
 Test(compressed, quantized_inputs, .timeout = 600) {
     clffn_context *ctx = test_context();
     cr_assert_eq(clffn_context_quantized_inputs(ctx), 0, "off by default");
-    ASSERT_OK(clffn_context_set_kernel_max_tokens(ctx, 1, CLFFN_MAX_KERNEL_TOKENS));
-    ASSERT_OK(clffn_context_set_quantized_inputs(ctx, 1));
+    quantized_context(ctx);
+    cr_assert_eq(clffn_context_kernel_max_tokens(ctx, CLFFN_KERNELS_COMPRESSED),
+                 CLFFN_MAX_KERNEL_TOKENS, "the classes' crossovers apart");
     cr_assert_eq(clffn_context_quantized_inputs(ctx), 1);
     static const clffn_dtype types[] = {CLFFN_DTYPE_Q8_0, CLFFN_DTYPE_Q4_0, CLFFN_DTYPE_BF16};
     for (size_t t = 0; t < sizeof types / sizeof types[0]; ++t) {
@@ -504,8 +603,7 @@ Test(compressed, quantized_inputs, .timeout = 600) {
 Test(compressed, quantized_inputs_without_vnni, .timeout = 600) {
     clffn__set_cpu_dot_products(0);
     clffn_context *ctx = test_context();
-    ASSERT_OK(clffn_context_set_kernel_max_tokens(ctx, 1, CLFFN_MAX_KERNEL_TOKENS));
-    ASSERT_OK(clffn_context_set_quantized_inputs(ctx, 1));
+    quantized_context(ctx);
     static const clffn_dtype types[] = {CLFFN_DTYPE_Q8_0, CLFFN_DTYPE_Q4_0, CLFFN_DTYPE_BF16};
     for (size_t t = 0; t < sizeof types / sizeof types[0]; ++t) {
         quantized_inputs_case(ctx, types[t], 1, 96, 160);
@@ -520,8 +618,7 @@ Test(compressed, quantized_inputs_without_vnni, .timeout = 600) {
  * blocks), and more (34 blocks: each lane walks several). */
 Test(compressed, quantized_inputs_split_shapes, .timeout = 600) {
     clffn_context *ctx = test_context();
-    ASSERT_OK(clffn_context_set_kernel_max_tokens(ctx, 1, CLFFN_MAX_KERNEL_TOKENS));
-    ASSERT_OK(clffn_context_set_quantized_inputs(ctx, 1));
+    quantized_context(ctx);
     static const size_t shapes[2][CLFFN_WGEMV_PARAMS] = {{32, 4, 8, 16, 8}, {8, 16, 8, 32, 4}};
     static const clffn_dtype types[] = {CLFFN_DTYPE_Q8_0, CLFFN_DTYPE_Q4_0, CLFFN_DTYPE_BF16};
     for (int sh = 0; sh < 2; ++sh) {
@@ -543,8 +640,7 @@ Test(compressed, quantized_inputs_in_a_mixture_of_experts, .timeout = 300) {
     enum { E = 4, K = 2 };
     const size_t D = 96, F = 64;
     clffn_context *ctx = test_context();
-    ASSERT_OK(clffn_context_set_kernel_max_tokens(ctx, 1, CLFFN_MAX_KERNEL_TOKENS));
-    ASSERT_OK(clffn_context_set_quantized_inputs(ctx, 1));
+    quantized_context(ctx);
     const clffn_moe_config mc = clffn_moe_config_default(D, F, E, K);
     static const clffn_dtype types[] = {CLFFN_DTYPE_Q8_0, CLFFN_DTYPE_Q4_0, CLFFN_DTYPE_BF16};
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ++ti) {

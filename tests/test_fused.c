@@ -267,8 +267,10 @@ static void check_case(const fuse_case *k) {
     fill_uniform(x, T * D, -1.0f, 1.0f, 9);
     outputs o[2];
     clffn_context *ctx = shaped_context(k->sh);
-    if (k->kernel_max) {
+    if (k->kernel_max) { /* with quantized inputs or without */
         ASSERT_OK(clffn_context_set_kernel_max_tokens(ctx, k->t != CLFFN_DTYPE_F32,
+                                                      (size_t)k->kernel_max));
+        ASSERT_OK(clffn_context_set_kernel_max_tokens(ctx, CLFFN_KERNELS_QUANTIZED,
                                                       (size_t)k->kernel_max));
     }
     ASSERT_OK(clffn_context_set_quantized_inputs(ctx, k->qx));

@@ -287,6 +287,7 @@ static void run_quantized_inputs(clffn_dtype t, size_t T, size_t D, size_t F, co
     c.activation = CLFFN_ACT_SILU;
     clffn_context *ctx = test_context();
     ASSERT_OK(clffn_context_set_kernel_max_tokens(ctx, 1, CLFFN_MAX_KERNEL_TOKENS));
+    ASSERT_OK(clffn_context_set_kernel_max_tokens(ctx, CLFFN_KERNELS_QUANTIZED, 32));
     ASSERT_OK(clffn_context_set_quantized_inputs(ctx, 1));
     if (wgemv) { ASSERT_OK(clffn_context_set_wgemv(ctx, wgemv)); }
     test_weights w;
@@ -318,9 +319,9 @@ ParameterizedTestParameters(oclgrind, typed_passes) {
 
 /* Each weight type on both of its paths, in the layouts it takes (each pass runs both GEMV kernels:
  * one in the forward, the other for dx), two shape sets, the few-token products applying the
- * epilogues (Oclgrind is a GPU to clffn, which fuses them there) and once apart; the element types
- * also at d_model 13, d_ff 29, whose rows end in scalar tails and whose column groups run past the
- * last column. */
+ * epilogues (Oclgrind is a GPU to clffn, which fuses them there) and once apart, and past 16
+ * tokens in passes; the element types also at d_model 13, d_ff 29, whose rows end in scalar
+ * tails and whose column groups run past the last column. */
 ParameterizedTest(int *type, oclgrind, typed_passes, .timeout = 600) {
     const clffn_dtype t = (clffn_dtype)*type;
     const int q = t == CLFFN_DTYPE_Q8_0 || t == CLFFN_DTYPE_Q4_0; /* out_in only */
@@ -339,6 +340,10 @@ ParameterizedTest(int *type, oclgrind, typed_passes, .timeout = 600) {
     run_typed(&plain, t, wide, CLFFN_MAX_KERNEL_TOKENS);
     run_typed(&nine, t, wide, CLFFN_MAX_KERNEL_TOKENS);
     run_typed(&many, t, NULL, 0);
+    /* 20 tokens: a pass of 16, then one of 4 through the kernels built for 16 (the backward's
+     * dx through CLBlast) */
+    const sim_case passes = {CLFFN_ACT_SILU, 1, CLFFN_LAYOUT_OUT_IN, 1, 0, 0, 0, 20, 64, 96, 0, 0};
+    run_typed(&passes, t, NULL, 32);
     /* a CPU's shape: columns in strips of one work-item each, the 160 rows in two chunks */
     static const size_t cpu[CLFFN_WGEMV_PARAMS] = {1, 8, 64, 1, 4};
     const sim_case strips = {CLFFN_ACT_SILU, 1, in_out, 1, 0, 0, 0, 9, 64, 160, 0, 0};
@@ -355,6 +360,7 @@ ParameterizedTest(int *type, oclgrind, typed_passes, .timeout = 600) {
         run_quantized_inputs(t, 1, 96, 160, NULL); /* 3 and 5 blocks: a lone last block */
         run_quantized_inputs(t, 3, 96, 160, NULL);
         run_quantized_inputs(t, 9, 64, 96, NULL);
+        run_quantized_inputs(t, 20, 64, 96, NULL);  /* in passes: 16, then 4 */
         run_quantized_inputs(t, 1, 96, 160, split); /* a row's lanes: the GPU form */
         run_quantized_inputs(t, 3, 96, 160, split);
         return;

@@ -688,3 +688,43 @@ Test(clffn_bench, moe_grouping, .timeout = 120) {
     cr_assert_eq(run_split(cmd, out, sizeof out, err, sizeof err), 2, "%s%s", out, err);
     cr_assert(strstr(err, "go with --experts") != NULL, "%s", err);
 }
+
+/* The number after "key": in clffn-bench's one-line JSON for a layer. */
+static double field(const char *json, const char *key) {
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\": ", key);
+    const char *at = strstr(json, pat);
+    cr_assert(at != NULL, "no '%s' in %s", key, json);
+    return strtod(at + strlen(pat), NULL);
+}
+
+/* --experts: the layer's JSON, its experts read no more than the tokens could choose, and the
+ * same-work comparison with the dense FFN; the same layer split over three contexts. */
+Test(clffn_bench, experts_report, .timeout = 120) {
+    char out[4096], err[4096], cmd[512];
+    snprintf(cmd, sizeof cmd,
+             "'%s' --json --experts 6 --top-k 2 --tokens 1 --d-model 16 --d-ff 32 "
+             "--activation swiglu --reps 2",
+             CLFFN_BENCH_PATH);
+    cr_assert_eq(run_split(cmd, out, sizeof out, err, sizeof err), 0, "%s%s", out, err);
+    cr_assert_eq(field(out, "experts"), 6);
+    cr_assert_eq(field(out, "top_k"), 2);
+    cr_assert_eq(field(out, "experts_read"), 2, "one token reads its two experts: %s", out);
+    /* two experts' W1, V and W2 of 16·32 f32 weights each, and the router's 6·16 */
+    cr_assert_eq(field(out, "weights_read_bytes"), 2 * 4 * (3 * 16 * 32) + 4 * 6 * 16, "%s%s", out,
+                 err);
+    cr_assert_eq(field(out, "dense_rows"), 1);
+    cr_assert(field(out, "best_s") > 0 && field(out, "speed_vs_dense") > 0);
+    snprintf(cmd, sizeof cmd, /* the experts over three contexts: the same experts read */
+             "'%s' --json --experts 6 --expert-split 3 --tokens 1 --d-model 16 --d-ff 32 "
+             "--activation swiglu --reps 2",
+             CLFFN_BENCH_PATH);
+    cr_assert_eq(run_split(cmd, out, sizeof out, err, sizeof err), 0, "%s%s", out, err);
+    cr_assert(field(out, "contexts") == 3 && field(out, "experts_read") == 2, "%s", out);
+    snprintf(cmd, sizeof cmd, "'%s' --experts 2 --top-k 3 2>&1", CLFFN_BENCH_PATH);
+    cr_assert_eq(run(cmd, out, sizeof out), 2, "%s", out);
+    cr_assert(strstr(out, "--top-k from 1 to E") != NULL, "%s", out);
+    snprintf(cmd, sizeof cmd, "'%s' --experts 2 --expert-split 3 2>&1", CLFFN_BENCH_PATH);
+    cr_assert_eq(run(cmd, out, sizeof out), 2, "%s", out);
+    cr_assert(strstr(out, "1 to E contexts") != NULL, "%s", out);
+}

@@ -115,9 +115,12 @@ int bench_open_context(const args *a, clffn_context **ctx) {
         (st = clffn_context_set_gemv_max_tokens(*ctx, a->gemv_max)) != CLFFN_SUCCESS) {
         return bench_fail("--gemv-max", st);
     }
+    const int compressed = a->dtype != CLFFN_DTYPE_F32;
     if (a->set_kernel_max &&
-        (st = clffn_context_set_kernel_max_tokens(*ctx, a->dtype != CLFFN_DTYPE_F32,
-                                                  a->kernel_max)) != CLFFN_SUCCESS) {
+        ((st = clffn_context_set_kernel_max_tokens(*ctx, compressed, a->kernel_max)) !=
+             CLFFN_SUCCESS ||
+         (compressed && (st = clffn_context_set_kernel_max_tokens(
+                             *ctx, CLFFN_KERNELS_QUANTIZED, a->kernel_max)) != CLFFN_SUCCESS))) {
         return bench_fail("--kernel-max", st);
     }
     if (a->quantized_inputs &&

@@ -125,8 +125,9 @@ static const tool_option OPTIONS[] = {
      "keep the weights in f32 (default), f16, bf16, q8_0 or q4_0\n(converted on the host as "
      "GGUF rounds); with --sweep, all: each"},
     {"kernel-max", OPT_KERNEL_MAX, TOOL_VALUE, "N",
-     "run up to N tokens through clffn's own kernels for the\nweights' type instead of the "
-     "profile's crossover (0: never)"},
+     "run up to N tokens through clffn's own kernels for the\nweights' type (with "
+     "--quantized-inputs too) instead of the\nprofile's crossovers (0: never; past 16 in "
+     "passes of 16)"},
     {"quantized-inputs", OPT_QUANTIZED_INPUTS, TOOL_FLAG, NULL,
      "round the inputs of q8_0 and q4_0 products to q8_0 first\n(of bf16 ones to bf16), as "
      "llama.cpp does\n(clffn_context_set_quantized_inputs)"},
@@ -221,7 +222,7 @@ static int take_option(int key, const char *name, const char *v, args *a) {
         return -1;
     case OPT_KERNEL_MAX:
         a->set_kernel_max = 1;
-        return take_size(name, v, 0, CLFFN_MAX_KERNEL_TOKENS, &a->kernel_max);
+        return take_size(name, v, 0, (size_t)1 << 30, &a->kernel_max);
     case OPT_WEIGHT_LAYOUT:
         if (strcmp(v, "out_in") && strcmp(v, "in_out")) {
             fprintf(stderr, "clffn-bench: --weight-layout takes out_in or in_out\n");

@@ -27,7 +27,9 @@ static void json_choices(cJSON *o, clffn_context *ctx) {
     cJSON_AddNumberToObject(o, "kernel_max_tokens",
                             (double)clffn_context_kernel_max_tokens(ctx, 1));
     cJSON_AddNumberToObject(o, "kernel_max_tokens_f32",
-                            (double)clffn_context_kernel_max_tokens(ctx, 0));
+                            (double)clffn_context_kernel_max_tokens(ctx, CLFFN_KERNELS_F32));
+    cJSON_AddNumberToObject(o, "kernel_max_tokens_qx",
+                            (double)clffn_context_kernel_max_tokens(ctx, CLFFN_KERNELS_QUANTIZED));
     cJSON_AddBoolToObject(o, "quantized_inputs", clffn_context_quantized_inputs(ctx));
     cJSON_AddBoolToObject(o, "fused_epilogues", clffn_context_fused_epilogues(ctx));
     cJSON_AddNumberToObject(o, "gemm_k_block", (double)clffn_context_gemm_k_block(ctx));
@@ -128,9 +130,12 @@ static void text_choices(const args *a, clffn_context *ctx) {
            a->dtype != CLFFN_DTYPE_F32 ? "their type"
            : a->set_layout             ? "--weight-layout"
                                        : tuning);
-    const int compressed = a->dtype != CLFFN_DTYPE_F32;
-    printf("own kernels:   up to %zu tokens (%s)\n",
-           clffn_context_kernel_max_tokens(ctx, compressed),
+    const int which = a->dtype == CLFFN_DTYPE_F32 ? CLFFN_KERNELS_F32
+                      : clffn_context_quantized_inputs(ctx) && a->dtype != CLFFN_DTYPE_F16
+                          ? CLFFN_KERNELS_QUANTIZED
+                          : CLFFN_KERNELS_COMPRESSED;
+    printf("own kernels:   up to %zu tokens, past %zu in passes (%s)\n",
+           clffn_context_kernel_max_tokens(ctx, which), CLFFN_MAX_KERNEL_TOKENS,
            a->set_kernel_max ? "--kernel-max" : tuning);
     if (!clffn_context_fused_epilogues(ctx)) {
         printf("epilogues:     launches of their own (--fused-epilogues off)\n");

@@ -1,15 +1,18 @@
 /* clffn-tune, phase 9: clffn's own few-token kernels over weights in their stored type
  * (cl/weights.cl). Their shapes (WGEMV_*: work-items per row and rows per group of the row
  * kernel; columns per work-item, work-items per column group and groups per work-group of the
- * column kernel) and the two crossovers the library reads from the profile: KERNEL_MAX_TOKENS,
- * the most tokens for which compressed weights go through the kernels rather than dequantized
- * blocks and SGEMM, and KERNEL_MAX_TOKENS_F32, the same for f32 weights against CLBlast's path.
+ * column kernel) and the three crossovers the library reads from the profile:
+ * KERNEL_MAX_TOKENS, the most tokens for which compressed weights go through the kernels rather
+ * than dequantized blocks and SGEMM; KERNEL_MAX_TOKENS_QX, the same where the inputs are
+ * quantized (clffn_context_set_quantized_inputs); and KERNEL_MAX_TOKENS_F32, the same for f32
+ * weights against CLBlast's path.
  *
  * Each measurement runs in a child (this program with --eval --kernels), with the winners of
  * the earlier phases applied, on the tuned d_model and d_ff: one child per weight type times
- * the forward at one token under every candidate shape, then one per type times 1, 2, 4, 8 and
- * 16 tokens with the winning shape through the kernels and without, after checking that both
- * paths agree. */
+ * the forward at one token under every candidate shape, then one per type and kind of input
+ * times 1, 2, 4, 8, 16 tokens and on (past 16 the kernels run in passes) with the winning shape
+ * through the kernels and without, after checking that both paths agree, until the kernels
+ * lose. */
 #include "tune.h"
 
 #include <math.h>
@@ -31,8 +34,12 @@ static const size_t SHAPES_GPU[][CLFFN_WGEMV_PARAMS] = {
     {32, 4, 8, 16, 8}, {16, 8, 8, 16, 8}, {32, 2, 16, 8, 8}, {64, 2, 8, 32, 4}, {8, 16, 8, 8, 16},
 };
 
-enum { N_TOKEN_COUNTS = 5 };
-static const size_t TOKEN_COUNTS[N_TOKEN_COUNTS] = {1, 2, 4, 8, 16};
+enum { N_TOKEN_COUNTS = 11, MOST_TOKENS = 1024 };
+/* The crossover written where the kernels win at every count measured: by MOST_TOKENS both
+ * paths cost the same per token at any count, so they win at every count (the library's
+ * largest profile value). */
+#define EVERY_COUNT 1073741824L
+static const size_t TOKEN_COUNTS[N_TOKEN_COUNTS] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024};
 
 /* ------------------------------------------------------------------------------------------ */
 /* The child */
@@ -43,9 +50,10 @@ typedef struct kbench {
     cl_mem x, y;
     clffn_dtype dtype;
     size_t D;
+    int which; /* the clffn_kernel_class its products take */
 } kbench;
 
-/* An FFN of the tuned shape with random weights in dtype, and x and y for 16 tokens. */
+/* An FFN of the tuned shape with random weights in dtype, and x and y for MOST_TOKENS. */
 static int kbench_make(kbench *b, const opts *o, clffn_dtype dtype) {
     const size_t D = o->D, F = o->F, n = D * F;
     clffn_config c = clffn_config_default(D, F);
@@ -56,7 +64,7 @@ static int kbench_make(kbench *b, const opts *o, clffn_dtype dtype) {
     size_t bytes;
     if (clffn_dtype_bytes(dtype, n, &bytes) != CLFFN_SUCCESS) { return -1; }
     float *w = malloc(n * sizeof *w), *bias = calloc(F, sizeof *bias);
-    float *xs = malloc(16 * D * sizeof *xs);
+    float *xs = malloc(MOST_TOKENS * D * sizeof *xs);
     void *m[3] = {malloc(bytes), malloc(bytes), malloc(bytes)};
     int rc = w && bias && xs && m[0] && m[1] && m[2] ? 0 : -1;
     uint64_t s = 0x9E3779B97F4A7C15ull;
@@ -67,7 +75,9 @@ static int kbench_make(kbench *b, const opts *o, clffn_dtype dtype) {
         }
         if (clffn_convert_weights(dtype, w, n, m[k], bytes) != CLFFN_SUCCESS) { rc = -1; }
     }
-    for (size_t i = 0; rc == 0 && i < 16 * D; ++i) { xs[i] = (float)sin(0.01 * (double)i); }
+    for (size_t i = 0; rc == 0 && i < MOST_TOKENS * D; ++i) {
+        xs[i] = (float)sin(0.01 * (double)i);
+    }
     const clffn_typed_weights tw = {dtype, m[0], o->gated ? m[1] : NULL, m[2], bias, bias, bias};
     if (rc == 0 && clffn_ffn_upload_weights_typed(b->ffn, CLFFN_LAYOUT_OUT_IN, &tw) != 0) {
         rc = -1;
@@ -75,8 +85,9 @@ static int kbench_make(kbench *b, const opts *o, clffn_dtype dtype) {
     cl_int e1 = CL_SUCCESS, e2 = CL_SUCCESS;
     if (rc == 0) {
         const cl_context cx = clffn_context_cl_context(b->ctx);
-        b->x = clCreateBuffer(cx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, 16 * D * 4, xs, &e1);
-        b->y = clCreateBuffer(cx, CL_MEM_READ_WRITE, 16 * D * 4, NULL, &e2);
+        const size_t bytes_x = MOST_TOKENS * D * 4;
+        b->x = clCreateBuffer(cx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, bytes_x, xs, &e1);
+        b->y = clCreateBuffer(cx, CL_MEM_READ_WRITE, bytes_x, NULL, &e2);
     }
     free(w), free(bias), free(xs), free(m[0]), free(m[1]), free(m[2]);
     return rc == 0 && e1 == CL_SUCCESS && e2 == CL_SUCCESS ? 0 : -1;
@@ -85,8 +96,7 @@ static int kbench_make(kbench *b, const opts *o, clffn_dtype dtype) {
 /* Best of five forwards at T tokens (after one that builds the kernels), through the kernels
  * up to `through` tokens. */
 static int forward_time(kbench *b, size_t T, size_t through, double *sec) {
-    const int compressed = b->dtype != CLFFN_DTYPE_F32;
-    if (clffn_context_set_kernel_max_tokens(b->ctx, compressed, through) != CLFFN_SUCCESS) {
+    if (clffn_context_set_kernel_max_tokens(b->ctx, b->which, through) != CLFFN_SUCCESS) {
         return -1;
     }
     cl_command_queue q = clffn_context_queue(b->ctx);
@@ -104,7 +114,8 @@ static int forward_time(kbench *b, size_t T, size_t through, double *sec) {
     return 0;
 }
 
-/* y at T tokens through the kernels, and without, agree. */
+/* y at T tokens through the kernels (in passes past CLFFN_MAX_KERNEL_TOKENS), and without,
+ * agree. */
 static int paths_agree(kbench *b, size_t T) {
     const size_t n = T * b->D;
     float *a = malloc(n * 4), *c = malloc(n * 4);
@@ -112,13 +123,15 @@ static int paths_agree(kbench *b, size_t T) {
     cl_command_queue q = clffn_context_queue(b->ctx);
     int ok = a && c && ref;
     for (int side = 0; side < 2 && ok; ++side) {
-        const int compressed = b->dtype != CLFFN_DTYPE_F32;
-        ok = clffn_context_set_kernel_max_tokens(b->ctx, compressed, side ? 16 : 0) == 0 &&
+        ok = clffn_context_set_kernel_max_tokens(b->ctx, b->which, side ? MOST_TOKENS : 0) == 0 &&
              clffn_forward(b->ffn, T, b->x, 0, b->y, 0, q, NULL) == CLFFN_SUCCESS &&
              clEnqueueReadBuffer(q, b->y, CL_TRUE, 0, n * 4, side ? a : c, 0, NULL, NULL) == 0;
     }
     for (size_t i = 0; ok && i < n; ++i) { ref[i] = c[i]; }
-    ok = ok && tool_compare(a, ref, n, 1e-4, 1e-5).pass;
+    /* inputs rounded to 8 bits (2^-8 of their block's largest) move y by about 1%: the check
+     * then catches a broken kernel, not the rounding */
+    const double tol = b->which == CLFFN_KERNELS_QUANTIZED ? 5e-2 : 1e-4;
+    ok = ok && tool_compare(a, ref, n, tol, tol / 10).pass;
     free(a), free(c), free(ref);
     return ok ? 0 : -1;
 }
@@ -156,17 +169,22 @@ static int kernels_measure(kbench *b, const char *mode, const char *rest) {
             }
         }
         for (int i = 0; i < n; ++i) { printf("%.9g ", best[i]); }
-    } else if (!strcmp(mode, "cross")) {
+    } else if (!strcmp(mode, "cross") || !strcmp(mode, "crossqx")) {
         if (parse_shape(buf, p) != 0 || clffn_context_set_wgemv(b->ctx, p) != CLFFN_SUCCESS) {
             return 1;
         }
-        if (paths_agree(b, 3) != 0) { return 3; }
-        for (int i = 0; i < N_TOKEN_COUNTS; ++i) {
-            if (forward_time(b, TOKEN_COUNTS[i], 16, &t) != 0 ||
+        if (!strcmp(mode, "crossqx")) {
+            b->which = CLFFN_KERNELS_QUANTIZED;
+            if (clffn_context_set_quantized_inputs(b->ctx, 1) != CLFFN_SUCCESS) { return 1; }
+        }
+        if (paths_agree(b, 3) != 0 || paths_agree(b, 20) != 0) { return 3; }
+        for (int i = 0; i < N_TOKEN_COUNTS; ++i) { /* up to the first count the kernels lose */
+            if (forward_time(b, TOKEN_COUNTS[i], MOST_TOKENS, &t) != 0 ||
                 forward_time(b, TOKEN_COUNTS[i], 0, &t0) != 0) {
                 return 1;
             }
             printf("%.9g %.9g ", t, t0);
+            if (t >= t0) { break; }
         }
     } else {
         return 1;
@@ -187,6 +205,7 @@ int kernels_main(const opts *o, const candidate *c) {
     clffn_dtype dtype;
     if (clffn_dtype_parse(type, &dtype) != CLFFN_SUCCESS) { return 1; }
     kbench b = {0};
+    b.which = dtype == CLFFN_DTYPE_F32 ? CLFFN_KERNELS_F32 : CLFFN_KERNELS_COMPRESSED;
     if (clffn_context_create_for_device(o->device, &b.ctx) != CLFFN_SUCCESS) { return 1; }
     int rc = 1;
     if (eval_apply(b.ctx, o, c) == 0 &&
@@ -210,7 +229,8 @@ typedef struct kernel_env {
     size_t min_indirect, kb;
 } kernel_env;
 
-/* One child's line of seconds for type: n numbers into t, or -1. */
+/* One child's line of seconds for type: up to n numbers into t; how many (at least one), or
+ * -1. */
 static int child_times(kernel_env *e, const char *type, const char *mode, const char *arg,
                        double *t, int n) {
     char spec[2048], line[1024];
@@ -222,13 +242,15 @@ static int child_times(kernel_env *e, const char *type, const char *mode, const 
         return -1;
     }
     const char *p = line;
-    for (int i = 0; i < n; ++i) {
+    int i = 0;
+    for (; i < n; ++i) {
         char *end;
         t[i] = strtod(p, &end);
-        if (end == p || !(t[i] > 0)) { return -1; }
+        if (end == p) { break; }
+        if (!(t[i] > 0)) { return -1; }
         p = end;
     }
-    return 0;
+    return i > 0 ? i : -1;
 }
 
 static void shape_text(const size_t p[CLFFN_WGEMV_PARAMS], char *buf, size_t size) {
@@ -252,7 +274,7 @@ static int best_shape(kernel_env *e, const char *const types[], int n_types, ker
     }
     double sum[8] = {0}, t[8];
     for (int ty = 0; ty < n_types; ++ty) {
-        if (child_times(e, types[ty], "shapes", list, t, nk) != 0) { return -1; }
+        if (child_times(e, types[ty], "shapes", list, t, nk) != nk) { return -1; }
         for (int i = 0; i < nk; ++i) { sum[i] += t[i]; }
     }
     int best = 0;
@@ -267,19 +289,27 @@ static int best_shape(kernel_env *e, const char *const types[], int n_types, ker
 }
 
 /* The largest token count up to which type's kernels beat the path they replace at every count
- * measured; -1 when a child fails or the paths disagree. */
-static long crossover(kernel_env *e, const char *type, const size_t shape[CLFFN_WGEMV_PARAMS]) {
+ * measured (mode "cross", or "crossqx" with quantized inputs); -1 when a child fails or the
+ * paths disagree. */
+static long crossover(kernel_env *e, const char *type, const char *mode,
+                      const size_t shape[CLFFN_WGEMV_PARAMS]) {
     char s[64];
     double t[2 * N_TOKEN_COUNTS];
     shape_text(shape, s, sizeof s);
-    if (child_times(e, type, "cross", s, t, 2 * N_TOKEN_COUNTS) != 0) { return -1; }
+    const int n = child_times(e, type, mode, s, t, 2 * N_TOKEN_COUNTS);
+    if (n < 2) { return -1; }
+    const int qx = !strcmp(mode, "crossqx");
     long max = 0;
-    for (int i = 0; i < N_TOKEN_COUNTS; ++i) {
-        printf("%-5s %2zu tokens: kernels %.3f ms, %s %.3f ms\n", type, TOKEN_COUNTS[i],
-               t[2 * i] * 1e3, strcmp(type, "f32") ? "dequantized SGEMM" : "CLBlast",
-               t[2 * i + 1] * 1e3);
+    for (int i = 0; i < n / 2; ++i) {
+        printf("%-5s %4zu tokens%s: kernels %.3f ms, %s %.3f ms\n", type, TOKEN_COUNTS[i],
+               qx ? ", quantized inputs" : "", t[2 * i] * 1e3,
+               strcmp(type, "f32") ? "dequantized SGEMM" : "CLBlast", t[2 * i + 1] * 1e3);
         if (t[2 * i] >= t[2 * i + 1]) { break; }
         max = (long)TOKEN_COUNTS[i];
+    }
+    if (max == MOST_TOKENS) {
+        printf("%-5s kernels ahead at every count measured: %ld\n", type, EVERY_COUNT);
+        max = EVERY_COUNT;
     }
     fflush(stdout);
     return max;
@@ -301,15 +331,24 @@ void phase_kernels(search *r, size_t min_indirect, size_t k_block, size_t k_min_
     const char *const types[2] = {quantized ? "q4_0" : "f16", "f16"};
     const int n_types = quantized ? 2 : 1;
     if (best_shape(&e, types, n_types, k) != 0) { return; }
-    long compressed = 16;
+    long compressed = EVERY_COUNT, qx = EVERY_COUNT;
     for (int ty = 0; ty < n_types; ++ty) {
-        const long m = crossover(&e, types[ty], k->shape);
+        const long m = crossover(&e, types[ty], "cross", k->shape);
         if (m < 0) { return; }
         if (m < compressed) { compressed = m; }
     }
-    const long f32 = crossover(&e, "f32", k->shape);
+    /* the types whose inputs the context can quantize: q8_0's integer products stand for
+     * q4_0's, bf16's are their own */
+    const char *const qx_types[2] = {quantized ? "q8_0" : "bf16", "bf16"};
+    for (int ty = 0; ty < n_types; ++ty) {
+        const long m = crossover(&e, qx_types[ty], "crossqx", k->shape);
+        if (m < 0) { return; }
+        if (m < qx) { qx = m; }
+    }
+    const long f32 = crossover(&e, "f32", "cross", k->shape);
     if (f32 < 0) { return; }
     k->max_tokens = (size_t)compressed;
+    k->max_tokens_qx = (size_t)qx;
     k->max_tokens_f32 = (size_t)f32;
     k->have = 1;
 }
@@ -321,5 +360,6 @@ void kernels_json(cJSON *own, const kernel_result *k) {
         cJSON_AddNumberToObject(own, WGEMV_NAMES[i], (double)k->shape[i]);
     }
     cJSON_AddNumberToObject(own, "KERNEL_MAX_TOKENS", (double)k->max_tokens);
+    cJSON_AddNumberToObject(own, "KERNEL_MAX_TOKENS_QX", (double)k->max_tokens_qx);
     cJSON_AddNumberToObject(own, "KERNEL_MAX_TOKENS_F32", (double)k->max_tokens_f32);
 }

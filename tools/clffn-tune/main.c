@@ -27,8 +27,9 @@
  *      16 tokens, and the threshold where the winner alone catches up;
  *   9. clffn's own kernels over weights in their stored type (kernels.c): their shapes
  *      (WGEMV_*), scored by the one-token forward with q4_0 and f16 weights, then
- *      KERNEL_MAX_TOKENS and KERNEL_MAX_TOKENS_F32, the most tokens up to which they beat
- *      dequantized blocks through SGEMM (compressed weights) and CLBlast's path (f32).
+ *      KERNEL_MAX_TOKENS, KERNEL_MAX_TOKENS_QX and KERNEL_MAX_TOKENS_F32, the most tokens (up
+ *      to 1024, in passes of 16 past 16) up to which they beat dequantized blocks through SGEMM
+ *      (compressed weights, with f32 inputs and with quantized ones) and CLBlast's path (f32).
  * Phases 1-3 run the GEMMs split along K as the library would with a first guess of the block
  * (256 on CPUs, where it pays, none on GPUs); phase 4 then tries every block with the winners.
  * Times come from OpenCL profiling events around each GEMM. Progress is saved after every
@@ -191,9 +192,10 @@ static int finish(search *r, size_t small_t, int have_before, double before_s) {
         if (kr.have) { /* these hold whatever the GEMMs: worth adding to a profile by hand */
             printf("clffn's kernels: \"WGEMV_ROW_SPLIT\": %zu, \"WGEMV_ROW_ROWS\": %zu, "
                    "\"WGEMV_COL_WIDTH\": %zu, \"WGEMV_COL_SPLIT\": %zu, \"WGEMV_COL_GROUPS\": "
-                   "%zu, \"KERNEL_MAX_TOKENS\": %zu, \"KERNEL_MAX_TOKENS_F32\": %zu\n",
+                   "%zu, \"KERNEL_MAX_TOKENS\": %zu, \"KERNEL_MAX_TOKENS_QX\": %zu, "
+                   "\"KERNEL_MAX_TOKENS_F32\": %zu\n",
                    kr.shape[0], kr.shape[1], kr.shape[2], kr.shape[3], kr.shape[4], kr.max_tokens,
-                   kr.max_tokens_f32);
+                   kr.max_tokens_qx, kr.max_tokens_f32);
         }
         remove(r->progress);
         return 0;

@@ -177,11 +177,12 @@ void phase_few_rows(search *r, size_t min_indirect, size_t k_block, size_t k_min
 size_t k_block_at(size_t T, size_t k_block, size_t k_min_rows);
 
 /* What phase 9 found (kernels.c): the few-token kernels' shapes and where they stop paying,
- * for compressed weights and for f32 (clffn_context_set_kernel_max_tokens). */
+ * for compressed weights, for their quantized inputs and for f32
+ * (clffn_context_set_kernel_max_tokens). */
 typedef struct kernel_result {
     int have;
     size_t shape[CLFFN_WGEMV_PARAMS];
-    size_t max_tokens, max_tokens_f32;
+    size_t max_tokens, max_tokens_qx, max_tokens_f32;
 } kernel_result;
 
 void phase_kernels(search *r, size_t min_indirect, size_t k_block, size_t k_min_rows,
