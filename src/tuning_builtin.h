@@ -31,11 +31,21 @@
  * GEMV_MAX_TOKENS 1 (was 2): at 1 token the GEMVs win forward and backward on both shapes; at
  * 2, with the GEMV parameters above, they win the seed shape but lose the decoding shape's
  * forward (55 against 44 ms), the case this crossover is for.
- * KERNEL_MAX_TOKENS 16 and the WGEMV shapes: clffn-tune's phase 9 on 4096 -> 11008 and
- * 1024 -> 2816 gated, 2026-11-23 on the AMD EPYC host. Compressed weights through clffn's
- * kernels beat dequantized blocks through SGEMM at every count up to 16 (q4_0 at 16 tokens 60
- * against 206 ms, f16 74 against 240 ms on the larger shape); the shapes tie at one token (row
- * work-groups of 4 to 16 rows, column strips of 32 to 128 within 5%), so the defaults stay.
+ * The WGEMV shapes: clffn-tune's phase 9 on 4096 -> 11008 and 1024 -> 2816 gated, 2026-11-23
+ * on the AMD EPYC host; the shapes tie at one token (row work-groups of 4 to 16 rows, column
+ * strips of 32 to 128 within 5%), so the defaults stay. Compressed weights through clffn's
+ * kernels beat dequantized blocks through SGEMM at every count up to 16 there (q4_0 at 16
+ * tokens 60 against 206 ms, f16 74 against 240 ms on the larger shape).
+ * KERNEL_MAX_TOKENS 192 and KERNEL_MAX_TOKENS_QX 1073741824 (every count): past 16 tokens the
+ * kernels run in passes of 16, 2026-11-26 on the AMD EPYC host, clffn-bench --kernel-max
+ * against the profile's 16, 4096 -> 11008 SwiGLU, forward, ms. With f32 inputs: 64 tokens f16
+ * 119 against 325, q8_0 145 against 345; 128 tokens 259 against 427 and 451 against 532;
+ * 192 tokens 491 against 500 and 396 against 503; 256 mixed (478 against 551, 564 against
+ * 548); 384 behind (916 against 695 in f16). With quantized inputs, which multiply in
+ * integers and convert no weights: 640 tokens q8_0 283 against 1262, q4_0 277 against 1173,
+ * bf16 479 against 1148; 2048 tokens 1424 against 4443, 802 against 4199, 1575 against 5033.
+ * Past a few hundred tokens both paths cost the same per token whatever the count, so the
+ * kernels stay ahead at every count.
  * KERNEL_MAX_TOKENS_F32 4: with the weights kept [in, out] the forward runs down the columns,
  * which the column kernel's strips of 64 did no faster than CLBlast; clffn_wgemv_strip (a
  * kilobyte-wide strip per work-item, four rows at a time) does, 2026-11-25 on the AMD EPYC host,
@@ -61,9 +71,9 @@
     "\"NDIMB\":1,\"NDIMC\":1,\"NWG\":8,\"SA\":0,\"SB\":0,\"STRM\":0,\"STRN\":1,\"VWM\":16,"       \
     "\"VWN\":8}},"                                                                                \
     "\"clffn\":{\"GEMM_K_BLOCK\":256,\"GEMM_K_BLOCK_MIN_ROWS\":512,\"GEMV_MAX_TOKENS\":1,"        \
-    "\"WEIGHT_LAYOUT\":1,\"XGEMM_FEW_ROWS\":128,\"KERNEL_MAX_TOKENS\":16,"                        \
-    "\"KERNEL_MAX_TOKENS_F32\":4,\"WGEMV_ROW_SPLIT\":1,\"WGEMV_ROW_ROWS\":8,"                     \
-    "\"WGEMV_COL_WIDTH\":64,\"WGEMV_COL_SPLIT\":1,\"WGEMV_COL_GROUPS\":4}}"
+    "\"WEIGHT_LAYOUT\":1,\"XGEMM_FEW_ROWS\":128,\"KERNEL_MAX_TOKENS\":192,"                       \
+    "\"KERNEL_MAX_TOKENS_QX\":1073741824,\"KERNEL_MAX_TOKENS_F32\":4,\"WGEMV_ROW_SPLIT\":1,"      \
+    "\"WGEMV_ROW_ROWS\":8,\"WGEMV_COL_WIDTH\":64,\"WGEMV_COL_SPLIT\":1,\"WGEMV_COL_GROUPS\":4}}"
 
 /* NVIDIA H100 through NVIDIA's OpenCL driver (580.159.04, "NVIDIA CUDA" platform):
  * `clffn-tune --budget 210 --tokens 4096 --d-model 768 --d-ff 3072` on 2026-11-22 on an H100 80GB
