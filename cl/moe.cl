@@ -47,6 +47,43 @@ void clffn_moe_logits(__global const float *x, const ulong x_off, __global const
   }
 }
 
+// The same logits with one work-item per (r, t), NDRange (R rounded up, T), any work-group: for
+// a CPU device, where POCL runs a work-group's 64 lanes and its barriers in turn, which made a
+// 128-row router (Qwen3's) a sixth of the one-token layer. The 64 lanes' sums are kept in four
+// float16 vectors and added in clffn_moe_logits' tree, each lane's products in its order, so
+// the bits are that kernel's.
+#if CLFFN_MOE_LANES != 64
+#error "clffn_moe_logits_rows keeps the lanes in four float16 vectors"
+#endif
+__kernel void clffn_moe_logits_rows(__global const float *x, const ulong x_off,
+                                    __global const float *wr, __global const float *br,
+                                    const int has_bias, const uint E, const uint D,
+                                    __global float *probs, __global float *gate, const uint R) {
+  const uint r = get_global_id(0), t = get_global_id(1);
+  if (r >= R) { return; }
+  __global const float *xt = x + x_off + (ulong)t * D, *w = wr + (ulong)r * D;
+  float16 a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f; // lanes 0-15, 16-31, 32-47, 48-63
+  const uint whole = D / CLFFN_MOE_LANES * CLFFN_MOE_LANES;
+  for (uint d = 0; d < whole; d += CLFFN_MOE_LANES) {
+    a0 = fma(vload16(0, xt + d), vload16(0, w + d), a0);
+    a1 = fma(vload16(0, xt + d + 16), vload16(0, w + d + 16), a1);
+    a2 = fma(vload16(0, xt + d + 32), vload16(0, w + d + 32), a2);
+    a3 = fma(vload16(0, xt + d + 48), vload16(0, w + d + 48), a3);
+  }
+  float part[CLFFN_MOE_LANES];
+  vstore16(a0, 0, part), vstore16(a1, 1, part), vstore16(a2, 2, part), vstore16(a3, 3, part);
+  for (uint d = whole; d < D; ++d) { part[d - whole] = fma(xt[d], w[d], part[d - whole]); }
+  for (uint h = CLFFN_MOE_LANES / 2; h > 0; h /= 2) {
+    for (uint l = 0; l < h; ++l) { part[l] += part[l + h]; }
+  }
+  const float logit = part[0] + (has_bias ? br[r] : 0.0f);
+  if (r < E) {
+    probs[(ulong)t * E + r] = logit;
+  } else {
+    gate[t] = logit;
+  }
+}
+
 // Token t's choice (clffn_moe_route: a work-item per token, NDRange T, any work-group), from
 // clffn_moe_logits' logits: softmax probabilities over the E logits (max subtracted), then the k
 // largest in order, a tie going to the lower expert index: pass j takes the largest logit below

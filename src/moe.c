@@ -67,9 +67,11 @@ void clffn_moe_destroy(clffn_moe *moe) {
                       &moe->dxs,    &moe->dlogit, &moe->g_router, &moe->g_rbias, &moe->gate,
                       &moe->dys};
     for (size_t i = 0; i < sizeof mems / sizeof mems[0]; ++i) { clffn__release_mem(mems[i]); }
-    cl_kernel *ks[] = {&moe->logits,    &moe->route,        &moe->count,      &moe->place,
-                       &moe->gather,    &moe->combine,      &moe->scatter_dy, &moe->router_backward,
-                       &moe->dx_kernel, &moe->router_grads, &moe->scale_dy,   &moe->route_few};
+    cl_kernel *ks[] = {&moe->logits,       &moe->route,           &moe->count,
+                       &moe->place,        &moe->gather,          &moe->combine,
+                       &moe->scatter_dy,   &moe->router_backward, &moe->dx_kernel,
+                       &moe->router_grads, &moe->scale_dy,        &moe->route_few,
+                       &moe->logits_rows};
     for (size_t i = 0; i < sizeof ks / sizeof ks[0]; ++i) { release_kernel(ks[i]); }
     free(moe->host_counts);
     free(moe);
@@ -83,17 +85,19 @@ static clffn_status make_kernels(clffn_moe *moe) {
     cl_program p = NULL;
     clffn_status st = clffn__get_program(&moe->ctx->programs, &key, &p);
     if (st != CLFFN_SUCCESS) { return st; }
-    static const char *const names[12] = {
+    static const char *const names[13] = {
         "clffn_moe_logits",       "clffn_moe_route",           "clffn_moe_count",
         "clffn_moe_place",        "clffn_moe_gather",          "clffn_moe_combine",
         "clffn_moe_scatter_dy",   "clffn_moe_router_backward", "clffn_moe_dx",
-        "clffn_moe_router_grads", "clffn_moe_scale_dy",        "clffn_moe_route_few"};
-    cl_kernel *ks[12] = {&moe->logits,       &moe->route,           &moe->count,
+        "clffn_moe_router_grads", "clffn_moe_scale_dy",        "clffn_moe_route_few",
+        "clffn_moe_logits_rows"};
+    cl_kernel *ks[13] = {&moe->logits,       &moe->route,           &moe->count,
                          &moe->place,        &moe->gather,          &moe->combine,
                          &moe->scatter_dy,   &moe->router_backward, &moe->dx_kernel,
-                         &moe->router_grads, &moe->scale_dy,        &moe->route_few};
+                         &moe->router_grads, &moe->scale_dy,        &moe->route_few,
+                         &moe->logits_rows};
     cl_int err = CL_SUCCESS;
-    for (size_t i = 0; i < 12 && err == CL_SUCCESS; ++i) {
+    for (size_t i = 0; i < 13 && err == CL_SUCCESS; ++i) {
         *ks[i] = clCreateKernel(p, names[i], &err);
     }
     return (clffn_status)err;
@@ -110,6 +114,7 @@ clffn_status clffn_moe_create(clffn_context *ctx, const clffn_moe_config *config
     moe->n_ffn = config->experts + (config->shared_expert ? 1 : 0);
     moe->router_rows = clffn__moe_router_rows(config);
     moe->few_choices = CLFFN_MOE_LANES;
+    moe->router_items = ctx->cpu;
     moe->ffn = calloc(moe->n_ffn, sizeof *moe->ffn);
     moe->host_counts = malloc(config->experts * sizeof *moe->host_counts);
     st = moe->ffn && moe->host_counts ? CLFFN_SUCCESS : CLFFN_ERROR_OUT_OF_HOST_MEMORY;
@@ -287,18 +292,25 @@ cl_int clffn__moe_enqueue(clffn_moe *moe, cl_command_queue q, cl_kernel kernel, 
 }
 
 /* The router's logits into probs (and the gate's into gate): a work-group of CLFFN_MOE_LANES
- * (cl/moe.cl) per router row and token. */
+ * (cl/moe.cl) per router row and token, or on a CPU device a work-item (the same bits). */
 static cl_int enqueue_logits(clffn_moe *moe, cl_uint T, cl_mem x, cl_ulong xo, cl_command_queue q) {
     const clffn_moe_config *c = &moe->cfg;
     const cl_uint E = (cl_uint)c->experts, D = (cl_uint)c->expert.d_model;
     const cl_int has_bias = c->router_bias ? 1 : 0;
     cl_mem bias = moe->bias ? moe->bias : moe->router; /* not read without a bias */
-    clffn_args a = clffn__args(moe->logits);
+    const bool rows = moe->router_items != 0;
+    clffn_args a = clffn__args(rows ? moe->logits_rows : moe->logits);
     CLFFN_ARG(a, x), CLFFN_ARG(a, xo), CLFFN_ARG(a, moe->router), CLFFN_ARG(a, bias);
     CLFFN_ARG(a, has_bias), CLFFN_ARG(a, E), CLFFN_ARG(a, D), CLFFN_ARG(a, moe->probs);
     CLFFN_ARG(a, moe->gate);
-    cl_int err = clffn__args_end(&a);
+    const cl_uint R = (cl_uint)moe->router_rows; /* the rows form's bound: its items round up */
+    if (rows) { CLFFN_ARG(a, R); }
+    const cl_int err = clffn__args_end(&a);
     if (err != CL_SUCCESS) { return err; }
+    if (rows) {
+        const size_t items[2] = {moe->router_rows, T};
+        return enqueue_nd(moe, q, moe->logits_rows, 2, items, NULL);
+    }
     const size_t global[3] = {CLFFN_MOE_LANES, moe->router_rows, T};
     const size_t local[3] = {CLFFN_MOE_LANES, 1, 1};
     return enqueue_nd(moe, q, moe->logits, 3, global, local);

@@ -15,7 +15,11 @@ struct clffn_moe {
     clffn_ffn **ffn;     /* [n_ffn] */
     size_t router_rows;  /* R: E, + 1 with a gated shared expert */
     cl_mem router, bias; /* [R, D], [R] (bias NULL without one) */
-    cl_kernel logits, route, count, place, gather, combine, route_few;        /* forward */
+    cl_kernel logits, route, count, place, gather, combine, route_few; /* forward */
+    /* the logits a work-item each (clffn_moe_logits_rows, the same bits as clffn_moe_logits):
+     * a CPU device's form; the tests flip it to compare the two */
+    cl_kernel logits_rows;
+    int router_items;
     cl_kernel scatter_dy, router_backward, dx_kernel, router_grads, scale_dy; /* backward */
     /* route, count and place in one launch (route_few) up to this many choices T·k:
      * CLFFN_MOE_LANES, a choice a lane (cl/moe.cl); the tests move it to compare the two ways */

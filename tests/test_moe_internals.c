@@ -74,6 +74,38 @@ Test(moe, route_few_gives_the_three_kernels_bits, .timeout = 300) {
     each_case(few, sizeof few / sizeof few[0], 32, 40, 1700, route_few_check);
 }
 
+/* The router's logits a work-item each (clffn_moe_logits_rows, a CPU device's form) and a
+ * work-group of CLFFN_MOE_LANES each (clffn_moe_logits) give the same bits: the probabilities
+ * and the shared expert's gate, from x and a router drawn at random (so that the order of the
+ * sums shows), D of 40 (lanes only partly filled) and 200 (three rows of lanes and a tail). */
+Test(moe, router_logits_alike_in_both_forms, .timeout = 300) {
+    static const moe_case c = {5, 70, 3, CLFFN_ROUTING_TOPK, 1, 1, 1, CLFFN_ACT_SILU, 1, 0};
+    clffn_context *ctx = test_context();
+    for (size_t D = 40; D <= 200; D += 160) {
+        moe_data m;
+        data_make(&m, &c, D, 24, 90 + D);
+        fill_uniform(m.x, c.tokens * D, -1.0f, 1.0f, 7);
+        fill_uniform(m.router, (c.experts + 1) * D, -0.3f, 0.3f, 8);
+        clffn_moe *l[2] = {moe_make(ctx, &m), moe_make(ctx, &m)};
+        l[1]->router_items = !l[0]->router_items;
+        uint32_t *probs[2], *gate[2];
+        float *y = malloc(c.tokens * D * sizeof *y);
+        cr_assert(y);
+        for (int i = 0; i < 2; ++i) {
+            ASSERT_OK(clffn_moe_forward_host(l[i], c.tokens, m.x, c.tokens * D, y, c.tokens * D,
+                                             NULL, NULL));
+            probs[i] = read_u32(l[i], l[i]->probs, c.tokens * c.experts);
+            gate[i] = read_u32(l[i], l[i]->gate, c.tokens);
+        }
+        cr_assert(!memcmp(probs[0], probs[1], c.tokens * c.experts * 4), "D %zu: probs", D);
+        cr_assert(!memcmp(gate[0], gate[1], c.tokens * 4), "D %zu: the shared expert's gate", D);
+        for (int i = 0; i < 2; ++i) { free(probs[i]), free(gate[i]), clffn_moe_destroy(l[i]); }
+        free(y);
+        data_free(&m);
+    }
+    clffn_context_destroy(ctx);
+}
+
 /* The experts on a layer's context share one scratch for their dequantized blocks and one for
  * CLBlast's copies (moe.h: one expert's at a time, not one an expert), and the layer computes
  * what the reference does on the dequantized weights with them, as they grow from one expert

@@ -15,6 +15,7 @@
  * dies at exit. */
 #include "common.h"
 
+#include "moe.h" /* the router logits' form */
 #include "program.h"
 
 #include <ctype.h>
@@ -520,7 +521,8 @@ Test(oclgrind, kernels_use_core_cl12_only) {
  * kernels' lanes take runs of 2 and some none) and 3 (6 choices: the three in one work-group,
  * clffn_moe_route_few), each with the counts read back (f32 on CLBlast, the rows packed), then
  * kept on the device (f32 on clffn's own kernels, each expert's launched for all T rows and
- * reading its count; the backward then routes again). */
+ * reading its count; the backward then routes again). At 3 tokens the router's logits take a
+ * CPU's form (clffn_moe_logits_rows: a work-item a logit, their count rounded up). */
 typedef struct moe_ocl_case {
     int counted;
     size_t tokens;
@@ -549,6 +551,7 @@ ParameterizedTest(moe_ocl_case *mc, oclgrind, moe_forward_backward, .timeout = 6
     clffn_moe *moe = NULL;
     ASSERT_OK(clffn_moe_create(ctx, &c, &moe));
     ASSERT_OK(clffn_moe_set_grouping(moe, 0)); /* experts apart: oclgrind_grouped below */
+    moe->router_items = T < TMAX;
     ASSERT_OK(clffn_moe_upload_router(moe, router, bias));
     for (size_t e = 0; e <= E; ++e) {
         test_weights_make(&w[e], e < E ? &c.expert : &sc, CLFFN_LAYOUT_OUT_IN, 40 + e);
