@@ -36,12 +36,15 @@
  * strips of 32 to 128 within 5%), so the defaults stay. Compressed weights through clffn's
  * kernels beat dequantized blocks through SGEMM at every count up to 16 there (q4_0 at 16
  * tokens 60 against 206 ms, f16 74 against 240 ms on the larger shape).
- * KERNEL_MAX_TOKENS 192 and KERNEL_MAX_TOKENS_QX 1073741824 (every count): past 16 tokens the
+ * KERNEL_MAX_TOKENS 128 and KERNEL_MAX_TOKENS_QX 1073741824 (every count): past 16 tokens the
  * kernels run in passes of 16, 2026-11-26 on the AMD EPYC host, clffn-bench --kernel-max
  * against the profile's 16, 4096 -> 11008 SwiGLU, forward, ms. With f32 inputs: 64 tokens f16
  * 119 against 325, q8_0 145 against 345; 128 tokens 259 against 427 and 451 against 532;
  * 192 tokens 491 against 500 and 396 against 503; 256 mixed (478 against 551, 564 against
- * 548); 384 behind (916 against 695 in f16). With quantized inputs, which multiply in
+ * 548); 384 behind (916 against 695 in f16). Smaller shapes stop sooner: at 192 tokens
+ * 1024 -> 2816 took 21.5-22.8 against 16.5-18.3 ms and 512 -> 2048 8.3-8.4 against 6.2-6.9,
+ * level at 128 (two rounds, the host faster that hour, where 4096 -> 11008 still won at 192:
+ * 336-364 against 389-468), so 128. With quantized inputs, which multiply in
  * integers and convert no weights: 640 tokens q8_0 283 against 1262, q4_0 277 against 1173,
  * bf16 479 against 1148; 2048 tokens 1424 against 4443, 802 against 4199, 1575 against 5033.
  * Past a few hundred tokens both paths cost the same per token whatever the count, so the
@@ -71,7 +74,7 @@
     "\"NDIMB\":1,\"NDIMC\":1,\"NWG\":8,\"SA\":0,\"SB\":0,\"STRM\":0,\"STRN\":1,\"VWM\":16,"       \
     "\"VWN\":8}},"                                                                                \
     "\"clffn\":{\"GEMM_K_BLOCK\":256,\"GEMM_K_BLOCK_MIN_ROWS\":512,\"GEMV_MAX_TOKENS\":1,"        \
-    "\"WEIGHT_LAYOUT\":1,\"XGEMM_FEW_ROWS\":128,\"KERNEL_MAX_TOKENS\":192,"                       \
+    "\"WEIGHT_LAYOUT\":1,\"XGEMM_FEW_ROWS\":128,\"KERNEL_MAX_TOKENS\":128,"                       \
     "\"KERNEL_MAX_TOKENS_QX\":1073741824,\"KERNEL_MAX_TOKENS_F32\":4,\"WGEMV_ROW_SPLIT\":1,"      \
     "\"WGEMV_ROW_ROWS\":8,\"WGEMV_COL_WIDTH\":64,\"WGEMV_COL_SPLIT\":1,\"WGEMV_COL_GROUPS\":4}}"
 
