@@ -549,8 +549,9 @@ CLFFN_API clffn_status clffn_context_set_kernel_max_tokens(clffn_context *ctx, i
 CLFFN_API size_t clffn_context_kernel_max_tokens(const clffn_context *ctx, int which);
 
 /** Turns quantized inputs on (on ≠ 0) or off (0, the default) for products over q8_0, q4_0
- *  and bf16 weights on clffn's few-token kernels (up to clffn_context_kernel_max_tokens(ctx, 1)
- *  token rows, forward; the backward's ∂x and the dequantized SGEMMs of more tokens keep f32).
+ *  and bf16 weights kept [out, in] on clffn's few-token kernels (up to
+ *  clffn_context_kernel_max_tokens(ctx, CLFFN_KERNELS_QUANTIZED) token rows, forward; the
+ *  backward's ∂x and the dequantized SGEMMs of more tokens keep f32).
  *  Each product's input rows (x for W1 and V, the hidden layer for W2, an expert's gathered
  *  rows) are first rounded to the type llama.cpp's ggml multiplies such weights with:
  *   - q8_0 and q4_0 weights: q8_0 blocks, as GGUF's reference quantizer rounds them (d = amax /
