@@ -14,7 +14,6 @@
 #include <clblast_c.h>
 #include <ctype.h>
 #include <pthread.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,7 +95,7 @@ static void own_defaults(clffn_tuning *t) {
     t->xgemm_few_rows = 0;
     t->kernel_max_tokens[0] = CLFFN_DEFAULT_KERNEL_MAX_TOKENS_F32;
     t->kernel_max_tokens[1] = CLFFN_DEFAULT_KERNEL_MAX_TOKENS;
-    t->kernel_max_tokens[2] = SIZE_MAX; /* unset: the compressed one (parse_clffn_section) */
+    t->kernel_max_tokens[2] = CLFFN_DEFAULT_KERNEL_MAX_TOKENS;
     memset(t->wgemv, 0, sizeof t->wgemv);
     t->fused_epilogues = -1;
 }
@@ -185,7 +184,7 @@ static clffn_status parse_clffn_section(const cJSON *root, clffn_tuning *out) {
             return CLFFN_ERROR_INVALID_ARGUMENT;
         }
     }
-    if (out->kernel_max_tokens[2] == SIZE_MAX) {
+    if (!cJSON_GetObjectItemCaseSensitive(sec, "KERNEL_MAX_TOKENS_QX")) { /* the compressed one */
         out->kernel_max_tokens[2] = out->kernel_max_tokens[1];
     }
     /* the kernel shapes come all together or not at all, each within its range */

@@ -213,10 +213,6 @@ bool clffn__quantizes_inputs(const clffn_context *ctx, clffn_dtype dtype) {
            (dtype == CLFFN_DTYPE_Q8_0 || dtype == CLFFN_DTYPE_Q4_0 || dtype == CLFFN_DTYPE_BF16);
 }
 
-static bool quantizes_inputs(const clffn_context *ctx, const clffn_wmatrix *w) {
-    return clffn__quantizes_inputs(ctx, w->dtype);
-}
-
 /* Rows a work-item of a product along w's rows takes (bucket b). Rows go several to a
  * work-item where the pass's x (cols values for each token) outgrows the first-level cache:
  * each vector of x read then serves every row. In fours up to 4 tokens, where a core streaming
@@ -259,7 +255,7 @@ cl_int clffn__wgemv(clffn_wkernels *wk, const clffn_context *ctx, const clffn_wm
     refresh(wk, ctx, w->dtype);
     const int b = bucket_of(tokens, capacity);
     if (b < 0) { return (cl_int)CLFFN_ERROR_INVALID_SIZE; }
-    if (along_rows && quantizes_inputs(ctx, w)) {
+    if (along_rows && clffn__quantizes_inputs(ctx, w->dtype)) {
         return wgemv_quantized_inputs(wk, ctx, w, b, tokens, count, x, beta, y, queue);
     }
     const size_t *p = ctx->wgemv;
@@ -317,7 +313,7 @@ cl_int clffn__wgemv(clffn_wkernels *wk, const clffn_context *ctx, const clffn_wm
 bool clffn__wgemv_takes_ep(const clffn_context *ctx, const clffn_wmatrix *w, size_t tokens,
                            size_t capacity, bool pairs) {
     const int b = bucket_of(tokens, capacity);
-    return b >= 0 && !quantizes_inputs(ctx, w) && rows_per_item(ctx, w, b) == 1 &&
+    return b >= 0 && !clffn__quantizes_inputs(ctx, w->dtype) && rows_per_item(ctx, w, b) == 1 &&
            (!pairs || ctx->wgemv[1] % 2 == 0);
 }
 

@@ -195,27 +195,32 @@ Test(compressed, forward_in_passes, .timeout = 300) {
 }
 
 /* A profile's few-token crossovers, each class's own: the quantized inputs' one where given, else
- * the compressed one; a count past any forward's, or a negative one, damages the profile. The
- * setter takes any count (past CLFFN_MAX_KERNEL_TOKENS the kernels run in passes). */
+ * the compressed one; a profile without them, or no profile, gives the defaults; a count past any
+ * forward's, or a negative one, damages the profile. The setter takes any count (past
+ * CLFFN_MAX_KERNEL_TOKENS the kernels run in passes). */
 Test(compressed, crossovers_from_a_profile) {
     char dir[] = "/tmp/clffn-cross-XXXXXX", path[1400];
     test_profile_dir(dir, path, sizeof path);
-    static const char *const texts[4] = {
+    static const char *const texts[5] = {
         "{\"clblast\":{},\"clffn\":{\"KERNEL_MAX_TOKENS\":100,\"KERNEL_MAX_TOKENS_QX\":5000,"
         "\"KERNEL_MAX_TOKENS_F32\":3}}",
-        "{\"clblast\":{},\"clffn\":{\"KERNEL_MAX_TOKENS\":40}}",
+        "{\"clblast\":{},\"clffn\":{\"KERNEL_MAX_TOKENS\":40}}", "{\"clblast\":{}}",
         "{\"clblast\":{},\"clffn\":{\"KERNEL_MAX_TOKENS_QX\":-1}}",
         "{\"clblast\":{},\"clffn\":{\"KERNEL_MAX_TOKENS\":2e9}}"};
-    static const size_t want[2][3] = {{3, 100, 5000},
-                                      {CLFFN_DEFAULT_KERNEL_MAX_TOKENS_F32, 40, 40}};
-    for (int i = 0; i < 4; ++i) {
+    enum { GOOD = 3 };
+    static const size_t want[GOOD][3] = {{3, 100, 5000},
+                                         {CLFFN_DEFAULT_KERNEL_MAX_TOKENS_F32, 40, 40},
+                                         {CLFFN_DEFAULT_KERNEL_MAX_TOKENS_F32,
+                                          CLFFN_DEFAULT_KERNEL_MAX_TOKENS,
+                                          CLFFN_DEFAULT_KERNEL_MAX_TOKENS}};
+    for (int i = 0; i < 5; ++i) {
         FILE *f = fopen(path, "w");
         cr_assert(f);
         fputs(texts[i], f);
         fclose(f);
         clffn_context *ctx = test_context();
         const char *applied = clffn_context_tuning(ctx);
-        if (i < 2) {
+        if (i < GOOD) {
             cr_assert(strncmp(applied, "profile", 7) == 0, "text %d not applied: %s", i, applied);
             for (int k = 0; k < 3; ++k) {
                 cr_assert_eq(clffn_context_kernel_max_tokens(ctx, k), want[i][k], "text %d, %d", i,
@@ -226,7 +231,13 @@ Test(compressed, crossovers_from_a_profile) {
         }
         clffn_context_destroy(ctx);
     }
+    setenv("CLFFN_NO_TUNING", "1", 1); /* no profile at all: the defaults */
     clffn_context *ctx = test_context();
+    unsetenv("CLFFN_NO_TUNING");
+    for (int k = 0; k < 3; ++k) {
+        cr_assert_eq(clffn_context_kernel_max_tokens(ctx, k), want[GOOD - 1][k], "no profile, %d",
+                     k);
+    }
     ASSERT_OK(clffn_context_set_kernel_max_tokens(ctx, CLFFN_KERNELS_QUANTIZED, SIZE_MAX));
     cr_assert_eq(clffn_context_kernel_max_tokens(ctx, CLFFN_KERNELS_QUANTIZED), SIZE_MAX);
     ASSERT_OK(clffn_context_set_kernel_max_tokens(ctx, 7, 33)); /* nonzero: compressed */
