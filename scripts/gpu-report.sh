@@ -30,7 +30,11 @@
 # --fused-epilogues on and off alternated in ROUNDS rounds (default 3): one decoding token of
 # 4096 -> 11008 SwiGLU in f16, q8_0 and f32 through clffn's kernel, Mixtral's layer and Qwen3's
 # (D 2048, F 768, 128 experts, top-8) at one token in f16 and q8_0; then PyTorch fp16 and fp32
-# on the decoding shape).
+# on the decoding shape), bars (the targets alone, in about five minutes where a machine is lent
+# for minutes, not hours: one decoding token in f32 through clffn's kernel and in f16, each with
+# the epilogues fused and not, and in q8_0; PyTorch fp32 and fp16 on it; the seed shape beside
+# PyTorch fp32; Mixtral's layer at one token in f16 and q8_0 and at 512 in f16, each beside the
+# dense FFN, then PyTorch's layer in fp16).
 # Every step has its own time limit; a failing step does not stop the others.
 set -uo pipefail
 build=${1:?usage: gpu-report.sh BUILD OUT STEPS...}
@@ -297,6 +301,25 @@ PY
         for t in fp16 fp32; do
             timeout 120 python3 scripts/torch-ffn-bench.py --dtype $t --reps "$reps" 1,4096,11008,swiglu
         done
+        ;;
+    bars)
+        d=(--tokens 1 --d-model 4096 --d-ff 11008 --activation swiglu)
+        mx=(--d-model 4096 --d-ff 14336 --activation swiglu --experts 8 --top-k 2)
+        for f in on off; do
+            bench_text "decode f32 kernel, out_in, fused $f" "${d[@]}" --kernel-max 1 \
+                --weight-layout out_in --fused-epilogues $f
+            bench_text "decode f16, fused $f" "${d[@]}" --weights-dtype f16 --fused-epilogues $f
+        done
+        bench_text "decode q8_0" "${d[@]}" --weights-dtype q8_0
+        for t in fp32 fp16; do
+            timeout 120 python3 scripts/torch-ffn-bench.py --dtype $t --reps "$reps" 1,4096,11008,swiglu
+        done
+        clffn_bench 640 512 2048 relu
+        torch_bench "640 512 2048 relu"
+        for t in f16 q8_0; do bench_text "Mixtral, 1 token, $t" --tokens 1 "${mx[@]}" --weights-dtype $t; done
+        bench_text "Mixtral, 512 tokens, f16" --tokens 512 "${mx[@]}" --weights-dtype f16
+        timeout 180 python3 scripts/torch-moe-bench.py --dtype fp16 --reps "$reps" 1,4096,14336,8,2 \
+            512,4096,14336,8,2
         ;;
     *) echo "gpu-report: unknown step $step" >&2 ;;
     esac

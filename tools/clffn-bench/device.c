@@ -40,8 +40,9 @@ double bench_seconds_since_exec(void) {
 #endif
 }
 
-/* x, y, dy, dx for max_tokens and the gradients, x and dy filled (an untouched POCL buffer reads
- * the kernel's shared zero page, which is faster than memory). 0, or 1 with the failure printed. */
+/* x, y, dy, dx for max_tokens and the gradients (after the weights' upload), x and dy filled (an
+ * untouched POCL buffer reads the kernel's shared zero page, which is faster than memory). 0, or
+ * 1 with the failure printed. */
 static int device_buffers(device_run *r, const args *a, size_t max_tokens) {
     const cl_context cx = clffn_context_cl_context(r->ctx);
     const size_t bytes = max_tokens * a->d_model * sizeof(float);
@@ -50,8 +51,13 @@ static int device_buffers(device_run *r, const args *a, size_t max_tokens) {
     for (int i = 0; i < 4 && err == CL_SUCCESS; ++i) {
         *io[i] = clCreateBuffer(cx, CL_MEM_READ_WRITE, bytes, NULL, &err);
     }
-    const size_t D = a->d_model, F = a->d_ff, gsz[5] = {(a->gated ? 2 : 1) * D * F, F, F, D * F, D};
+    /* weights kept compressed get no gradients (backward_time): their f32 buffers would take
+     * up to eight times the weights' own memory */
+    const int weights = clffn_ffn_weight_dtype(r->ffn) == CLFFN_DTYPE_F32;
+    const size_t D = a->d_model, F = a->d_ff;
+    const size_t gsz[5] = {weights ? (a->gated ? 2 : 1) * D * F : 0, F, F, weights ? D * F : 0, D};
     for (int i = 0; i < 5 && err == CL_SUCCESS; ++i) {
+        if (!gsz[i]) { continue; }
         r->g[i] = clCreateBuffer(cx, CL_MEM_READ_WRITE, gsz[i] * sizeof(float), NULL, &err);
     }
     if (err != CL_SUCCESS) { return bench_fail("allocating the buffers", (clffn_status)err); }
