@@ -516,9 +516,11 @@ typedef enum clffn_kernel_class {
     CLFFN_KERNELS_F32 = 0,        /* over f32 weights, against CLBlast's GEMV or SGEMM */
     CLFFN_KERNELS_COMPRESSED = 1, /* over f16, bf16, q8_0 or q4_0 weights with f32 inputs,
                                      against dequantized blocks and SGEMM */
-    CLFFN_KERNELS_QUANTIZED = 2   /* over q8_0, q4_0 or bf16 weights kept [out, in] whose inputs
+    CLFFN_KERNELS_QUANTIZED = 2,  /* over q8_0, q4_0 or bf16 weights kept [out, in] whose inputs
                                      the context quantizes (clffn_context_set_quantized_inputs),
                                      against the same */
+    CLFFN_KERNELS_COMPRESSED_LARGE = 3 /* as CLFFN_KERNELS_COMPRESSED, in products of at least
+                                          clffn_context_kernel_large_weights() weights */
 } clffn_kernel_class;
 
 /** The few-token crossovers of a device with no tuning profile that says otherwise: weights
@@ -527,6 +529,9 @@ typedef enum clffn_kernel_class {
  *  at every count. */
 #define CLFFN_DEFAULT_KERNEL_MAX_TOKENS ((size_t)8)
 #define CLFFN_DEFAULT_KERNEL_MAX_TOKENS_F32 ((size_t)0)
+/** Where a profile gives CLFFN_KERNELS_COMPRESSED_LARGE's crossover without its size: products
+ *  of at least 4096·11008 weights count as large (W2 of the shape clffn-tune measures it on). */
+#define CLFFN_DEFAULT_KERNEL_LARGE_WEIGHTS ((size_t)45088768)
 
 /** Sets up to how many token rows a product of the given class (a clffn_kernel_class; any
  *  other nonzero value counts as CLFFN_KERNELS_COMPRESSED) runs on clffn's own few-token
@@ -537,16 +542,35 @@ typedef enum clffn_kernel_class {
  *  CLFFN_MAX_KERNEL_TOKENS has the forward's products run the kernels in passes of that many
  *  tokens; the backward's ∂x takes the kernels up to one pass (its column form loses to SGEMM
  *  beyond). Quantized inputs need no f32 conversion of the weights and multiply in integers, so
- *  on a CPU their crossover lies far past the others' (docs/PERFORMANCE.md, "Passes"). The
- *  tuning profile sets them ("clffn": {"KERNEL_MAX_TOKENS": n, "KERNEL_MAX_TOKENS_F32": n,
- *  "KERNEL_MAX_TOKENS_QX": n}; clffn-tune measures where the kernels stop winning), else the
- *  defaults above. Results differ from the other paths' only by float summation order. Same
- *  rules of effect as clffn_context_set_gemm_k_block(). Errors: NULL_ARGUMENT. */
+ *  on a CPU their crossover lies far past the others' (docs/PERFORMANCE.md, "Passes").
+ *  Compressed weights with f32 inputs have a second crossover for large products
+ *  (CLFFN_KERNELS_COMPRESSED_LARGE, products of at least clffn_context_kernel_large_weights()
+ *  weights): SGEMM over dequantized blocks gets slower per token as the inner dimension grows,
+ *  the kernels do not, so on a CPU the kernels win further on a 4096 → 11008 layer than on a
+ *  1024 → 2816 one. Setting CLFFN_KERNELS_COMPRESSED sets the large products' crossover too;
+ *  set CLFFN_KERNELS_COMPRESSED_LARGE after it to tell them apart. The tuning profile sets
+ *  them ("clffn": {"KERNEL_MAX_TOKENS": n, "KERNEL_MAX_TOKENS_F32": n, "KERNEL_MAX_TOKENS_QX":
+ *  n, "KERNEL_MAX_TOKENS_LARGE": n, "KERNEL_LARGE_WEIGHTS": w}; clffn-tune measures where the
+ *  kernels stop winning), else the defaults above, the large products' crossover being the
+ *  compressed one where a profile gives none. Results differ from the other paths' only by
+ *  float summation order. Same rules of effect as clffn_context_set_gemm_k_block(). Errors:
+ *  NULL_ARGUMENT. */
 CLFFN_API clffn_status clffn_context_set_kernel_max_tokens(clffn_context *ctx, int which,
                                                            size_t max_tokens);
 
 /** The context's few-token crossover for a clffn_kernel_class (see above); 0 for NULL. */
 CLFFN_API size_t clffn_context_kernel_max_tokens(const clffn_context *ctx, int which);
+
+/** Sets from how many weights a product over compressed weights with f32 inputs takes the
+ *  CLFFN_KERNELS_COMPRESSED_LARGE crossover instead of CLFFN_KERNELS_COMPRESSED's: the
+ *  weights one product reads, d_model·d_ff for W2, and for W1, or 2·d_model·d_ff where a gated
+ *  FFN's W1 and V are read together (weights kept as stored, [out, in]). The tuning profile's
+ *  "KERNEL_LARGE_WEIGHTS", else CLFFN_DEFAULT_KERNEL_LARGE_WEIGHTS. Same rules of effect as
+ *  clffn_context_set_gemm_k_block(). Errors: NULL_ARGUMENT. */
+CLFFN_API clffn_status clffn_context_set_kernel_large_weights(clffn_context *ctx, size_t weights);
+
+/** The context's threshold for large products (see above); 0 for NULL. */
+CLFFN_API size_t clffn_context_kernel_large_weights(const clffn_context *ctx);
 
 /** Turns quantized inputs on (on ≠ 0) or off (0, the default) for products over q8_0, q4_0
  *  and bf16 weights kept [out, in] on clffn's few-token kernels (up to

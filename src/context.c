@@ -83,6 +83,7 @@ static clffn_status context_init(clffn_context *ctx, cl_context context, cl_devi
         ctx->xgemm_few_rows = ctx->tuning.xgemm_few_rows;
         memcpy(ctx->kernel_max_tokens, ctx->tuning.kernel_max_tokens,
                sizeof ctx->kernel_max_tokens);
+        ctx->kernel_large_weights = ctx->tuning.kernel_large_weights;
         /* a profile's shapes that this device cannot run (another device's file) give way */
         if (clffn__wgemv_valid(ctx->tuning.wgemv, ctx->max_wg)) {
             memcpy(ctx->wgemv, ctx->tuning.wgemv, sizeof ctx->wgemv);
@@ -301,16 +302,34 @@ size_t clffn_context_xgemm_few_rows(const clffn_context *ctx) {
 }
 
 /* clffn_kernel_class's index, any other nonzero value taken as compressed */
-static int kernel_class(int which) { return which == CLFFN_KERNELS_QUANTIZED ? 2 : which ? 1 : 0; }
+static int kernel_class(int which) {
+    return which == CLFFN_KERNELS_QUANTIZED || which == CLFFN_KERNELS_COMPRESSED_LARGE ? which
+           : which                                                                     ? 1
+                                                                                       : 0;
+}
 
 clffn_status clffn_context_set_kernel_max_tokens(clffn_context *ctx, int which, size_t max_tokens) {
     if (!ctx) { return CLFFN_ERROR_NULL_ARGUMENT; }
-    ctx->kernel_max_tokens[kernel_class(which)] = max_tokens;
+    const int c = kernel_class(which);
+    ctx->kernel_max_tokens[c] = max_tokens;
+    if (c == CLFFN_KERNELS_COMPRESSED) { /* one crossover for every size until told apart */
+        ctx->kernel_max_tokens[CLFFN_KERNELS_COMPRESSED_LARGE] = max_tokens;
+    }
     return CLFFN_SUCCESS;
 }
 
 size_t clffn_context_kernel_max_tokens(const clffn_context *ctx, int which) {
     return ctx ? ctx->kernel_max_tokens[kernel_class(which)] : 0;
+}
+
+clffn_status clffn_context_set_kernel_large_weights(clffn_context *ctx, size_t weights) {
+    if (!ctx) { return CLFFN_ERROR_NULL_ARGUMENT; }
+    ctx->kernel_large_weights = weights;
+    return CLFFN_SUCCESS;
+}
+
+size_t clffn_context_kernel_large_weights(const clffn_context *ctx) {
+    return ctx ? ctx->kernel_large_weights : 0;
 }
 
 clffn_status clffn_context_set_quantized_inputs(clffn_context *ctx, int on) {

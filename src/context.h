@@ -35,10 +35,12 @@ struct clffn_context {
      * the rest (clffn__sgemm); from the tuning profile, or clffn_context_set_xgemm() */
     clffn_xgemm_set xgemm, xgemm_few;
     size_t xgemm_few_rows;
-    /* products over at most this many token rows run clffn's few-token kernels: [0] with f32
-     * weights, [1] with compressed ones; from the tuning profile, or
-     * clffn_context_set_kernel_max_tokens() */
-    size_t kernel_max_tokens[3];
+    /* products over at most this many token rows run clffn's few-token kernels, indexed by
+     * clffn_kernel_class: [0] with f32 weights, [1] with compressed ones, [2] with quantized
+     * inputs, [3] with compressed ones in products of at least kernel_large_weights weights;
+     * from the tuning profile, or clffn_context_set_kernel_max_tokens() */
+    size_t kernel_max_tokens[4];
+    size_t kernel_large_weights;
     /* clffn_context_set_quantized_inputs(): q8_0 and q4_0 products round their inputs to q8_0,
      * bf16 ones to bf16 */
     int quantized_inputs;

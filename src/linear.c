@@ -39,10 +39,14 @@ static clffn_wmatrix stored(const clffn_linear *w) {
 }
 
 size_t clffn__kernel_max_tokens(const clffn_context *ctx, const clffn_linear *w) {
-    const int c = w->dtype == CLFFN_DTYPE_F32                           ? 0
-                  : out_in(w) && clffn__quantizes_inputs(ctx, w->dtype) ? 2
-                                                                        : 1;
-    return ctx->kernel_max_tokens[c];
+    if (w->dtype == CLFFN_DTYPE_F32) { return ctx->kernel_max_tokens[CLFFN_KERNELS_F32]; }
+    if (out_in(w) && clffn__quantizes_inputs(ctx, w->dtype)) {
+        return ctx->kernel_max_tokens[CLFFN_KERNELS_QUANTIZED];
+    }
+    /* in·out cannot overflow: the weights were allocated */
+    return w->in * w->out >= ctx->kernel_large_weights
+               ? ctx->kernel_max_tokens[CLFFN_KERNELS_COMPRESSED_LARGE]
+               : ctx->kernel_max_tokens[CLFFN_KERNELS_COMPRESSED];
 }
 
 /* Whether a forward product over `tokens` rows with w runs clffn's few-token kernels. */

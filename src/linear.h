@@ -49,7 +49,8 @@ cl_int clffn__env_reserve(const clffn_gemm_env *env);
 
 /* The most tokens a forward product over w runs clffn's kernels for: the context's crossover
  * for w's clffn_kernel_class (quantized inputs where the context rounds them for w's type and
- * w is kept [out, in], which the kernels then take along its rows). */
+ * w is kept [out, in], which the kernels then take along its rows; else, for compressed
+ * weights, the large products' crossover where w has at least the context's large weights). */
 size_t clffn__kernel_max_tokens(const clffn_context *ctx, const clffn_linear *w);
 
 cl_int clffn__linear_forward(const clffn_gemm_env *env, const clffn_linear *w, size_t tokens,

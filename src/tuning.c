@@ -96,6 +96,8 @@ static void own_defaults(clffn_tuning *t) {
     t->kernel_max_tokens[0] = CLFFN_DEFAULT_KERNEL_MAX_TOKENS_F32;
     t->kernel_max_tokens[1] = CLFFN_DEFAULT_KERNEL_MAX_TOKENS;
     t->kernel_max_tokens[2] = CLFFN_DEFAULT_KERNEL_MAX_TOKENS;
+    t->kernel_max_tokens[3] = CLFFN_DEFAULT_KERNEL_MAX_TOKENS;
+    t->kernel_large_weights = CLFFN_DEFAULT_KERNEL_LARGE_WEIGHTS;
     memset(t->wgemv, 0, sizeof t->wgemv);
     t->fused_epilogues = -1;
 }
@@ -123,13 +125,19 @@ static int take_kernel_value(const cJSON *p, clffn_tuning *out) {
         out->wgemv[i] = (size_t)v;
         return 1;
     }
-    static const char *const crossovers[3] = {"KERNEL_MAX_TOKENS_F32", "KERNEL_MAX_TOKENS",
-                                              "KERNEL_MAX_TOKENS_QX"};
-    for (int i = 0; i < 3; ++i) {
+    static const char *const crossovers[4] = {"KERNEL_MAX_TOKENS_F32", "KERNEL_MAX_TOKENS",
+                                              "KERNEL_MAX_TOKENS_QX", "KERNEL_MAX_TOKENS_LARGE"};
+    for (int i = 0; i < 4; ++i) {
         if (strcmp(p->string, crossovers[i])) { continue; }
         const double v = whole_in(p, CLFFN_KERNEL_MAX_TOKENS_MOST);
         if (v < 0) { return -1; }
         out->kernel_max_tokens[i] = (size_t)v;
+        return 1;
+    }
+    if (!strcmp(p->string, "KERNEL_LARGE_WEIGHTS")) {
+        const double v = whole_in(p, 9007199254740992.0); /* 2^53: any size a double holds */
+        if (v < 0 || v > (double)SIZE_MAX) { return -1; }
+        out->kernel_large_weights = (size_t)v;
         return 1;
     }
     return 0;
@@ -184,8 +192,11 @@ static clffn_status parse_clffn_section(const cJSON *root, clffn_tuning *out) {
             return CLFFN_ERROR_INVALID_ARGUMENT;
         }
     }
-    if (!cJSON_GetObjectItemCaseSensitive(sec, "KERNEL_MAX_TOKENS_QX")) { /* the compressed one */
-        out->kernel_max_tokens[2] = out->kernel_max_tokens[1];
+    static const char *const follow[2] = {"KERNEL_MAX_TOKENS_QX", "KERNEL_MAX_TOKENS_LARGE"};
+    for (int i = 0; i < 2; ++i) { /* where the profile gives neither: the compressed one */
+        if (!cJSON_GetObjectItemCaseSensitive(sec, follow[i])) {
+            out->kernel_max_tokens[2 + i] = out->kernel_max_tokens[1];
+        }
     }
     /* the kernel shapes come all together or not at all, each within its range */
     size_t given = 0;

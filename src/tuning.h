@@ -25,10 +25,12 @@ typedef struct clffn_tuning {
     clffn_xgemm_set xgemm;        /* "clblast": {"Xgemm": {...}} */
     clffn_xgemm_set xgemm_few;    /* "clblast_few_rows": {"Xgemm": {...}} */
     size_t xgemm_few_rows;        /* "XGEMM_FEW_ROWS": n: products of fewer tokens use xgemm_few */
-    /* "KERNEL_MAX_TOKENS_F32", "KERNEL_MAX_TOKENS", "KERNEL_MAX_TOKENS_QX": the few-token
-     * kernels' crossovers for each clffn_kernel_class; the CLFFN_DEFAULT_KERNEL_MAX_TOKENS*
-     * without, and the compressed one for quantized inputs where a profile gives that alone */
-    size_t kernel_max_tokens[3];
+    /* "KERNEL_MAX_TOKENS_F32", "KERNEL_MAX_TOKENS", "KERNEL_MAX_TOKENS_QX",
+     * "KERNEL_MAX_TOKENS_LARGE": the few-token kernels' crossovers for each clffn_kernel_class;
+     * the CLFFN_DEFAULT_KERNEL_MAX_TOKENS* without, and the compressed one for quantized inputs
+     * and for large products where a profile gives that alone */
+    size_t kernel_max_tokens[4];
+    size_t kernel_large_weights; /* "KERNEL_LARGE_WEIGHTS"; CLFFN_DEFAULT_KERNEL_LARGE_WEIGHTS */
     /* "WGEMV_ROW_SPLIT" … "WGEMV_COL_GROUPS" (CLFFN_WGEMV_PARAMS), all or none; 0s without */
     size_t wgemv[CLFFN_WGEMV_PARAMS];
     /* "FUSED_EPILOGUES": 0 or 1 (clffn_context_set_fused_epilogues); -1 without: on but on CPU

@@ -110,6 +110,13 @@ void test_profile_dir_end(const char *dir, const char *path) {
     unsetenv("CLFFN_TUNE_DIR");
 }
 
+void test_write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f, "%s", path);
+    fputs(text, f);
+    cr_assert_eq(fclose(f), 0, "%s", path);
+}
+
 /* Known defects of OpenCL implementations: the platform (a prefix of CL_PLATFORM_NAME), the
  * driver versions (a prefix of CL_DRIVER_VERSION), the test, and why; ended by a NULL platform.
  * None at present: every defect met so far is worked around in the library or asked of the

@@ -69,6 +69,8 @@ clffn_context *test_context(void);
  * there; test_profile_dir_end removes both and unsets CLFFN_TUNE_DIR. */
 void test_profile_dir(char *dir, char *path, size_t size);
 void test_profile_dir_end(const char *dir, const char *path);
+/* Writes text to the file at path (made or emptied first). */
+void test_write_text(const char *path, const char *text);
 /* Whether the device's profiling timestamps order three kernels that its in-order queue ran one
  * after the other (each starting at or after the last one's end): the tests' own probe, apart
  * from the library's, of whether stage times can exist on this device. */

@@ -1,7 +1,7 @@
 /* The rest of the public API: version and status strings, config defaults, activation names,
  * initialisers, hidden tensors, caller-owned weights (stacked and separate gate), the in-place
- * residual FFN, workspace growth, kernel loading from CLFFN_KERNEL_DIR, the SGEMM K-block, and
- * the built-in tuning profiles. */
+ * residual FFN, workspace growth, kernel loading from CLFFN_KERNEL_DIR, the SGEMM's K-split and
+ * its product against a double reference. The context's settings and profiles: test_settings.c. */
 #include "common.h"
 #include "tuning.h"
 
@@ -355,18 +355,11 @@ Test(api, init_weights_uploads_host_values) {
     clffn_context_destroy(ctx);
 }
 
-static void write_text(const char *path, const char *text) {
-    FILE *f = fopen(path, "w");
-    cr_assert_not_null(f);
-    fputs(text, f);
-    fclose(f);
-}
-
 static void copy_kernels(const char *dir) {
     for (size_t i = 0; i < clffn_embedded_source_count; ++i) {
         char path[512];
         snprintf(path, sizeof path, "%s/%s", dir, clffn_embedded_sources[i].name);
-        write_text(path, clffn_embedded_sources[i].text);
+        test_write_text(path, clffn_embedded_sources[i].text);
     }
 }
 
@@ -389,8 +382,8 @@ Test(api, kernel_dir_override) {
     ASSERT_OK(clffn_forward_host(ffn, 2, x, 2 * 8, y0, 2 * 8));
     char path[512];
     snprintf(path, sizeof path, "%s/epilogue.cl", dir);
-    write_text(path,
-               "__kernel void clffn_epilogue1(__global float *p) { p[0] = undefined_name; }\n");
+    test_write_text(
+        path, "__kernel void clffn_epilogue1(__global float *p) { p[0] = undefined_name; }\n");
     /* the dropout kernels are built when training starts: that build fails now, and the FFN
      * stays in inference mode (the same output as before, no mask) */
     ASSERT_STATUS(clffn_ffn_set_training(ffn, 1), CL_BUILD_PROGRAM_FAILURE);
@@ -446,257 +439,6 @@ Test(api, gemm_k_split) {
     cr_assert_eq(b, 128);
     cr_assert_eq(clffn_gemm_k_split(511, 256, &b), 1);
     cr_assert_eq(b, 511);
-}
-
-/* The block is the context's: set, read back, bad values refused without changing it. */
-Test(api, gemm_k_block_setting) {
-    clffn_context *ctx = test_context();
-    ASSERT_OK(clffn_context_set_gemm_k_block(ctx, 192));
-    cr_assert_eq(clffn_context_gemm_k_block(ctx), 192);
-    ASSERT_STATUS(clffn_context_set_gemm_k_block(ctx, CLFFN_MAX_GEMM_K_BLOCK + 1),
-                  CLFFN_ERROR_INVALID_SIZE);
-    cr_assert_eq(clffn_context_gemm_k_block(ctx), 192);
-    ASSERT_OK(clffn_context_set_gemm_k_block(ctx, 0));
-    cr_assert_eq(clffn_context_gemm_k_block(ctx), 0);
-    ASSERT_STATUS(clffn_context_set_gemm_k_block(NULL, 64), CLFFN_ERROR_NULL_ARGUMENT);
-    cr_assert_eq(clffn_context_gemm_k_block(NULL), 0);
-    /* the rows threshold likewise */
-    ASSERT_OK(clffn_context_set_gemm_k_block_min_rows(ctx, 300));
-    cr_assert_eq(clffn_context_gemm_k_block_min_rows(ctx), 300);
-    ASSERT_STATUS(clffn_context_set_gemm_k_block_min_rows(ctx, CLFFN_MAX_GEMM_K_BLOCK_MIN_ROWS + 1),
-                  CLFFN_ERROR_INVALID_SIZE);
-    cr_assert_eq(clffn_context_gemm_k_block_min_rows(ctx), 300);
-    ASSERT_STATUS(clffn_context_set_gemm_k_block_min_rows(NULL, 1), CLFFN_ERROR_NULL_ARGUMENT);
-    cr_assert_eq(clffn_context_gemm_k_block_min_rows(NULL), 0);
-    /* quantized inputs: off until asked for; any non-zero is on */
-    cr_assert_eq(clffn_context_quantized_inputs(ctx), 0);
-    ASSERT_OK(clffn_context_set_quantized_inputs(ctx, 7));
-    cr_assert_eq(clffn_context_quantized_inputs(ctx), 1);
-    ASSERT_OK(clffn_context_set_quantized_inputs(ctx, 0));
-    cr_assert_eq(clffn_context_quantized_inputs(ctx), 0);
-    ASSERT_STATUS(clffn_context_set_quantized_inputs(NULL, 1), CLFFN_ERROR_NULL_ARGUMENT);
-    cr_assert_eq(clffn_context_quantized_inputs(NULL), 0);
-    clffn_context_destroy(ctx);
-}
-
-/* A context on the suite's device with no tuning profile applied: the library's defaults. */
-static clffn_context *untuned_context(void) {
-    setenv("CLFFN_NO_TUNING", "1", 1);
-    clffn_context *ctx = test_context();
-    unsetenv("CLFFN_NO_TUNING");
-    return ctx;
-}
-
-/* The layout uploads keep weights in is the context's: taken by the next upload, not by
- * weights already on the device; bad values change nothing. */
-Test(api, weight_layout_setting) {
-    clffn_context *ctx = test_context();
-    clffn_config c = clffn_config_default(24, 40);
-    c.gated = 1;
-    test_weights w;
-    test_weights_make(&w, &c, CLFFN_LAYOUT_OUT_IN, 5);
-    clffn_ffn *ffn = NULL;
-    ASSERT_OK(clffn_ffn_create(ctx, &c, &ffn));
-    for (int kept = 0; kept < 2; ++kept) {
-        ASSERT_OK(clffn_context_set_weight_layout(ctx, (clffn_layout)kept));
-        cr_assert_eq(clffn_context_weight_layout(ctx), (clffn_layout)kept);
-        ASSERT_OK(clffn_ffn_upload_weights(ffn, CLFFN_LAYOUT_OUT_IN, &w.host));
-        /* the other layout for later uploads: these weights stay as they were kept */
-        ASSERT_OK(clffn_context_set_weight_layout(ctx, (clffn_layout)!kept));
-        assert_host_forward(ffn, &c, &w, 5, kept ? "kept in_out" : "kept out_in");
-    }
-    ASSERT_STATUS(clffn_context_set_weight_layout(ctx, (clffn_layout)2),
-                  CLFFN_ERROR_INVALID_LAYOUT);
-    ASSERT_STATUS(clffn_context_set_weight_layout(ctx, (clffn_layout)-1),
-                  CLFFN_ERROR_INVALID_LAYOUT);
-    cr_assert_eq(clffn_context_weight_layout(ctx), CLFFN_LAYOUT_OUT_IN); /* the loop's last */
-    ASSERT_STATUS(clffn_context_set_weight_layout(NULL, CLFFN_LAYOUT_OUT_IN),
-                  CLFFN_ERROR_NULL_ARGUMENT);
-    cr_assert_eq(clffn_context_weight_layout(NULL), CLFFN_DEFAULT_WEIGHT_LAYOUT);
-    clffn_ffn_destroy(ffn);
-    test_weights_free(&w);
-    clffn_context_destroy(ctx);
-    ctx = untuned_context();
-    cr_assert_eq(clffn_context_weight_layout(ctx), CLFFN_DEFAULT_WEIGHT_LAYOUT);
-    clffn_context_destroy(ctx);
-}
-
-/* The small-batch crossover is the context's too; with no profile saying otherwise it is one
- * token. */
-Test(api, gemv_max_tokens_setting) {
-    clffn_context *ctx = test_context();
-    ASSERT_OK(clffn_context_set_gemv_max_tokens(ctx, 12));
-    cr_assert_eq(clffn_context_gemv_max_tokens(ctx), 12);
-    ASSERT_STATUS(clffn_context_set_gemv_max_tokens(ctx, CLFFN_MAX_GEMV_TOKENS + 1),
-                  CLFFN_ERROR_INVALID_SIZE);
-    cr_assert_eq(clffn_context_gemv_max_tokens(ctx), 12);
-    ASSERT_OK(clffn_context_set_gemv_max_tokens(ctx, 0));
-    cr_assert_eq(clffn_context_gemv_max_tokens(ctx), 0);
-    ASSERT_STATUS(clffn_context_set_gemv_max_tokens(NULL, 4), CLFFN_ERROR_NULL_ARGUMENT);
-    cr_assert_eq(clffn_context_gemv_max_tokens(NULL), 0);
-    clffn_context_destroy(ctx);
-    ctx = untuned_context();
-    cr_assert_eq(clffn_context_gemv_max_tokens(ctx), CLFFN_DEFAULT_GEMV_MAX_TOKENS);
-    clffn_context_destroy(ctx);
-}
-
-/* clffn_context_set_xgemm takes whole sets by name in any order; a missing, repeated or unknown
- * name, a wrong count, a few-rows set without a main one, or a threshold too large changes
- * nothing. */
-Test(api, xgemm_sets_setting) {
-    clffn_context *ctx = untuned_context();
-    cr_assert_eq(clffn_context_xgemm_few_rows(ctx), 0);
-    const char *const *n = test_xgemm_names;
-    ASSERT_OK(clffn_context_set_xgemm(ctx, 16, n, test_xgemm_wide, test_xgemm_narrow, 40));
-    cr_assert_eq(clffn_context_xgemm_few_rows(ctx), 40);
-    const char *swapped[16], *repeated[16], *unknown[16];
-    size_t wide_swapped[16];
-    for (int i = 0; i < 16; ++i) {
-        swapped[i] = n[15 - i], wide_swapped[i] = test_xgemm_wide[15 - i];
-        repeated[i] = unknown[i] = n[i];
-    }
-    repeated[3] = n[2], unknown[7] = "NDIMX";
-    ASSERT_OK(clffn_context_set_xgemm(ctx, 16, swapped, wide_swapped, wide_swapped, 41));
-    cr_assert_eq(clffn_context_xgemm_few_rows(ctx), 41);
-    const size_t *w = test_xgemm_wide;
-    ASSERT_STATUS(clffn_context_set_xgemm(ctx, 16, repeated, w, w, 9),
-                  CLFFN_ERROR_INVALID_ARGUMENT);
-    ASSERT_STATUS(clffn_context_set_xgemm(ctx, 16, unknown, w, NULL, 9),
-                  CLFFN_ERROR_INVALID_ARGUMENT);
-    ASSERT_STATUS(clffn_context_set_xgemm(ctx, 15, n, w, w, 9), CLFFN_ERROR_INVALID_ARGUMENT);
-    ASSERT_STATUS(clffn_context_set_xgemm(ctx, 16, n, NULL, w, 9), CLFFN_ERROR_INVALID_ARGUMENT);
-    ASSERT_STATUS(clffn_context_set_xgemm(ctx, 16, NULL, w, w, 9), CLFFN_ERROR_NULL_ARGUMENT);
-    ASSERT_STATUS(clffn_context_set_xgemm(ctx, 16, n, w, w, CLFFN_MAX_XGEMM_FEW_ROWS + 1),
-                  CLFFN_ERROR_INVALID_SIZE);
-    ASSERT_STATUS(clffn_context_set_xgemm(NULL, 16, n, w, w, 9), CLFFN_ERROR_NULL_ARGUMENT);
-    cr_assert_eq(clffn_context_xgemm_few_rows(ctx), 41, "a refused call changed the context");
-    ASSERT_OK(clffn_context_set_xgemm(ctx, 16, n, w, NULL, 41)); /* no few set: no threshold */
-    cr_assert_eq(clffn_context_xgemm_few_rows(ctx), 0);
-    ASSERT_OK(clffn_context_set_xgemm(ctx, 0, NULL, NULL, NULL, 0)); /* none of its own */
-    cr_assert_eq(clffn_context_xgemm_few_rows(NULL), 0);
-    clffn_context_destroy(ctx);
-}
-
-/* A profile's few-rows set comes with its threshold and a main set, or the profile is damaged
- * (and the device falls back to what it has without the file, saying so) rather than half
- * applied. */
-Test(api, xgemm_few_rows_profile) {
-    char dir[] = "/tmp/clffn-few-XXXXXX", path[1400];
-    test_profile_dir(dir, path, sizeof path);
-    clffn_context *ctx = test_context();
-    const size_t fallback = clffn_context_xgemm_few_rows(ctx); /* the built-in's, if any */
-    clffn_context_destroy(ctx);
-    const char *xg = "{\"GEMMK\":0,\"KREG\":1,\"KWG\":64,\"KWI\":8,\"MDIMA\":4,\"MDIMC\":4,"
-                     "\"MWG\":128,\"NDIMB\":1,\"NDIMC\":1,\"NWG\":8,\"SA\":0,\"SB\":0,"
-                     "\"STRM\":0,\"STRN\":1,\"VWM\":16,\"VWN\":8}";
-    char good[1200], no_rows[1200], no_set[1200], no_main[1200];
-    snprintf(good, sizeof good,
-             "{\"clblast\":{\"Xgemm\":%s},\"clblast_few_rows\":{\"Xgemm\":%s},"
-             "\"clffn\":{\"XGEMM_FEW_ROWS\":48}}",
-             xg, xg);
-    snprintf(no_rows, sizeof no_rows,
-             "{\"clblast\":{\"Xgemm\":%s},\"clblast_few_rows\":{\"Xgemm\":%s}}", xg, xg);
-    snprintf(no_set, sizeof no_set, "{\"clblast\":{\"Xgemm\":%s},\"clffn\":{\"XGEMM_FEW_ROWS\":4}}",
-             xg);
-    snprintf(
-        no_main, sizeof no_main,
-        "{\"clblast\":{},\"clblast_few_rows\":{\"Xgemm\":%s},\"clffn\":{\"XGEMM_FEW_ROWS\":4}}",
-        xg);
-    const char *texts[4] = {good, no_rows, no_set, no_main};
-    for (int i = 0; i < 4; ++i) {
-        write_text(path, texts[i]);
-        ctx = test_context();
-        const char *applied = clffn_context_tuning(ctx);
-        if (i == 0) {
-            cr_assert(strncmp(applied, "profile", 7) == 0, "not applied: %s", applied);
-            cr_assert_eq(clffn_context_xgemm_few_rows(ctx), 48);
-        } else {
-            cr_assert(strstr(applied, "could not be applied"), "text %d: %s", i, applied);
-            cr_assert_eq(clffn_context_xgemm_few_rows(ctx), fallback, "text %d", i);
-        }
-        clffn_context_destroy(ctx);
-    }
-    test_profile_dir_end(dir, path);
-}
-
-/* The built-in profile a device matches: what a context applies where no profile file is. */
-Test(api, builtin_profile_of_the_device) {
-    char dir[] = "/tmp/clffn-builtin-XXXXXX";
-    cr_assert(mkdtemp(dir));
-    setenv("CLFFN_TUNE_DIR", dir, 1);
-    unsetenv("CLFFN_NO_TUNING");
-    cr_assert_null(clffn_tuning_builtin_profile(NULL));
-    clffn_context *ctx = test_context();
-    const cl_device_id dev = clffn_context_cl_device(ctx);
-    const char *b = clffn_tuning_builtin_profile(dev);
-    cr_assert_eq(b != NULL, clffn_tuning_has_profile(dev) == 2);
-    cr_assert_eq(b != NULL, !strcmp(clffn_context_tuning(ctx), "built-in profile"), "%s",
-                 clffn_context_tuning(ctx));
-    cr_assert_eq(b, clffn__builtin_profile(dev));
-    clffn_context_destroy(ctx);
-    rmdir(dir);
-}
-
-/* Every built-in profile (POCL's, the H100's, ...) is accepted whole by CLBlast and computes the
- * FFN right on the device at hand, so a typo or a parameter set that breaks a kernel shows on
- * POCL in CI, not first on the machine the profile is for. Each text is written as this device's
- * profile file; the forward runs at 1 token (the GEMVs), 37 (the direct kernel, or the tiled
- * one, by the profile's crossover; a few-rows Xgemm set's side) and 130 (above the few-rows
- * threshold, 128 on POCL), then with the crossover moved so the tiled kernel takes every
- * product. */
-Test(api, every_builtin_profile_computes_here, .timeout = 300) {
-    char dir[] = "/tmp/clffn-builtin-XXXXXX", path[1400];
-    cr_assert(mkdtemp(dir));
-    setenv("CLFFN_TUNE_DIR", dir, 1);
-    unsetenv("CLFFN_NO_TUNING");
-    clffn_config c = clffn_config_default(48, 160);
-    c.activation = CLFFN_ACT_GELU;
-    c.gated = 1;
-    test_weights w;
-    test_weights_make(&w, &c, CLFFN_LAYOUT_OUT_IN, 23);
-    const char *last = NULL;
-    size_t checked = 0;
-    for (size_t i = 0; clffn__builtin_profile_at(i); ++i) {
-        const char *json = clffn__builtin_profile_at(i);
-        if (json == last) { continue; } /* one text, several device names */
-        last = json;
-        clffn_context *ctx = test_context();
-        const cl_device_id dev = clffn_context_cl_device(ctx);
-        ASSERT_OK(clffn_tuning_profile_path(dev, path, sizeof path));
-        FILE *f = fopen(path, "wb");
-        cr_assert(f);
-        fputs(json, f);
-        fclose(f);
-        clffn_context_destroy(ctx);
-        ctx = test_context(); /* opens the device again: the file is applied now */
-        cr_assert(strncmp(clffn_context_tuning(ctx), "profile", 7) == 0,
-                  "built-in profile %zu was not applied: %s", i, clffn_context_tuning(ctx));
-        clffn_ffn *ffn = NULL;
-        ASSERT_OK(clffn_ffn_create(ctx, &c, &ffn));
-        ASSERT_OK(clffn_ffn_upload_weights(ffn, CLFFN_LAYOUT_OUT_IN, &w.host));
-        char what[64];
-        snprintf(what, sizeof what, "built-in profile %zu, 1 token", i);
-        assert_host_forward(ffn, &c, &w, 1, what);
-        snprintf(what, sizeof what, "built-in profile %zu, 37 tokens", i);
-        assert_host_forward(ffn, &c, &w, 37, what);
-        snprintf(what, sizeof what, "built-in profile %zu, 130 tokens", i);
-        assert_host_forward(ffn, &c, &w, 130, what);
-        const char *name = "XGEMM_MIN_INDIRECT_SIZE";
-        const size_t one = 1;
-        cr_assert_eq(
-            CLBlastOverrideParameters(dev, "GemmRoutine", CLBlastPrecisionSingle, 1, &name, &one),
-            CLBlastSuccess);
-        snprintf(what, sizeof what, "built-in profile %zu, 37 tokens, tiled", i);
-        assert_host_forward(ffn, &c, &w, 37, what);
-        clffn_ffn_destroy(ffn);
-        clffn_context_destroy(ctx);
-        remove(path);
-        ++checked;
-    }
-    cr_assert_geq(checked, 2, "the POCL and H100 profiles at least");
-    test_weights_free(&w);
-    rmdir(dir);
-    unsetenv("CLFFN_TUNE_DIR");
 }
 
 /* clffn_sgemm, the path of every FFN product, against a double-precision product: all four

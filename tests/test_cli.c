@@ -160,6 +160,8 @@ Test(cli, both_value_forms_alike) {
          "--reps needs an integer 1 ... 100000"},
         {CLFFN_TUNE_PATH, "clffn-tune", "--budget x", "--budget=x",
          "--budget needs a number of seconds, not 'x'"},
+        {CLFFN_TUNE_PATH, "clffn-tune", "--large-shape 4096,100", "--large-shape=4096,100",
+         "--large-shape needs D,F (multiples of 32) or none, not '4096,100'"},
         {CLFFN_TRAIN_PATH, "clffn-train", "--optimizer lion", "--optimizer=lion",
          "bad value for --optimizer: 'lion'"},
         {CLFFN_BENCH_PATH, "clffn-bench", "--weight-layout x", "--weight-layout=x",

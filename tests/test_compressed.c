@@ -194,60 +194,6 @@ Test(compressed, forward_in_passes, .timeout = 300) {
     clffn_context_destroy(ctx);
 }
 
-/* A profile's few-token crossovers, each class's own: the quantized inputs' one where given, else
- * the compressed one; a profile without them, or no profile, gives the defaults; a count past any
- * forward's, or a negative one, damages the profile. The setter takes any count (past
- * CLFFN_MAX_KERNEL_TOKENS the kernels run in passes). */
-Test(compressed, crossovers_from_a_profile) {
-    char dir[] = "/tmp/clffn-cross-XXXXXX", path[1400];
-    test_profile_dir(dir, path, sizeof path);
-    static const char *const texts[5] = {
-        "{\"clblast\":{},\"clffn\":{\"KERNEL_MAX_TOKENS\":100,\"KERNEL_MAX_TOKENS_QX\":5000,"
-        "\"KERNEL_MAX_TOKENS_F32\":3}}",
-        "{\"clblast\":{},\"clffn\":{\"KERNEL_MAX_TOKENS\":40}}", "{\"clblast\":{}}",
-        "{\"clblast\":{},\"clffn\":{\"KERNEL_MAX_TOKENS_QX\":-1}}",
-        "{\"clblast\":{},\"clffn\":{\"KERNEL_MAX_TOKENS\":2e9}}"};
-    enum { GOOD = 3 };
-    static const size_t want[GOOD][3] = {{3, 100, 5000},
-                                         {CLFFN_DEFAULT_KERNEL_MAX_TOKENS_F32, 40, 40},
-                                         {CLFFN_DEFAULT_KERNEL_MAX_TOKENS_F32,
-                                          CLFFN_DEFAULT_KERNEL_MAX_TOKENS,
-                                          CLFFN_DEFAULT_KERNEL_MAX_TOKENS}};
-    for (int i = 0; i < 5; ++i) {
-        FILE *f = fopen(path, "w");
-        cr_assert(f);
-        fputs(texts[i], f);
-        fclose(f);
-        clffn_context *ctx = test_context();
-        const char *applied = clffn_context_tuning(ctx);
-        if (i < GOOD) {
-            cr_assert(strncmp(applied, "profile", 7) == 0, "text %d not applied: %s", i, applied);
-            for (int k = 0; k < 3; ++k) {
-                cr_assert_eq(clffn_context_kernel_max_tokens(ctx, k), want[i][k], "text %d, %d", i,
-                             k);
-            }
-        } else {
-            cr_assert(strstr(applied, "could not be applied"), "text %d: %s", i, applied);
-        }
-        clffn_context_destroy(ctx);
-    }
-    setenv("CLFFN_NO_TUNING", "1", 1); /* no profile at all: the defaults */
-    clffn_context *ctx = test_context();
-    unsetenv("CLFFN_NO_TUNING");
-    for (int k = 0; k < 3; ++k) {
-        cr_assert_eq(clffn_context_kernel_max_tokens(ctx, k), want[GOOD - 1][k], "no profile, %d",
-                     k);
-    }
-    ASSERT_OK(clffn_context_set_kernel_max_tokens(ctx, CLFFN_KERNELS_QUANTIZED, SIZE_MAX));
-    cr_assert_eq(clffn_context_kernel_max_tokens(ctx, CLFFN_KERNELS_QUANTIZED), SIZE_MAX);
-    ASSERT_OK(clffn_context_set_kernel_max_tokens(ctx, 7, 33)); /* nonzero: compressed */
-    cr_assert_eq(clffn_context_kernel_max_tokens(ctx, CLFFN_KERNELS_COMPRESSED), 33);
-    ASSERT_STATUS(clffn_context_set_kernel_max_tokens(NULL, 1, 4), CLFFN_ERROR_NULL_ARGUMENT);
-    cr_assert_eq(clffn_context_kernel_max_tokens(NULL, 1), 0);
-    clffn_context_destroy(ctx);
-    test_profile_dir_end(dir, path);
-}
-
 /* Both sides of the crossover at one count: all kernels, then all dequantized SGEMMs. */
 Test(compressed, either_path_at_the_same_tokens, .timeout = 300) {
     clffn_context *ctx = test_context();
@@ -262,6 +208,48 @@ Test(compressed, either_path_at_the_same_tokens, .timeout = 300) {
             assert_forward(ffn, &c, &s, T, side ? "kernels" : "dequantized SGEMMs");
         }
     }
+    clffn_ffn_destroy(ffn);
+    typed_free(&s);
+    test_weights_free(&w);
+    clffn_context_destroy(ctx);
+}
+
+/* The large products' crossover applies by each product's weights: at 20 tokens (two passes of
+ * the kernels) a plain FFN of 96 → 128 (12288 weights a product) gives the kernels' bits where its
+ * products count as large with that crossover above 20, and SGEMM's where they fall below the
+ * threshold by one weight. The two paths sum in other orders, so their bits differ somewhere,
+ * which is what tells them apart here. */
+Test(compressed, large_products_crossover, .timeout = 300) {
+    clffn_context *ctx = test_context();
+    clffn_config c = case_config(96, 128, 0);
+    test_weights w;
+    typed_set s;
+    clffn_ffn *ffn = typed_ffn(ctx, &c, CLFFN_DTYPE_F16, CLFFN_LAYOUT_OUT_IN, 5, &w, &s);
+    enum { T = 20 };
+    const size_t n = T * 96, weights = 96 * 128;
+    float *x = malloc(n * sizeof *x), *y[5];
+    cr_assert(x);
+    fill_uniform(x, n, -1, 1, 77);
+    /* compressed crossover, large one, threshold: the kernels, SGEMM, then large products
+     * taking each side, then the threshold one weight past the products */
+    static const size_t runs[5][3] = {{32, 32, 1}, {0, 0, 1}, {0, 32, 0}, {32, 0, 0}, {0, 32, 1}};
+    for (int r = 0; r < 5; ++r) {
+        y[r] = malloc(n * sizeof *y[r]);
+        cr_assert(y[r]);
+        ASSERT_OK(clffn_context_set_kernel_max_tokens(ctx, CLFFN_KERNELS_COMPRESSED, runs[r][0]));
+        ASSERT_OK(
+            clffn_context_set_kernel_max_tokens(ctx, CLFFN_KERNELS_COMPRESSED_LARGE, runs[r][1]));
+        ASSERT_OK(clffn_context_set_kernel_large_weights(ctx, weights + runs[r][2]));
+        ASSERT_OK(clffn_forward_host(ffn, T, x, n, y[r], n));
+    }
+    cr_assert(memcmp(y[0], y[1], n * sizeof *x) != 0, "the paths gave the same bits");
+    static const int same_as[5] = {0, 1, 0, 1, 1};
+    for (int r = 2; r < 5; ++r) {
+        cr_assert(memcmp(y[r], y[same_as[r]], n * sizeof *x) == 0, "run %d", r);
+    }
+    assert_forward(ffn, &c, &s, T, "below the threshold by one weight"); /* the last run's */
+    for (int r = 0; r < 5; ++r) { free(y[r]); }
+    free(x);
     clffn_ffn_destroy(ffn);
     typed_free(&s);
     test_weights_free(&w);

@@ -30,6 +30,11 @@ static void json_choices(cJSON *o, clffn_context *ctx) {
                             (double)clffn_context_kernel_max_tokens(ctx, CLFFN_KERNELS_F32));
     cJSON_AddNumberToObject(o, "kernel_max_tokens_qx",
                             (double)clffn_context_kernel_max_tokens(ctx, CLFFN_KERNELS_QUANTIZED));
+    cJSON_AddNumberToObject(
+        o, "kernel_max_tokens_large",
+        (double)clffn_context_kernel_max_tokens(ctx, CLFFN_KERNELS_COMPRESSED_LARGE));
+    cJSON_AddNumberToObject(o, "kernel_large_weights",
+                            (double)clffn_context_kernel_large_weights(ctx));
     cJSON_AddBoolToObject(o, "quantized_inputs", clffn_context_quantized_inputs(ctx));
     cJSON_AddBoolToObject(o, "fused_epilogues", clffn_context_fused_epilogues(ctx));
     cJSON_AddNumberToObject(o, "gemm_k_block", (double)clffn_context_gemm_k_block(ctx));
@@ -134,9 +139,15 @@ static void text_choices(const args *a, clffn_context *ctx) {
                       : clffn_context_quantized_inputs(ctx) && a->dtype != CLFFN_DTYPE_F16
                           ? CLFFN_KERNELS_QUANTIZED
                           : CLFFN_KERNELS_COMPRESSED;
-    printf("own kernels:   up to %zu tokens, past %zu in passes (%s)\n",
-           clffn_context_kernel_max_tokens(ctx, which), CLFFN_MAX_KERNEL_TOKENS,
-           a->set_kernel_max ? "--kernel-max" : tuning);
+    const size_t most = clffn_context_kernel_max_tokens(ctx, which);
+    const size_t large = clffn_context_kernel_max_tokens(ctx, CLFFN_KERNELS_COMPRESSED_LARGE);
+    char sized[96] = "";
+    if (which == CLFFN_KERNELS_COMPRESSED && large != most) {
+        snprintf(sized, sizeof sized, " (%zu in products of %zu weights or more)", large,
+                 clffn_context_kernel_large_weights(ctx));
+    }
+    printf("own kernels:   up to %zu tokens%s, past %zu in passes (%s)\n", most, sized,
+           CLFFN_MAX_KERNEL_TOKENS, a->set_kernel_max ? "--kernel-max" : tuning);
     if (!clffn_context_fused_epilogues(ctx)) {
         printf("epilogues:     launches of their own (--fused-epilogues off)\n");
     }

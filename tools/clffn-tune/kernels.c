@@ -12,7 +12,9 @@
  * the forward at one token under every candidate shape, then one per type and kind of input
  * times 1, 2, 4, 8, 16 tokens and on (past 16 the kernels run in passes) with the winning shape
  * through the kernels and without, after checking that both paths agree, until the kernels
- * lose. */
+ * lose, then three quarters of that count. The compressed crossover is measured once more, in
+ * f16, on a large shape (--large-shape), for the products at least as large as its W2:
+ * KERNEL_MAX_TOKENS_LARGE and KERNEL_LARGE_WEIGHTS. */
 #include "tune.h"
 
 #include <math.h>
@@ -178,13 +180,20 @@ static int kernels_measure(kbench *b, const char *mode, const char *rest) {
             if (clffn_context_set_quantized_inputs(b->ctx, 1) != CLFFN_SUCCESS) { return 1; }
         }
         if (paths_agree(b, 3) != 0 || paths_agree(b, 20) != 0) { return 3; }
-        for (int i = 0; i < N_TOKEN_COUNTS; ++i) { /* up to the first count the kernels lose */
-            if (forward_time(b, TOKEN_COUNTS[i], MOST_TOKENS, &t) != 0 ||
-                forward_time(b, TOKEN_COUNTS[i], 0, &t0) != 0) {
-                return 1;
+        /* up to the first count the kernels lose, then (from 4 tokens) three quarters of it:
+         * between powers of two the crossover may lie anywhere, and the count past a win */
+        for (int i = 0; i < N_TOKEN_COUNTS; ++i) {
+            size_t T = TOKEN_COUNTS[i];
+            int between = 0;
+            for (;;) {
+                if (forward_time(b, T, MOST_TOKENS, &t) != 0 || forward_time(b, T, 0, &t0) != 0) {
+                    return 1;
+                }
+                printf("%.9g %.9g ", t, t0);
+                if (between || t < t0 || T < 4) { break; }
+                T = T * 3 / 4, between = 1;
             }
-            printf("%.9g %.9g ", t, t0);
-            if (t >= t0) { break; }
+            if (between || t >= t0) { break; }
         }
     } else {
         return 1;
@@ -289,23 +298,29 @@ static int best_shape(kernel_env *e, const char *const types[], int n_types, ker
 }
 
 /* The largest token count up to which type's kernels beat the path they replace at every count
- * measured (mode "cross", or "crossqx" with quantized inputs); -1 when a child fails or the
+ * measured (mode "cross", or "crossqx" with quantized inputs): the last power of two they win,
+ * or three quarters of the first they lose where they win that; -1 when a child fails or the
  * paths disagree. */
 static long crossover(kernel_env *e, const char *type, const char *mode,
                       const size_t shape[CLFFN_WGEMV_PARAMS]) {
     char s[64];
-    double t[2 * N_TOKEN_COUNTS];
+    double t[2 * N_TOKEN_COUNTS + 2];
     shape_text(shape, s, sizeof s);
-    const int n = child_times(e, type, mode, s, t, 2 * N_TOKEN_COUNTS);
+    const int n = child_times(e, type, mode, s, t, 2 * N_TOKEN_COUNTS + 2);
     if (n < 2) { return -1; }
     const int qx = !strcmp(mode, "crossqx");
     long max = 0;
     for (int i = 0; i < n / 2; ++i) {
-        printf("%-5s %4zu tokens%s: kernels %.3f ms, %s %.3f ms\n", type, TOKEN_COUNTS[i],
+        /* the pair after the first loss is at three quarters of its count */
+        const int lost = i > 0 && t[2 * i - 2] >= t[2 * i - 1];
+        const size_t T = lost ? TOKEN_COUNTS[i - 1] * 3 / 4 : TOKEN_COUNTS[i];
+        printf("%-5s %4zu tokens%s: kernels %.3f ms, %s %.3f ms\n", type, T,
                qx ? ", quantized inputs" : "", t[2 * i] * 1e3,
                strcmp(type, "f32") ? "dequantized SGEMM" : "CLBlast", t[2 * i + 1] * 1e3);
-        if (t[2 * i] >= t[2 * i + 1]) { break; }
-        max = (long)TOKEN_COUNTS[i];
+        if (t[2 * i] < t[2 * i + 1]) { max = (long)T; }
+        if (lost || t[2 * i] >= t[2 * i + 1]) {
+            if (lost || i + 1 >= n / 2) { break; }
+        }
     }
     if (max == MOST_TOKENS) {
         printf("%-5s kernels ahead at every count measured: %ld\n", type, EVERY_COUNT);
@@ -313,6 +328,23 @@ static long crossover(kernel_env *e, const char *type, const char *mode,
     }
     fflush(stdout);
     return max;
+}
+
+/* The compressed crossover of large products: f16 on --large-shape, gated, where its W2 (its
+ * smaller product, whose weights become KERNEL_LARGE_WEIGHTS) outgrows the tuned shape's
+ * largest product. Dequantized SGEMM slows per token as the products grow, the kernels do not
+ * (docs/PERFORMANCE.md, "Large products"). A failing child leaves the one crossover. */
+static void large_crossover(kernel_env *e, kernel_result *k) {
+    const search *r = e->r;
+    const size_t tuned = (r->o.gated ? 2 : 1) * r->o.D * r->o.F, large = r->large_D * r->large_F;
+    if (!large || large <= tuned || interrupted) { return; }
+    kernel_env le = *e;
+    le.o.D = r->large_D, le.o.F = r->large_F, le.o.gated = 1;
+    printf("large products: %zu -> %zu gated, from %zu weights\n", r->large_D, r->large_F, large);
+    const long m = crossover(&le, "f16", "cross", k->shape);
+    if (m < 0) { return; }
+    k->max_tokens_large = (size_t)m;
+    k->large_weights = large;
 }
 
 /* Phase 9. The quantized types need d_model and d_ff in multiples of 32; without them the shapes
@@ -350,7 +382,9 @@ void phase_kernels(search *r, size_t min_indirect, size_t k_block, size_t k_min_
     k->max_tokens = (size_t)compressed;
     k->max_tokens_qx = (size_t)qx;
     k->max_tokens_f32 = (size_t)f32;
+    k->max_tokens_large = (size_t)compressed;
     k->have = 1;
+    large_crossover(&e, k);
 }
 
 /* The phase's findings into the profile's "clffn" object. */
@@ -362,4 +396,8 @@ void kernels_json(cJSON *own, const kernel_result *k) {
     cJSON_AddNumberToObject(own, "KERNEL_MAX_TOKENS", (double)k->max_tokens);
     cJSON_AddNumberToObject(own, "KERNEL_MAX_TOKENS_QX", (double)k->max_tokens_qx);
     cJSON_AddNumberToObject(own, "KERNEL_MAX_TOKENS_F32", (double)k->max_tokens_f32);
+    if (k->large_weights) {
+        cJSON_AddNumberToObject(own, "KERNEL_MAX_TOKENS_LARGE", (double)k->max_tokens_large);
+        cJSON_AddNumberToObject(own, "KERNEL_LARGE_WEIGHTS", (double)k->large_weights);
+    }
 }

@@ -29,7 +29,10 @@
  *      (WGEMV_*), scored by the one-token forward with q4_0 and f16 weights, then
  *      KERNEL_MAX_TOKENS, KERNEL_MAX_TOKENS_QX and KERNEL_MAX_TOKENS_F32, the most tokens (up
  *      to 1024, in passes of 16 past 16) up to which they beat dequantized blocks through SGEMM
- *      (compressed weights, with f32 inputs and with quantized ones) and CLBlast's path (f32).
+ *      (compressed weights, with f32 inputs and with quantized ones) and CLBlast's path (f32);
+ *      then KERNEL_MAX_TOKENS_LARGE, the compressed crossover in f16 on --large-shape (4096 ->
+ *      11008 gated), for products of at least its W2's weights (KERNEL_LARGE_WEIGHTS), where
+ *      that outgrows the tuned shape's products.
  * Phases 1-3 run the GEMMs split along K as the library would with a first guess of the block
  * (256 on CPUs, where it pays, none on GPUs); phase 4 then tries every block with the winners.
  * Times come from OpenCL profiling events around each GEMM. Progress is saved after every
@@ -74,6 +77,7 @@ enum {
     OPT_FEW,
     OPT_FORWARD_ONLY,
     OPT_KERNELS,
+    OPT_LARGE_SHAPE,
 };
 
 static const tool_option OPTIONS[] = {
@@ -84,6 +88,9 @@ static const tool_option OPTIONS[] = {
     {"d-ff", OPT_D_FF, TOOL_VALUE, "F", "its d_ff (default 2048)"},
     {"gated", OPT_GATED, TOOL_FLAG, NULL, "its gated (GLU) form"},
     {"fresh", OPT_FRESH, TOOL_FLAG, NULL, "ignore an interrupted run's progress"},
+    {"large-shape", OPT_LARGE_SHAPE, TOOL_VALUE, "D,F",
+     "the gated FFN on which clffn's kernels' crossover for large products is measured "
+     "(default 4096,11008; none: not measured)"},
     {"print", OPT_PRINT, TOOL_FLAG, NULL,
      "print the profile's path and text (or the built-in's), and exit"},
     {"eval", OPT_EVAL, TOOL_FLAG, NULL, NULL},
@@ -112,6 +119,30 @@ typedef struct request {
     int fresh, print_only, eval;
     candidate cand; /* with eval */
 } request;
+
+/* --large-shape D,F (each 32 to 2^20, multiples of 32 so that the quantized types fit) or
+ * none. */
+static int large_shape(const char *v, search *r) {
+    if (!strcmp(v, "none")) {
+        r->large_D = r->large_F = 0;
+        return 0;
+    }
+    char d[32];
+    const char *comma = strchr(v, ',');
+    size_t D = 0, F = 0;
+    if (comma && (size_t)(comma - v) < sizeof d) {
+        memcpy(d, v, (size_t)(comma - v));
+        d[comma - v] = '\0';
+        if (tool_parse_size(d, 32, (size_t)1 << 20, &D) == 0 &&
+            tool_parse_size(comma + 1, 32, (size_t)1 << 20, &F) == 0 && D % 32 == 0 &&
+            F % 32 == 0) {
+            r->large_D = D, r->large_F = F;
+            return 0;
+        }
+    }
+    fprintf(stderr, "clffn-tune: --large-shape needs D,F (multiples of 32) or none, not '%s'\n", v);
+    return -1;
+}
 
 static int take_option(int key, const char *name, const char *v, search *r, request *q) {
     const size_t big = (size_t)1 << 30;
@@ -144,6 +175,7 @@ static int take_option(int key, const char *name, const char *v, search *r, requ
     case OPT_FEW: r->o.few = v; return 0;
     case OPT_FORWARD_ONLY: r->o.forward_only = 1; return 0;
     case OPT_KERNELS: r->o.kernels = v; return 0;
+    case OPT_LARGE_SHAPE: return large_shape(v, r);
     default: return -1;
     }
 }
@@ -193,9 +225,14 @@ static int finish(search *r, size_t small_t, int have_before, double before_s) {
             printf("clffn's kernels: \"WGEMV_ROW_SPLIT\": %zu, \"WGEMV_ROW_ROWS\": %zu, "
                    "\"WGEMV_COL_WIDTH\": %zu, \"WGEMV_COL_SPLIT\": %zu, \"WGEMV_COL_GROUPS\": "
                    "%zu, \"KERNEL_MAX_TOKENS\": %zu, \"KERNEL_MAX_TOKENS_QX\": %zu, "
-                   "\"KERNEL_MAX_TOKENS_F32\": %zu\n",
+                   "\"KERNEL_MAX_TOKENS_F32\": %zu",
                    kr.shape[0], kr.shape[1], kr.shape[2], kr.shape[3], kr.shape[4], kr.max_tokens,
                    kr.max_tokens_qx, kr.max_tokens_f32);
+            if (kr.large_weights) {
+                printf(", \"KERNEL_MAX_TOKENS_LARGE\": %zu, \"KERNEL_LARGE_WEIGHTS\": %zu",
+                       kr.max_tokens_large, kr.large_weights);
+            }
+            printf("\n");
         }
         remove(r->progress);
         return 0;
@@ -247,6 +284,7 @@ static int tool_main(int argc, char **argv) {
     static search r; /* large: path buffers */
     r.o = (opts){.T = 640, .D = 512, .F = 2048, .kept = -1};
     r.budget = 180;
+    r.large_D = 4096, r.large_F = 11008;
     request q;
     memset(&q, 0, sizeof q);
     int rc = parse_options(argc, argv, &r, &q);

@@ -86,7 +86,8 @@ typedef struct opts {
     const char *few;
     /* phase 9's measurement instead of the GEMMs' (kernels.c): NULL, or "TYPE:shapes:S;S;…"
      * (the forward at one token through clffn's kernels with each shape S = "p1,…,p5") or
-     * "TYPE:cross:S" (1, 2, 4, 8 and 16 tokens through the kernels and without them) */
+     * "TYPE:cross:S" (1, 2, 4 ... 1024 tokens through the kernels and without them up to the
+     * first count the kernels lose, then three quarters of that count) */
     const char *kernels;
 } opts;
 
@@ -139,6 +140,9 @@ typedef struct search {
     int tty;
     double flops;    /* of the FFN's two GEMMs */
     size_t kb_guess; /* the K-block phases 1-3 run with */
+    /* --large-shape: phase 9's large products' crossover is measured on large_D -> large_F,
+     * gated (0: not measured) */
+    size_t large_D, large_F;
     char path[1200], progress[1300], dir[1024];
     char name[256], platform[256], driver[256];
     state s;
@@ -183,6 +187,8 @@ typedef struct kernel_result {
     int have;
     size_t shape[CLFFN_WGEMV_PARAMS];
     size_t max_tokens, max_tokens_qx, max_tokens_f32;
+    /* KERNEL_MAX_TOKENS_LARGE from KERNEL_LARGE_WEIGHTS: large_weights 0 where not measured */
+    size_t max_tokens_large, large_weights;
 } kernel_result;
 
 void phase_kernels(search *r, size_t min_indirect, size_t k_block, size_t k_min_rows,
