@@ -49,19 +49,19 @@
  * bf16 479 against 1148; 2048 tokens 1424 against 4443, 802 against 4199, 1575 against 5033.
  * Past a few hundred tokens both paths cost the same per token whatever the count, so the
  * kernels stay ahead at every count.
- * KERNEL_MAX_TOKENS_LARGE 192 from KERNEL_LARGE_WEIGHTS 45088768 (4096 x 11008, W2 of
+ * KERNEL_MAX_TOKENS_LARGE 256 from KERNEL_LARGE_WEIGHTS 45088768 (4096 x 11008, W2 of
  * clffn-tune's large shape): the kernels' time per token is the same on every shape (about 150
  * GFLOP/s), dequantized SGEMM's falls as the product grows (206 GFLOP/s at 256 tokens on 1024 ->
  * 2816, 182 on 2048 -> 5632, 154 on 4096 -> 11008), so large products keep the kernels further.
  * 2026-11-26 on the AMD EPYC host, kernels in passes against SGEMM (--kernel-max 100000 and 0),
  * two alternated rounds, ms: 2048 -> 5632 60.8, 60.4 against 69.0, 66.8 at 128 tokens, 89.8,
  * 90.0 against 83.3, 81.8 at 192; 4096 -> 11008 at 192 tokens f16 368, 367 against 395, 415,
- * q4_0 372, 345 against 410, 402, q8_0 ahead, bf16 level; at 224 f16 level (404, 406 against
- * 396, 399), at 256 level in one sitting (501, 501 against 509, 495) and ahead in a later one
- * (474, 458 against 508, 482; 512 tokens 940, 904 against 1037, 965). 192 is where the kernels
- * won in every sitting. Mixtral's layer at 512 tokens in f16 (experts of about 128 rows, the
- * busiest about twice that), best of 2, two alternated rounds: 3497, 3137 ms against 3361,
- * 3357 with 128 for every size.
+ * q4_0 372, 345 against 410, 402; at 240 f16 447, 436 against 588, 580; at 256 f16 level in one
+ * sitting (501, 501 against 509, 495) and ahead in a later one (467, 475 against 486, 487; q8_0
+ * 499, 484 against 560, 562; q4_0 468, 499 against 606, 491); past 256 the paths trade places
+ * by the count (384 and 640 tokens SGEMM ahead by 8-20%, 512 and 1024 the kernels). Mixtral's
+ * layer at 512 tokens in f16 (experts of 61 to 234 rows), best of 2, two alternated rounds:
+ * 2701, 2726 ms against 3164, 3131 with 192 and 3361, 3357 with 128 for every size.
  * KERNEL_MAX_TOKENS_F32 4: with the weights kept [in, out] the forward runs down the columns,
  * which the column kernel's strips of 64 did no faster than CLBlast; clffn_wgemv_strip (a
  * kilobyte-wide strip per work-item, four rows at a time) does, 2026-11-25 on the AMD EPYC host,
@@ -88,7 +88,7 @@
     "\"VWN\":8}},"                                                                                \
     "\"clffn\":{\"GEMM_K_BLOCK\":256,\"GEMM_K_BLOCK_MIN_ROWS\":512,\"GEMV_MAX_TOKENS\":1,"        \
     "\"WEIGHT_LAYOUT\":1,\"XGEMM_FEW_ROWS\":128,\"KERNEL_MAX_TOKENS\":128,"                       \
-    "\"KERNEL_MAX_TOKENS_LARGE\":192,\"KERNEL_LARGE_WEIGHTS\":45088768,"                          \
+    "\"KERNEL_MAX_TOKENS_LARGE\":256,\"KERNEL_LARGE_WEIGHTS\":45088768,"                          \
     "\"KERNEL_MAX_TOKENS_QX\":1073741824,\"KERNEL_MAX_TOKENS_F32\":4,\"WGEMV_ROW_SPLIT\":1,"      \
     "\"WGEMV_ROW_ROWS\":8,\"WGEMV_COL_WIDTH\":64,\"WGEMV_COL_SPLIT\":1,\"WGEMV_COL_GROUPS\":4}}"
 
