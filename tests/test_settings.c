@@ -13,26 +13,30 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* The block is the context's: set, read back, bad values refused without changing it. */
+/* A size setting of the context: a good value read back, one past `most` refused with
+ * INVALID_SIZE leaving it, 0 taken, NULL refused and read as 0. */
+static void assert_size_setting(clffn_context *ctx, clffn_status (*set)(clffn_context *, size_t),
+                                size_t (*get)(const clffn_context *), size_t good, size_t most,
+                                const char *what) {
+    ASSERT_OK(set(ctx, good));
+    cr_assert_eq(get(ctx), good, "%s", what);
+    ASSERT_STATUS(set(ctx, most + 1), CLFFN_ERROR_INVALID_SIZE);
+    cr_assert_eq(get(ctx), good, "%s", what);
+    ASSERT_OK(set(ctx, 0));
+    cr_assert_eq(get(ctx), 0, "%s", what);
+    ASSERT_STATUS(set(NULL, good), CLFFN_ERROR_NULL_ARGUMENT);
+    cr_assert_eq(get(NULL), 0, "%s", what);
+}
+
+/* The block is the context's: set, read back, bad values refused without changing it; the
+ * rows threshold likewise. */
 Test(settings, gemm_k_block_setting) {
     clffn_context *ctx = test_context();
-    ASSERT_OK(clffn_context_set_gemm_k_block(ctx, 192));
-    cr_assert_eq(clffn_context_gemm_k_block(ctx), 192);
-    ASSERT_STATUS(clffn_context_set_gemm_k_block(ctx, CLFFN_MAX_GEMM_K_BLOCK + 1),
-                  CLFFN_ERROR_INVALID_SIZE);
-    cr_assert_eq(clffn_context_gemm_k_block(ctx), 192);
-    ASSERT_OK(clffn_context_set_gemm_k_block(ctx, 0));
-    cr_assert_eq(clffn_context_gemm_k_block(ctx), 0);
-    ASSERT_STATUS(clffn_context_set_gemm_k_block(NULL, 64), CLFFN_ERROR_NULL_ARGUMENT);
-    cr_assert_eq(clffn_context_gemm_k_block(NULL), 0);
-    /* the rows threshold likewise */
-    ASSERT_OK(clffn_context_set_gemm_k_block_min_rows(ctx, 300));
-    cr_assert_eq(clffn_context_gemm_k_block_min_rows(ctx), 300);
-    ASSERT_STATUS(clffn_context_set_gemm_k_block_min_rows(ctx, CLFFN_MAX_GEMM_K_BLOCK_MIN_ROWS + 1),
-                  CLFFN_ERROR_INVALID_SIZE);
-    cr_assert_eq(clffn_context_gemm_k_block_min_rows(ctx), 300);
-    ASSERT_STATUS(clffn_context_set_gemm_k_block_min_rows(NULL, 1), CLFFN_ERROR_NULL_ARGUMENT);
-    cr_assert_eq(clffn_context_gemm_k_block_min_rows(NULL), 0);
+    assert_size_setting(ctx, clffn_context_set_gemm_k_block, clffn_context_gemm_k_block, 192,
+                        CLFFN_MAX_GEMM_K_BLOCK, "K-block");
+    assert_size_setting(ctx, clffn_context_set_gemm_k_block_min_rows,
+                        clffn_context_gemm_k_block_min_rows, 300, CLFFN_MAX_GEMM_K_BLOCK_MIN_ROWS,
+                        "K-block rows");
     /* quantized inputs: off until asked for; any non-zero is on */
     cr_assert_eq(clffn_context_quantized_inputs(ctx), 0);
     ASSERT_OK(clffn_context_set_quantized_inputs(ctx, 7));
@@ -90,15 +94,8 @@ Test(settings, weight_layout_setting) {
  * token. */
 Test(settings, gemv_max_tokens_setting) {
     clffn_context *ctx = test_context();
-    ASSERT_OK(clffn_context_set_gemv_max_tokens(ctx, 12));
-    cr_assert_eq(clffn_context_gemv_max_tokens(ctx), 12);
-    ASSERT_STATUS(clffn_context_set_gemv_max_tokens(ctx, CLFFN_MAX_GEMV_TOKENS + 1),
-                  CLFFN_ERROR_INVALID_SIZE);
-    cr_assert_eq(clffn_context_gemv_max_tokens(ctx), 12);
-    ASSERT_OK(clffn_context_set_gemv_max_tokens(ctx, 0));
-    cr_assert_eq(clffn_context_gemv_max_tokens(ctx), 0);
-    ASSERT_STATUS(clffn_context_set_gemv_max_tokens(NULL, 4), CLFFN_ERROR_NULL_ARGUMENT);
-    cr_assert_eq(clffn_context_gemv_max_tokens(NULL), 0);
+    assert_size_setting(ctx, clffn_context_set_gemv_max_tokens, clffn_context_gemv_max_tokens, 12,
+                        CLFFN_MAX_GEMV_TOKENS, "GEMV crossover");
     clffn_context_destroy(ctx);
     ctx = untuned_context();
     cr_assert_eq(clffn_context_gemv_max_tokens(ctx), CLFFN_DEFAULT_GEMV_MAX_TOKENS);

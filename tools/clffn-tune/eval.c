@@ -184,13 +184,15 @@ static int set_xgemm(clffn_context *cctx, const pset *x, const char *few) {
 }
 
 /* Applies a candidate to the child's context: its K-block (for every product of the tuned
- * shape, whatever row threshold the profile in force has), small-batch side, Xgemm (and
- * few-tokens) set, XgemmDirect set and XGEMM_MIN_INDIRECT_SIZE. 0, or -1. */
+ * shape, whatever row threshold the profile in force has, or from o->k_min_rows rows where
+ * that is given), small-batch side, Xgemm (and few-tokens) set, XgemmDirect set and
+ * XGEMM_MIN_INDIRECT_SIZE. 0, or -1. */
 int eval_apply(clffn_context *cctx, const opts *o, const candidate *c) {
     size_t k_block;
-    if (c->k_block && (tool_parse_size(c->k_block, 0, CLFFN_MAX_GEMM_K_BLOCK, &k_block) != 0 ||
-                       clffn_context_set_gemm_k_block(cctx, k_block) != CLFFN_SUCCESS ||
-                       clffn_context_set_gemm_k_block_min_rows(cctx, 0) != CLFFN_SUCCESS)) {
+    if (c->k_block &&
+        (tool_parse_size(c->k_block, 0, CLFFN_MAX_GEMM_K_BLOCK, &k_block) != 0 ||
+         clffn_context_set_gemm_k_block(cctx, k_block) != CLFFN_SUCCESS ||
+         clffn_context_set_gemm_k_block_min_rows(cctx, o->k_min_rows) != CLFFN_SUCCESS)) {
         return -1;
     }
     if (o->gemv ? apply_gemv(cctx, o->gemv) != 0
@@ -259,7 +261,7 @@ int eval_main(const opts *o, const candidate *c) {
 
 int eval_child_line(const opts *o, size_t T, const pset *xg, const pset *dir, size_t routine,
                     size_t kb, char *line, size_t size) {
-    char xs[256], ds[256], ks[32], rs[32], ts[32], dm[32], df[32];
+    char xs[256], ds[256], ks[32], kr[32], rs[32], ts[32], dm[32], df[32];
     snprintf(rs, sizeof rs, "%zu", routine);
     snprintf(ts, sizeof ts, "%zu", T);
     snprintf(dm, sizeof dm, "%zu", o->D);
@@ -278,6 +280,10 @@ int eval_child_line(const opts *o, size_t T, const pset *xg, const pset *dir, si
     if (kb != KB_APPLIED) {
         snprintf(ks, sizeof ks, "%zu", kb);
         argv[n++] = "--k-block", argv[n++] = ks;
+        if (o->k_min_rows) {
+            snprintf(kr, sizeof kr, "%zu", o->k_min_rows);
+            argv[n++] = "--k-block-min-rows", argv[n++] = kr;
+        }
     }
     if (o->gated) { argv[n++] = "--gated"; }
     if (o->gemv) { argv[n++] = "--gemv", argv[n++] = (char *)o->gemv; }

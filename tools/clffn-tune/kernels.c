@@ -355,7 +355,9 @@ void phase_kernels(search *r, size_t min_indirect, size_t k_block, size_t k_min_
     memset(k, 0, sizeof *k);
     if (interrupted) { return; }
     char gspec[300];
-    kernel_env e = {r, r->o, min_indirect, k_block_at(1, k_block, k_min_rows)};
+    /* the SGEMM side blocked as the library would block it at each count measured */
+    kernel_env e = {r, r->o, min_indirect, k_block};
+    e.o.k_min_rows = k_block ? k_min_rows : 0;
     e.o.gemv = g->have ? gemv_spec(gspec, sizeof gspec, g->max_tokens, g) : NULL;
     e.o.kept = (int)kept;
     e.o.few = few->rows ? few->spec : NULL;

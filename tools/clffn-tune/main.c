@@ -78,6 +78,7 @@ enum {
     OPT_FORWARD_ONLY,
     OPT_KERNELS,
     OPT_LARGE_SHAPE,
+    OPT_K_MIN_ROWS,
 };
 
 static const tool_option OPTIONS[] = {
@@ -103,6 +104,7 @@ static const tool_option OPTIONS[] = {
     {"few", OPT_FEW, TOOL_VALUE, "ROWS:V,…", NULL},
     {"forward-only", OPT_FORWARD_ONLY, TOOL_FLAG, NULL, NULL},
     {"kernels", OPT_KERNELS, TOOL_VALUE, "SPEC", NULL},
+    {"k-block-min-rows", OPT_K_MIN_ROWS, TOOL_VALUE, "N", NULL},
     {0},
 };
 
@@ -176,6 +178,12 @@ static int take_option(int key, const char *name, const char *v, search *r, requ
     case OPT_FORWARD_ONLY: r->o.forward_only = 1; return 0;
     case OPT_KERNELS: r->o.kernels = v; return 0;
     case OPT_LARGE_SHAPE: return large_shape(v, r);
+    case OPT_K_MIN_ROWS:
+        if (tool_parse_size(v, 0, CLFFN_MAX_GEMM_K_BLOCK_MIN_ROWS, &r->o.k_min_rows) == 0) {
+            return 0;
+        }
+        fprintf(stderr, "clffn-tune: --k-block-min-rows needs a whole number, not '%s'\n", v);
+        return -1;
     default: return -1;
     }
 }

@@ -84,6 +84,9 @@ typedef struct opts {
     /* a few-tokens Xgemm set beside the candidate's (clffn_context_set_xgemm): NULL, or
      * "ROWS:v1,...,v16", the threshold and the set's values in XGEMM_NAMES' order */
     const char *few;
+    /* with a K-block: the fewest token rows a product needs to be blocked, as the profile's
+     * GEMM_K_BLOCK_MIN_ROWS (phase 9, whose counts run from 1 to 1024); 0: every product */
+    size_t k_min_rows;
     /* phase 9's measurement instead of the GEMMs' (kernels.c): NULL, or "TYPE:shapes:S;S;…"
      * (the forward at one token through clffn's kernels with each shape S = "p1,…,p5") or
      * "TYPE:cross:S" (1, 2, 4 ... 1024 tokens through the kernels and without them up to the
