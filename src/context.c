@@ -303,9 +303,10 @@ size_t clffn_context_xgemm_few_rows(const clffn_context *ctx) {
 
 /* clffn_kernel_class's index, any other nonzero value taken as compressed */
 static int kernel_class(int which) {
-    return which == CLFFN_KERNELS_QUANTIZED || which == CLFFN_KERNELS_COMPRESSED_LARGE ? which
-           : which                                                                     ? 1
-                                                                                       : 0;
+    if (which == CLFFN_KERNELS_QUANTIZED || which == CLFFN_KERNELS_COMPRESSED_LARGE) {
+        return which;
+    }
+    return which ? CLFFN_KERNELS_COMPRESSED : CLFFN_KERNELS_F32;
 }
 
 clffn_status clffn_context_set_kernel_max_tokens(clffn_context *ctx, int which, size_t max_tokens) {

@@ -573,8 +573,8 @@ Test(clffn_tune, short_search, .timeout = 400) {
               out);
     if (!at) {
         cr_assert(strstr(out, "nothing found beats") != NULL, "%s", out);
-        cr_assert(strstr(out, "\"KERNEL_MAX_TOKENS\": ") != NULL, "%s", out);
-        cr_assert(strstr(out, "\"KERNEL_LARGE_WEIGHTS\": 131072") != NULL, "%s", out);
+        cr_assert(strstr(out, "\"KERNEL_MAX_TOKENS\":") != NULL, "%s", out);
+        cr_assert(strstr(out, "\"KERNEL_LARGE_WEIGHTS\":131072") != NULL, "%s", out);
     } else {
         char path[1300];
         cr_assert(sscanf(at, "profile: %1299s", path) == 1);

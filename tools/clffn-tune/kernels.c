@@ -138,6 +138,13 @@ static int paths_agree(kbench *b, size_t T) {
     return ok ? 0 : -1;
 }
 
+/* T tokens through the kernels (*t) and without them (*t0), printed as a pair. */
+static int both_paths(kbench *b, size_t T, double *t, double *t0) {
+    if (forward_time(b, T, MOST_TOKENS, t) != 0 || forward_time(b, T, 0, t0) != 0) { return -1; }
+    printf("%.9g %.9g ", *t, *t0);
+    return 0;
+}
+
 /* "p1,…,p5" into p. */
 static int parse_shape(const char *s, size_t p[CLFFN_WGEMV_PARAMS]) {
     pset ps = {"", CLFFN_WGEMV_PARAMS, {0}, {0}};
@@ -181,19 +188,13 @@ static int kernels_measure(kbench *b, const char *mode, const char *rest) {
         }
         if (paths_agree(b, 3) != 0 || paths_agree(b, 20) != 0) { return 3; }
         /* up to the first count the kernels lose, then (from 4 tokens) three quarters of it:
-         * between powers of two the crossover may lie anywhere, and the count past a win */
+         * between powers of two the crossover may lie anywhere */
         for (int i = 0; i < N_TOKEN_COUNTS; ++i) {
-            size_t T = TOKEN_COUNTS[i];
-            int between = 0;
-            for (;;) {
-                if (forward_time(b, T, MOST_TOKENS, &t) != 0 || forward_time(b, T, 0, &t0) != 0) {
-                    return 1;
-                }
-                printf("%.9g %.9g ", t, t0);
-                if (between || t < t0 || T < 4) { break; }
-                T = T * 3 / 4, between = 1;
-            }
-            if (between || t >= t0) { break; }
+            const size_t T = TOKEN_COUNTS[i];
+            if (both_paths(b, T, &t, &t0) != 0) { return 1; }
+            if (t < t0) { continue; }
+            if (T >= 4 && both_paths(b, T * 3 / 4, &t, &t0) != 0) { return 1; }
+            break;
         }
     } else {
         return 1;
@@ -317,10 +318,7 @@ static long crossover(kernel_env *e, const char *type, const char *mode,
         printf("%-5s %4zu tokens%s: kernels %.3f ms, %s %.3f ms\n", type, T,
                qx ? ", quantized inputs" : "", t[2 * i] * 1e3,
                strcmp(type, "f32") ? "dequantized SGEMM" : "CLBlast", t[2 * i + 1] * 1e3);
-        if (t[2 * i] < t[2 * i + 1]) { max = (long)T; }
-        if (lost || t[2 * i] >= t[2 * i + 1]) {
-            if (lost || i + 1 >= n / 2) { break; }
-        }
+        if (t[2 * i] < t[2 * i + 1]) { max = (long)T; } /* the pairs before a loss all won */
     }
     if (max == MOST_TOKENS) {
         printf("%-5s kernels ahead at every count measured: %ld\n", type, EVERY_COUNT);

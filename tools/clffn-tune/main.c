@@ -229,18 +229,13 @@ static int finish(search *r, size_t small_t, int have_before, double before_s) {
         printf("clffn-tune: nothing found beats what is applied now (%.1f vs %.1f GFLOP/s); "
                "no profile written. A larger --budget searches further.\n",
                r->flops / after_s * 1e-9, r->flops / before_s * 1e-9);
-        if (kr.have) { /* these hold whatever the GEMMs: worth adding to a profile by hand */
-            printf("clffn's kernels: \"WGEMV_ROW_SPLIT\": %zu, \"WGEMV_ROW_ROWS\": %zu, "
-                   "\"WGEMV_COL_WIDTH\": %zu, \"WGEMV_COL_SPLIT\": %zu, \"WGEMV_COL_GROUPS\": "
-                   "%zu, \"KERNEL_MAX_TOKENS\": %zu, \"KERNEL_MAX_TOKENS_QX\": %zu, "
-                   "\"KERNEL_MAX_TOKENS_F32\": %zu",
-                   kr.shape[0], kr.shape[1], kr.shape[2], kr.shape[3], kr.shape[4], kr.max_tokens,
-                   kr.max_tokens_qx, kr.max_tokens_f32);
-            if (kr.large_weights) {
-                printf(", \"KERNEL_MAX_TOKENS_LARGE\": %zu, \"KERNEL_LARGE_WEIGHTS\": %zu",
-                       kr.max_tokens_large, kr.large_weights);
-            }
-            printf("\n");
+        cJSON *own = kr.have ? cJSON_CreateObject() : NULL;
+        if (own) { /* these hold whatever the GEMMs: worth adding to a profile by hand */
+            kernels_json(own, &kr);
+            char *text = cJSON_PrintUnformatted(own);
+            if (text) { printf("clffn's kernels: %s\n", text); }
+            cJSON_free(text);
+            cJSON_Delete(own);
         }
         remove(r->progress);
         return 0;

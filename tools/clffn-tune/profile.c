@@ -199,11 +199,14 @@ int write_profile(const search *r, size_t min_indirect, size_t k_block, size_t k
            min_indirect, k_block, k_min_rows, g->max_tokens,
            kept == CLFFN_LAYOUT_IN_OUT ? "[in, out]" : "[out, in]", few->rows);
     if (kr->have) {
-        printf("clffn's kernels up to %zu tokens for compressed weights (%zu in products of "
-               "%zu weights or more, %zu with quantized inputs), %zu for f32\n",
-               kr->max_tokens, kr->large_weights ? kr->max_tokens_large : kr->max_tokens,
-               kr->large_weights ? kr->large_weights : (size_t)CLFFN_DEFAULT_KERNEL_LARGE_WEIGHTS,
-               kr->max_tokens_qx, kr->max_tokens_f32);
+        char large[96] = "";
+        if (kr->large_weights) {
+            snprintf(large, sizeof large, ", %zu in products of %zu weights or more",
+                     kr->max_tokens_large, kr->large_weights);
+        }
+        printf("clffn's kernels up to %zu tokens for compressed weights (%zu with quantized "
+               "inputs%s), %zu for f32\n",
+               kr->max_tokens, kr->max_tokens_qx, large, kr->max_tokens_f32);
     }
     printf("profile: %s\n%s\n", r->path, text);
     free(text);
