@@ -380,24 +380,32 @@ inline void clffn_chunk_dot(float8 wv, __global const float *xr, ulong ldx, ulon
 
 // One row's share of lane s of CLFFN_ROW_SPLIT: the row's eight-value chunks s, s + SPLIT, …, so
 // that the lanes' loads at each step cover SPLIT·8 consecutive values (a warp's load is then one
-// run of memory; whole blocks per lane would leave 32 values between neighbours). Four chunks are
-// loaded before their products: four loads in flight per lane.
+// run of memory; whole blocks per lane would leave 32 values between neighbours). CLFFN_ROW_FLIGHT
+// chunks are loaded before their products: that many loads in flight per lane. The chunks meet
+// the sums in the same order whatever CLFFN_ROW_FLIGHT is, so it changes no bit. Eight ran slower
+// than four on the H200 (one token of 4096 -> 11008 SwiGLU, ms: f16 0.121 -> 0.123-0.133, bf16
+// 0.131-0.133 -> 0.139-0.145, f32 0.165-0.167 -> 0.168-0.173).
+#ifndef CLFFN_ROW_FLIGHT
+  #define CLFFN_ROW_FLIGHT 4 // 8-value chunks a lane loads before their products
+#endif
 inline void clffn_row_lanes(__global const uchar *row, ulong cols, __global const float *xr,
                             ulong ldx, uint tokens, uint s, float sum[CLFFN_WTOKENS]) {
   float4 acc[CLFFN_WTOKENS];
   for (uint t = 0; t < CLFFN_WTOKENS; ++t) { acc[t] = (float4)0.0f; }
   const ulong chunks = cols / 8;
   ulong j = s;
-  for (; j + 3 * CLFFN_ROW_SPLIT < chunks; j += 4 * CLFFN_ROW_SPLIT) {
-    float d0, d1, d2, d3;
-    const float8 v0 = clffn_wload8_wide(row, 8 * j, &d0);
-    const float8 v1 = clffn_wload8_wide(row, 8 * (j + CLFFN_ROW_SPLIT), &d1);
-    const float8 v2 = clffn_wload8_wide(row, 8 * (j + 2 * CLFFN_ROW_SPLIT), &d2);
-    const float8 v3 = clffn_wload8_wide(row, 8 * (j + 3 * CLFFN_ROW_SPLIT), &d3);
-    clffn_chunk_dot(v0 * d0, xr, ldx, 8 * j, tokens, acc);
-    clffn_chunk_dot(v1 * d1, xr, ldx, 8 * (j + CLFFN_ROW_SPLIT), tokens, acc);
-    clffn_chunk_dot(v2 * d2, xr, ldx, 8 * (j + 2 * CLFFN_ROW_SPLIT), tokens, acc);
-    clffn_chunk_dot(v3 * d3, xr, ldx, 8 * (j + 3 * CLFFN_ROW_SPLIT), tokens, acc);
+  for (; j + (CLFFN_ROW_FLIGHT - 1) * CLFFN_ROW_SPLIT < chunks;
+       j += CLFFN_ROW_FLIGHT * CLFFN_ROW_SPLIT) {
+    float d[CLFFN_ROW_FLIGHT];
+    float8 v[CLFFN_ROW_FLIGHT];
+#pragma unroll
+    for (uint k = 0; k < CLFFN_ROW_FLIGHT; ++k) {
+      v[k] = clffn_wload8_wide(row, 8 * (j + k * CLFFN_ROW_SPLIT), &d[k]);
+    }
+#pragma unroll
+    for (uint k = 0; k < CLFFN_ROW_FLIGHT; ++k) {
+      clffn_chunk_dot(v[k] * d[k], xr, ldx, 8 * (j + k * CLFFN_ROW_SPLIT), tokens, acc);
+    }
   }
   for (; j < chunks; j += CLFFN_ROW_SPLIT) {
     float d;
@@ -1917,6 +1925,18 @@ __kernel void clffn_wgemv_sum(__global const float *restrict part, const ulong c
 
 // ---- dequantization -----------------------------------------------------------------------------
 
+// Eight floats to p: two 16-byte stores where p is 16-byte aligned, as clffn_fload8 loads
+// (vstore8 may assume only 4-byte alignment, and NVIDIA's compiler then issues eight stores).
+inline void clffn_fstore8(float8 v, __global float *p) {
+  if (((size_t)p & 15) == 0) {
+    __global float4 *q = (__global float4 *)p;
+    q[0] = v.lo;
+    q[1] = v.hi;
+  } else {
+    vstore8(v, 0, p);
+  }
+}
+
 // out[i·ldo + j] = W[r0 + i, c0 + j] for i < nr, j < nc. NDRange (⌈nc / 8⌉, nr), any work-group:
 // each work-item writes eight values of one row (c0 and nc multiples of 32 for the quantized
 // types, which is how the host splits them).
@@ -1931,8 +1951,8 @@ __kernel void clffn_wdequant(__global const uchar *restrict w, const ulong w_off
   const ulong c = c0 + j;
   if (j + 8 <= nc && c % 8 == 0) {
     float d;
-    const float8 v = clffn_wload8(row, c, &d);
-    vstore8(v * d, 0, o);
+    const float8 v = clffn_wload8_wide(row, c, &d);
+    clffn_fstore8(v * d, o);
     return;
   }
   for (ulong k = 0; k < 8 && j + k < nc; ++k) { o[k] = clffn_wvalue(row, c + k); }

@@ -177,9 +177,12 @@ void bench_report_text(const args *a, device_run *r, const bench_result *res) {
     if (r->no_stages) {
         printf("stages:        unavailable: %s\n", r->no_stages);
     } else {
+        /* the span is what CUDA events around a forward time: the device from its first
+         * kernel's start to its last one's end, without the host's enqueue and wait */
         printf("stages (mean): GEMM 1 %.3f ms | epilogue 1 %.3f ms | GEMM 2 %.3f ms | epilogue 2 "
-               "%.3f ms\n",
-               s->gemm1_s * 1e3, s->epilogue1_s * 1e3, s->gemm2_s * 1e3, s->epilogue2_s * 1e3);
+               "%.3f ms | span %.3f ms\n",
+               s->gemm1_s * 1e3, s->epilogue1_s * 1e3, s->gemm2_s * 1e3, s->epilogue2_s * 1e3,
+               s->total_s * 1e3);
         if (s->epilogue1_s > 0 || s->epilogue2_s > 0) {
             printf("outside GEMMs: %.1f%% of device time; epilogues at %.1f GB/s\n",
                    100.0 * d.outside_share, d.epilogue_gbps);
