@@ -13,6 +13,7 @@
 //   clffn_wgemv_strip the same on CPUs (CLFFN_COL_SPLIT 1), a strip of columns per work-item
 //   clffn_wgemv_sum   y[t, c] = Σ_k part[k, t, c] (+ β·y)     the column kernels' row chunks
 //   clffn_wdequant    out[i, j] = W[r0 + i, c0 + j] as f32
+//   clffn_wdequant_t  out[j, i] = W[r0 + i, c0 + j] as f32         the same, transposed
 //
 // The GEMVs read each weight once for all the pass's tokens (up to CLFFN_WTOKENS, a build
 // option, which the host rounds up to 1, 2, 4, 8 or 16), and split the reduction over a
@@ -1957,3 +1958,45 @@ __kernel void clffn_wdequant(__global const uchar *restrict w, const ulong w_off
   }
   for (ulong k = 0; k < 8 && j + k < nc; ++k) { o[k] = clffn_wvalue(row, c + k); }
 }
+
+// The same block transposed: out[j·ldo + i] = W[r0 + i, c0 + j] for i < nr, j < nc, so that
+// SGEMM gets the block as an untransposed operand where the inner dimension runs along W's rows,
+// and CLBlast need not transpose it on each call (src/linear.c). NDRange (⌈nc / 8⌉,
+// ⌈nr / 8⌉), any work-group: each work-item reads an 8 × 8 tile, eight values of eight rows (the
+// neighbours along the first dimension reading on along the same rows), and writes it as eight
+// values of eight output rows.
+#define CLFFN_COL8(k)                                                                          \
+  (float8)(v[0].s##k, v[1].s##k, v[2].s##k, v[3].s##k, v[4].s##k, v[5].s##k, v[6].s##k,       \
+           v[7].s##k)
+__kernel void clffn_wdequant_t(__global const uchar *restrict w, const ulong w_off,
+                               const ulong row_bytes, const ulong r0, const ulong c0,
+                               const ulong nr, const ulong nc,
+                               __global float *restrict out, const ulong ldo) {
+  const ulong j = get_global_id(0) * 8, i = get_global_id(1) * 8;
+  if (i >= nr || j >= nc) { return; }
+  __global const uchar *row = w + w_off + (r0 + i) * row_bytes;
+  const ulong c = c0 + j;
+  if (i + 8 <= nr && j + 8 <= nc && c % 8 == 0) {
+    float8 v[8];
+    for (uint r = 0; r < 8; ++r) {
+      float d;
+      v[r] = clffn_wload8_wide(row + r * row_bytes, c, &d) * d;
+    }
+    __global float *o = out + j * ldo + i;
+    clffn_fstore8(CLFFN_COL8(0), o);
+    clffn_fstore8(CLFFN_COL8(1), o + ldo);
+    clffn_fstore8(CLFFN_COL8(2), o + 2 * ldo);
+    clffn_fstore8(CLFFN_COL8(3), o + 3 * ldo);
+    clffn_fstore8(CLFFN_COL8(4), o + 4 * ldo);
+    clffn_fstore8(CLFFN_COL8(5), o + 5 * ldo);
+    clffn_fstore8(CLFFN_COL8(6), o + 6 * ldo);
+    clffn_fstore8(CLFFN_COL8(7), o + 7 * ldo);
+    return;
+  }
+  for (ulong r = 0; r < 8 && i + r < nr; ++r) { // a tile at the block's edge, value by value
+    for (ulong k = 0; k < 8 && j + k < nc; ++k) {
+      out[(j + k) * ldo + i + r] = clffn_wvalue(row + r * row_bytes, c + k);
+    }
+  }
+}
+#undef CLFFN_COL8

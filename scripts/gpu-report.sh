@@ -34,7 +34,8 @@
 # for minutes, not hours: one decoding token in f32 through clffn's kernel and in f16, each with
 # the epilogues fused and not, and in q8_0; PyTorch fp32 and fp16 on it; the seed shape beside
 # PyTorch fp32; Mixtral's layer at one token in f16 and q8_0 and at 512 in f16, each beside the
-# dense FFN, then PyTorch's layer in fp16).
+# dense FFN, then PyTorch's layer in fp16; prefill, the seed and 2048-token SwiGLU shapes in f32,
+# f16 and q8_0).
 # Every step has its own time limit; a failing step does not stop the others.
 set -uo pipefail
 build=${1:?usage: gpu-report.sh BUILD OUT STEPS...}
@@ -320,6 +321,13 @@ PY
         bench_text "Mixtral, 512 tokens, f16" --tokens 512 "${mx[@]}" --weights-dtype f16
         timeout 180 python3 scripts/torch-moe-bench.py --dtype fp16 --reps "$reps" 1,4096,14336,8,2 \
             512,4096,14336,8,2
+        for s in "640 512 2048 relu" "2048 1024 2816 swiglu"; do
+            read -r t dm ff act <<<"$s"
+            for ty in f32 f16 q8_0; do
+                bench_text "prefill $t, $dm -> $ff, $ty" --tokens "$t" --d-model "$dm" --d-ff "$ff" \
+                    --activation "$act" --weights-dtype $ty
+            done
+        done
         ;;
     *) echo "gpu-report: unknown step $step" >&2 ;;
     esac

@@ -64,9 +64,12 @@ static size_t dequant_block(const clffn_context *ctx, size_t k, size_t other) {
     return kb < 32 ? 32 : kb;
 }
 
-/* C[T, n] = A[T, k]·op(W) + β·C for compressed W over many tokens: each block of K dequantized
- * into scratch and one SGEMM, summed into C. K runs down W's stored rows (k_rows: the block is
- * W[k0 .. k0 + kb, :], used as stored) or along them (W[:, k0 .. k0 + kb], used transposed). */
+/* C[T, n] = A[T, k]·W' + β·C for compressed W over many tokens, W' = W or Wᵀ as [k, n]: each
+ * block of K dequantized into scratch and one SGEMM, summed into C. K runs down W's stored rows
+ * (k_rows: the block is W[k0 .. k0 + kb, :]) or along them (W[:, k0 .. k0 + kb], which the
+ * dequantizer writes transposed). Either way SGEMM gets its B as [kb, n] rows, untransposed:
+ * CLBlast copies a transposed B into the orientation its kernel reads on every call, and that
+ * orientation is what f32 weights kept [in, out] give it in the forward. */
 static cl_int dequant_product(const clffn_gemm_env *env, const clffn_wmatrix *w, bool k_rows,
                               size_t tokens, clffn_matrix a, float beta, clffn_matrix c) {
     const size_t k = k_rows ? w->rows : w->cols, n = k_rows ? w->cols : w->rows;
@@ -75,19 +78,11 @@ static cl_int dequant_product(const clffn_gemm_env *env, const clffn_wmatrix *w,
     for (size_t k0 = 0; k0 < k && err == CL_SUCCESS; k0 += kb) {
         const size_t len = k - k0 < kb ? k - k0 : kb;
         clffn_matrix s;
-        err = k_rows ? clffn__wdequant(env->wk, env->ctx, w, k0, len, 0, n, *env->queue, &s)
-                     : clffn__wdequant(env->wk, env->ctx, w, 0, n, k0, len, *env->queue, &s);
+        err = k_rows ? clffn__wdequant(env->wk, env->ctx, w, k0, len, 0, n, false, *env->queue, &s)
+                     : clffn__wdequant(env->wk, env->ctx, w, 0, n, k0, len, true, *env->queue, &s);
         const clffn_matrix ak = {a.mem, a.off + k0, a.ld};
-        const clffn_gemm_op op = {CLFFN_NO_TRANS,
-                                  k_rows ? CLFFN_NO_TRANS : CLFFN_TRANS,
-                                  tokens,
-                                  n,
-                                  len,
-                                  1.0f,
-                                  k0 ? 1.0f : beta,
-                                  ak,
-                                  s,
-                                  c};
+        const clffn_gemm_op op = {CLFFN_NO_TRANS, CLFFN_NO_TRANS,   tokens, n, len,
+                                  1.0f,           k0 ? 1.0f : beta, ak,     s, c};
         if (err == CL_SUCCESS) {
             err = clffn__sgemm(env->ctx, env->scratch, &op, env->queue, NULL);
         }

@@ -22,6 +22,7 @@ void clffn__wkernels_release(clffn_wkernels *wk) {
     }
     if (wk->sum) { clReleaseKernel(wk->sum); }
     if (wk->dequant) { clReleaseKernel(wk->dequant); }
+    if (wk->dequant_t) { clReleaseKernel(wk->dequant_t); }
     clffn__scratch_release(&wk->own);
     memset(wk, 0, sizeof *wk);
 }
@@ -379,22 +380,25 @@ cl_int clffn__wkernels_reserve(clffn_wkernels *wk, const clffn_context *ctx,
 }
 
 cl_int clffn__wdequant(clffn_wkernels *wk, const clffn_context *ctx, const clffn_wmatrix *w,
-                       size_t r0, size_t nr, size_t c0, size_t nc, cl_command_queue queue,
-                       clffn_matrix *out) {
+                       size_t r0, size_t nr, size_t c0, size_t nc, bool transposed,
+                       cl_command_queue queue, clffn_matrix *out) {
     refresh(wk, ctx, w->dtype);
-    cl_int err = kernel_for(ctx, w->dtype, 1, "clffn_wdequant", &wk->dequant);
+    cl_kernel *k = transposed ? &wk->dequant_t : &wk->dequant;
+    cl_int err =
+        kernel_for(ctx, w->dtype, 1, transposed ? "clffn_wdequant_t" : "clffn_wdequant", k);
     const size_t bytes = nr * nc * sizeof(float);
     if (err == CL_SUCCESS) { err = need_scratch(wk, bytes); }
     if (err != CL_SUCCESS || wk->planning) { return err; }
     const cl_ulong w_off = w->offset, row_bytes = w->row_bytes, R0 = r0, C0 = c0, NR = nr, NC = nc,
-                   ldo = nc;
+                   ldo = transposed ? nr : nc;
     const cl_mem scratch = scratch_of(wk);
-    clffn_args a = clffn__args(wk->dequant);
+    clffn_args a = clffn__args(*k);
     CLFFN_ARG(a, w->mem), CLFFN_ARG(a, w_off), CLFFN_ARG(a, row_bytes), CLFFN_ARG(a, R0);
     CLFFN_ARG(a, C0), CLFFN_ARG(a, NR), CLFFN_ARG(a, NC), CLFFN_ARG(a, scratch);
     CLFFN_ARG(a, ldo);
     if ((err = clffn__args_end(&a)) != CL_SUCCESS) { return err; }
-    const size_t global[2] = {(nc + 7) / 8, nr};
-    out->mem = scratch, out->off = 0, out->ld = nc;
-    return clffn__enqueue_items(&ctx->programs, queue, wk->dequant, 2, global, NULL);
+    /* an 8 x 8 tile a work-item transposed, eight values of a row else */
+    const size_t global[2] = {(nc + 7) / 8, transposed ? (nr + 7) / 8 : nr};
+    out->mem = scratch, out->off = 0, out->ld = ldo;
+    return clffn__enqueue_items(&ctx->programs, queue, *k, 2, global, NULL);
 }

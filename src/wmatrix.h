@@ -54,7 +54,7 @@ typedef struct clffn_wkernels {
     cl_kernel cols[CLFFN_WTOKEN_BUCKETS]; /* clffn_wgemv_cols, or _strip on a CPU unsplit */
     /* quantized inputs: clffn_xquant, clffn_wgemv_rows_qx */
     cl_kernel xquant[CLFFN_WTOKEN_BUCKETS], rows_qx[CLFFN_WTOKEN_BUCKETS];
-    cl_kernel sum, dequant;
+    cl_kernel sum, dequant, dequant_t; /* clffn_wgemv_sum, clffn_wdequant and its _t */
     clffn_scratch own;
     clffn_scratch *shared; /* NULL: own; else not the owner's to release */
     int planning;
@@ -117,11 +117,12 @@ cl_int clffn__wgemv_ep(clffn_wkernels *wk, const clffn_context *ctx, const clffn
                        cl_event *event);
 
 /* The f32 block W[r0 .. r0 + nr, c0 .. c0 + nc) into the owner's scratch, enqueued on queue:
- * *out is the block as a row-major operand (ld = nc). While planning, records the scratch it
- * needs and builds the kernel. c0 and nc are multiples of 32 for the quantized types. */
+ * *out is the block as a row-major operand, [nr, nc] (ld = nc), or transposed, [nc, nr]
+ * (ld = nr). While planning, records the scratch it needs and builds the kernel. c0 and nc are
+ * multiples of 32 for the quantized types. */
 cl_int clffn__wdequant(clffn_wkernels *wk, const clffn_context *ctx, const clffn_wmatrix *w,
-                       size_t r0, size_t nr, size_t c0, size_t nc, cl_command_queue queue,
-                       clffn_matrix *out);
+                       size_t r0, size_t nr, size_t c0, size_t nc, bool transposed,
+                       cl_command_queue queue, clffn_matrix *out);
 
 /* Starts recording (see clffn_wkernels), and stops it, growing the scratch to what was recorded
  * (the old one released once what queue holds is done with it): CL_SUCCESS or the allocation's

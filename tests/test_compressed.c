@@ -259,13 +259,13 @@ Test(compressed, large_products_crossover, .timeout = 300) {
 /* ∂x and the biases' gradients through compressed weights on D → F, against the reference
  * backward on the dequantized weights; no weight gradient is computed, and asking for one is
  * refused. */
-static void backward_case(clffn_context *ctx, clffn_dtype t, int gated, size_t D, size_t F,
-                          size_t T) {
+static void backward_case(clffn_context *ctx, clffn_dtype t, clffn_layout layout, int gated,
+                          size_t D, size_t F, size_t T) {
     clffn_config c = clffn_config_default(D, F);
     c.gated = gated, c.activation = gated ? CLFFN_ACT_SILU : CLFFN_ACT_RELU, c.residual = 1;
     test_weights w;
     typed_set s;
-    clffn_ffn *ffn = typed_ffn(ctx, &c, t, CLFFN_LAYOUT_OUT_IN, 11, &w, &s);
+    clffn_ffn *ffn = typed_ffn(ctx, &c, t, layout, 11, &w, &s);
     float *x = malloc(T * D * 4), *y = malloc(T * D * 4), *dy = malloc(T * D * 4);
     float *dx = malloc(T * D * 4), *gb = malloc((2 * F + D) * 4), *gw = malloc(D * F * 4);
     double *rdx = malloc(T * D * 8), *rw = malloc(3 * D * F * 8), *rb = malloc((2 * F + D) * 8);
@@ -275,8 +275,7 @@ static void backward_case(clffn_context *ctx, clffn_dtype t, int gated, size_t D
     const clffn_weight_arrays g = {NULL, gb, NULL, gb + F, NULL, gb + 2 * F};
     ASSERT_OK(clffn_backward_host(ffn, T, x, T * D, dy, T * D, dx, T * D, &g, 0));
     const clffn_ref_grads rg = {rw, rb, rw + D * F, rb + F, rw + 2 * D * F, rb + 2 * F};
-    ASSERT_OK(
-        clffn_reference_backward(&c, CLFFN_LAYOUT_OUT_IN, &s.ref, T, x, dy, 0, 0, 0, rdx, &rg));
+    ASSERT_OK(clffn_reference_backward(&c, layout, &s.ref, T, x, dy, 0, 0, 0, rdx, &rg));
     char what[96];
     snprintf(what, sizeof what, "%s %s, %zu -> %zu, %zu tokens: dx", clffn_dtype_name(t),
              gated ? "gated" : "plain", D, F, T);
@@ -304,7 +303,7 @@ Test(compressed, backward_input_and_bias_gradients, .timeout = 600) {
     for (size_t t = 0; t < sizeof types / sizeof types[0]; ++t) {
         for (int gated = 0; gated < 2; ++gated) {
             for (size_t i = 0; i < sizeof ts / sizeof ts[0]; ++i) {
-                backward_case(ctx, types[t], gated, 64, 96, ts[i]);
+                backward_case(ctx, types[t], CLFFN_LAYOUT_OUT_IN, gated, 64, 96, ts[i]);
             }
         }
     }
@@ -322,16 +321,28 @@ Test(compressed, backward_column_strips_and_chunks, .timeout = 600) {
     ASSERT_OK(clffn_context_set_kernel_max_tokens(ctx, 1, CLFFN_MAX_KERNEL_TOKENS));
     static const size_t all[] = {1, 2, 3, 5, 9}, some[] = {1, 3, 5};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i) {
-        backward_case(ctx, CLFFN_DTYPE_F16, 1, 1088, 160, all[i]);
-        backward_case(ctx, CLFFN_DTYPE_Q4_0, 1, 1088, 160, all[i]);
+        backward_case(ctx, CLFFN_DTYPE_F16, CLFFN_LAYOUT_OUT_IN, 1, 1088, 160, all[i]);
+        backward_case(ctx, CLFFN_DTYPE_Q4_0, CLFFN_LAYOUT_OUT_IN, 1, 1088, 160, all[i]);
     }
     for (size_t i = 0; i < sizeof some / sizeof some[0]; ++i) {
-        backward_case(ctx, CLFFN_DTYPE_Q8_0, 1, 1088, 160, some[i]);
-        backward_case(ctx, CLFFN_DTYPE_BF16, 1, 1061, 133, some[i]);
+        backward_case(ctx, CLFFN_DTYPE_Q8_0, CLFFN_LAYOUT_OUT_IN, 1, 1088, 160, some[i]);
+        backward_case(ctx, CLFFN_DTYPE_BF16, CLFFN_LAYOUT_OUT_IN, 1, 1061, 133, some[i]);
     }
     /* f32 kept [in, out]: the forward's products run down the columns */
     ASSERT_OK(clffn_context_set_weight_layout(ctx, CLFFN_LAYOUT_IN_OUT));
     forward_case(ctx, CLFFN_DTYPE_F32, 1, CLFFN_LAYOUT_OUT_IN, 133, 1061);
+    clffn_context_destroy(ctx);
+}
+
+/* Past the crossover each block goes to SGEMM as [k, n] rows: dequantized transposed where the
+ * inner dimension runs along the stored rows (the forward through [out, in] weights, above; dx
+ * through [in, out] ones, here), as stored otherwise. f16 kept [in, out], forward and backward,
+ * on sizes that end in part tiles. */
+Test(compressed, dequantized_blocks_either_way, .timeout = 600) {
+    clffn_context *ctx = kernels_context();
+    forward_case(ctx, CLFFN_DTYPE_F16, 1, CLFFN_LAYOUT_IN_OUT, 45, 70);
+    backward_case(ctx, CLFFN_DTYPE_F16, CLFFN_LAYOUT_IN_OUT, 1, 45, 70, 64);
+    backward_case(ctx, CLFFN_DTYPE_BF16, CLFFN_LAYOUT_IN_OUT, 0, 64, 96, 130);
     clffn_context_destroy(ctx);
 }
 
