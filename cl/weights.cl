@@ -1963,11 +1963,20 @@ __kernel void clffn_wdequant(__global const uchar *restrict w, const ulong w_off
 // SGEMM gets the block as an untransposed operand where the inner dimension runs along W's rows,
 // and CLBlast need not transpose it on each call (src/linear.c). NDRange (⌈nc / 8⌉,
 // ⌈nr / 8⌉), any work-group: each work-item reads an 8 × 8 tile, eight values of eight rows (the
-// neighbours along the first dimension reading on along the same rows), and writes it as eight
-// values of eight output rows.
-#define CLFFN_COL8(k)                                                                          \
-  (float8)(v[0].s##k, v[1].s##k, v[2].s##k, v[3].s##k, v[4].s##k, v[5].s##k, v[6].s##k,       \
-           v[7].s##k)
+// neighbours along the first dimension reading on along the same rows), and writes each row's
+// eight values down eight output rows.
+// Row r of the tile, its eight values stored down the output's eight rows: scalar stores, not
+// vectors built across the rows, whose shuffles Oclgrind's uninitialized-value check (21.10)
+// crashes on.
+#define CLFFN_TILE_ROW(r)                                                                      \
+  {                                                                                            \
+    float d;                                                                                   \
+    const float8 v = clffn_wload8_wide(row + r * row_bytes, c, &d);                            \
+    const float8 u = v * d;                                                                    \
+    o[r] = u.s0, o[ldo + r] = u.s1, o[2 * ldo + r] = u.s2, o[3 * ldo + r] = u.s3;              \
+    o[4 * ldo + r] = u.s4, o[5 * ldo + r] = u.s5, o[6 * ldo + r] = u.s6;                       \
+    o[7 * ldo + r] = u.s7;                                                                     \
+  }
 __kernel void clffn_wdequant_t(__global const uchar *restrict w, const ulong w_off,
                                const ulong row_bytes, const ulong r0, const ulong c0,
                                const ulong nr, const ulong nc,
@@ -1977,20 +1986,9 @@ __kernel void clffn_wdequant_t(__global const uchar *restrict w, const ulong w_o
   __global const uchar *row = w + w_off + (r0 + i) * row_bytes;
   const ulong c = c0 + j;
   if (i + 8 <= nr && j + 8 <= nc && c % 8 == 0) {
-    float8 v[8];
-    for (uint r = 0; r < 8; ++r) {
-      float d;
-      v[r] = clffn_wload8_wide(row + r * row_bytes, c, &d) * d;
-    }
     __global float *o = out + j * ldo + i;
-    clffn_fstore8(CLFFN_COL8(0), o);
-    clffn_fstore8(CLFFN_COL8(1), o + ldo);
-    clffn_fstore8(CLFFN_COL8(2), o + 2 * ldo);
-    clffn_fstore8(CLFFN_COL8(3), o + 3 * ldo);
-    clffn_fstore8(CLFFN_COL8(4), o + 4 * ldo);
-    clffn_fstore8(CLFFN_COL8(5), o + 5 * ldo);
-    clffn_fstore8(CLFFN_COL8(6), o + 6 * ldo);
-    clffn_fstore8(CLFFN_COL8(7), o + 7 * ldo);
+    CLFFN_TILE_ROW(0) CLFFN_TILE_ROW(1) CLFFN_TILE_ROW(2) CLFFN_TILE_ROW(3)
+    CLFFN_TILE_ROW(4) CLFFN_TILE_ROW(5) CLFFN_TILE_ROW(6) CLFFN_TILE_ROW(7)
     return;
   }
   for (ulong r = 0; r < 8 && i + r < nr; ++r) { // a tile at the block's edge, value by value
@@ -1999,4 +1997,4 @@ __kernel void clffn_wdequant_t(__global const uchar *restrict w, const ulong w_o
     }
   }
 }
-#undef CLFFN_COL8
+#undef CLFFN_TILE_ROW
