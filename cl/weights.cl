@@ -340,17 +340,9 @@ inline float8 clffn_fload8(__global const float *p) {
   return vload8(0, p);
 }
 
-// clffn_wload8 through 16-byte loads where the eight values are aligned so (f32, f16, bf16; the
-// quantized blocks, 34 and 18 bytes, seldom are, and go through clffn_wload8).
-inline float8 clffn_wload8_wide(__global const uchar *row, ulong c, float *d) {
-#if CLFFN_WTYPE == CLFFN_WTYPE_F32
-  *d = 1.0f;
-  return clffn_fload8((__global const float *)row + c);
-#elif CLFFN_WTYPE == CLFFN_WTYPE_F16 || CLFFN_WTYPE == CLFFN_WTYPE_BF16
-  __global const ushort *p = (__global const ushort *)row + c;
-  if (((size_t)p & 15) != 0) { return clffn_wload8(row, c, d); }
-  *d = 1.0f;
-  const uint4 raw = *(__global const uint4 *)p;
+#if CLFFN_WTYPE == CLFFN_WTYPE_F16 || CLFFN_WTYPE == CLFFN_WTYPE_BF16
+// Eight 2-byte values as one 16-byte load filled them, as floats.
+inline float8 clffn_decode8(uint4 raw) {
   #if CLFFN_WTYPE == CLFFN_WTYPE_F16 && !CLFFN_SOFT_HALF && !CLFFN_NATIVE_HALF
   // vload_half from the registers the load filled: a GPU converts a half in one instruction,
   // where the integer form takes some ten (H200, one token of 4096 -> 11008 SwiGLU in f16:
@@ -362,6 +354,20 @@ inline float8 clffn_wload8_wide(__global const uchar *row, ulong c, float *d) {
   #else
   return as_float8(convert_uint8(as_ushort8(raw)) << 16);
   #endif
+}
+#endif
+
+// clffn_wload8 through 16-byte loads where the eight values are aligned so (f32, f16, bf16; the
+// quantized blocks, 34 and 18 bytes, seldom are, and go through clffn_wload8).
+inline float8 clffn_wload8_wide(__global const uchar *row, ulong c, float *d) {
+#if CLFFN_WTYPE == CLFFN_WTYPE_F32
+  *d = 1.0f;
+  return clffn_fload8((__global const float *)row + c);
+#elif CLFFN_WTYPE == CLFFN_WTYPE_F16 || CLFFN_WTYPE == CLFFN_WTYPE_BF16
+  __global const ushort *p = (__global const ushort *)row + c;
+  if (((size_t)p & 15) != 0) { return clffn_wload8(row, c, d); }
+  *d = 1.0f;
+  return clffn_decode8(*(__global const uint4 *)p);
 #else
   return clffn_wload8(row, c, d);
 #endif
@@ -385,9 +391,16 @@ inline void clffn_chunk_dot(float8 wv, __global const float *xr, ulong ldx, ulon
 // chunks are loaded before their products: that many loads in flight per lane. The chunks meet
 // the sums in the same order whatever CLFFN_ROW_FLIGHT is, so it changes no bit. Eight ran slower
 // than four on the H200 (one token of 4096 -> 11008 SwiGLU, ms: f16 0.121 -> 0.123-0.133, bf16
-// 0.131-0.133 -> 0.139-0.145, f32 0.165-0.167 -> 0.168-0.173).
+// 0.131-0.133 -> 0.139-0.145, f32 0.165-0.167 -> 0.168-0.173), its chunks held as floats: 64
+// registers a lane. CLFFN_ROW_RAW holds f16 and bf16 chunks as loaded, 4 registers a chunk, and
+// decodes each just before its products; the same values in the same order. f16 reads its
+// weights at about 2.8 TB/s against f32's 3.5 on the H200 with four chunks, half f32's bytes in
+// flight a lane; `scripts/gpu-report.sh BUILD OUT variants` times these forms.
 #ifndef CLFFN_ROW_FLIGHT
   #define CLFFN_ROW_FLIGHT 4 // 8-value chunks a lane loads before their products
+#endif
+#ifndef CLFFN_ROW_RAW
+  #define CLFFN_ROW_RAW 0 // 1: f16 and bf16 chunks kept as loaded, not as floats, until then
 #endif
 inline void clffn_row_lanes(__global const uchar *row, ulong cols, __global const float *xr,
                             ulong ldx, uint tokens, uint s, float sum[CLFFN_WTOKENS]) {
@@ -395,6 +408,22 @@ inline void clffn_row_lanes(__global const uchar *row, ulong cols, __global cons
   for (uint t = 0; t < CLFFN_WTOKENS; ++t) { acc[t] = (float4)0.0f; }
   const ulong chunks = cols / 8;
   ulong j = s;
+#if CLFFN_ROW_RAW && (CLFFN_WTYPE == CLFFN_WTYPE_F16 || CLFFN_WTYPE == CLFFN_WTYPE_BF16)
+  if (((size_t)row & 15) == 0) { // every chunk 16-byte aligned: held as loaded until its products
+    __global const uint4 *q = (__global const uint4 *)row;
+    for (; j + (CLFFN_ROW_FLIGHT - 1) * CLFFN_ROW_SPLIT < chunks;
+         j += CLFFN_ROW_FLIGHT * CLFFN_ROW_SPLIT) {
+      uint4 raw[CLFFN_ROW_FLIGHT];
+  #pragma unroll
+      for (uint k = 0; k < CLFFN_ROW_FLIGHT; ++k) { raw[k] = q[j + k * CLFFN_ROW_SPLIT]; }
+  #pragma unroll
+      for (uint k = 0; k < CLFFN_ROW_FLIGHT; ++k) {
+        clffn_chunk_dot(clffn_decode8(raw[k]), xr, ldx, 8 * (j + k * CLFFN_ROW_SPLIT), tokens,
+                        acc);
+      }
+    }
+  }
+#endif
   for (; j + (CLFFN_ROW_FLIGHT - 1) * CLFFN_ROW_SPLIT < chunks;
        j += CLFFN_ROW_FLIGHT * CLFFN_ROW_SPLIT) {
     float d[CLFFN_ROW_FLIGHT];

@@ -35,7 +35,10 @@
 # the epilogues fused and not, and in q8_0; PyTorch fp32 and fp16 on it; the seed shape beside
 # PyTorch fp32; Mixtral's layer at one token in f16 and q8_0 and at 512 in f16, each beside the
 # dense FFN, then PyTorch's layer in fp16; prefill, the seed and 2048-token SwiGLU shapes in f32,
-# f16 and q8_0).
+# f16 and q8_0), variants (forms of the few-token kernels that cl/weights.cl's #defines choose,
+# timed on one decoding token in f16 and bf16, alternated over ROUNDS rounds (default 3), then
+# PyTorch fp16: VARIANTS, names each with its defines, "name:NAME=VALUE,NAME=VALUE" or a bare
+# name for the kernels as they are, each made a kernel folder from cl/ for CLFFN_KERNEL_DIR).
 # Every step has its own time limit; a failing step does not stop the others.
 set -uo pipefail
 build=${1:?usage: gpu-report.sh BUILD OUT STEPS...}
@@ -327,6 +330,29 @@ PY
                 bench_text "prefill $t, $dm -> $ff, $ty" --tokens "$t" --d-model "$dm" --d-ff "$ff" \
                     --activation "$act" --weights-dtype $ty
             done
+        done
+        ;;
+    variants)
+        d=(--tokens 1 --d-model 4096 --d-ff 11008 --activation swiglu)
+        vs="now raw4:CLFFN_ROW_RAW=1 raw8:CLFFN_ROW_RAW=1,CLFFN_ROW_FLIGHT=8"
+        vs=${VARIANTS:-"$vs raw16:CLFFN_ROW_RAW=1,CLFFN_ROW_FLIGHT=16"}
+        for v in $vs; do
+            dir=/tmp/gr-variants/${v%%:*}
+            rm -rf "$dir" && mkdir -p "$dir" && cp cl/* "$dir"/
+            if [[ $v == *:* ]]; then
+                defs=${v#*:}
+                { tr ',' '\n' <<<"$defs" | sed 's/^\([^=]*\)=\(.*\)$/#define \1 \2/'
+                  cat cl/weights.cl; } >"$dir/weights.cl"
+            fi
+        done
+        for r in $(seq "${ROUNDS:-3}"); do
+            for t in f16 bf16; do
+                for v in $vs; do
+                    CLFFN_KERNEL_DIR=/tmp/gr-variants/${v%%:*} bench_text "round $r, $t, ${v%%:*}" \
+                        "${d[@]}" --weights-dtype $t
+                done
+            done
+            timeout 120 python3 scripts/torch-ffn-bench.py --dtype fp16 --reps "$reps" 1,4096,11008,swiglu
         done
         ;;
     *) echo "gpu-report: unknown step $step" >&2 ;;

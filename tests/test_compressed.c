@@ -122,7 +122,9 @@ Test(compressed, forward_row_kernels_and_pairs, .timeout = 600) {
 
 /* The kernels' GPU forms, which a CPU device runs only when given such shapes: lanes sharing a
  * row interleaved by eight values, columns split across work-items, and the wide loads where
- * rows are 16-byte aligned (64 and 96 values) and their fallback where they are not (45, 70). */
+ * rows are 16-byte aligned (64 and 96 values) and their fallback where they are not (45, 70).
+ * W1's rows of 1088 values give each of 8 or 32 lanes more chunks than it loads at once, so the
+ * lanes' main loop runs for every type, and its last pass ends part-way. */
 Test(compressed, forward_split_shapes, .timeout = 600) {
     clffn_context *ctx = kernels_context();
     static const size_t shapes[2][CLFFN_WGEMV_PARAMS] = {{32, 4, 8, 16, 8}, {8, 16, 8, 32, 4}};
@@ -133,6 +135,7 @@ Test(compressed, forward_split_shapes, .timeout = 600) {
             for (int l = 0; l < (q ? 1 : 2); ++l) {
                 forward_case(ctx, (clffn_dtype)t, sh, (clffn_layout)l, 64, 96);
                 if (!q) { forward_case(ctx, (clffn_dtype)t, !sh, (clffn_layout)l, 45, 70); }
+                if (!l) { forward_case(ctx, (clffn_dtype)t, sh, CLFFN_LAYOUT_OUT_IN, 1088, 64); }
             }
             if (q) { forward_case(ctx, (clffn_dtype)t, !sh, CLFFN_LAYOUT_OUT_IN, 160, 288); }
         }
