@@ -1684,8 +1684,9 @@ inline void clffn_col_sums(__global const uchar *w, ulong row_bytes, ulong r0, u
 #endif
       if (!whole) {
         wv[k] = clffn_wload8_edge(row, c0 + 8 * k, cols);
-      } else if (new_block) { // its scale too
-        wv[k] = CLFFN_COL_LOAD8(row, c0 + 8 * k, &d) * d;
+      } else if (new_block) { // its scale too, set by the load before it is read
+        wv[k] = CLFFN_COL_LOAD8(row, c0 + 8 * k, &d);
+        wv[k] *= d;
       } else {
         float unused;
         wv[k] = CLFFN_COL_LOAD8(row, c0 + 8 * k, &unused) * d;
