@@ -1994,10 +1994,8 @@ __kernel void clffn_wdequant(__global const uchar *restrict w, const ulong w_off
 // and CLBlast need not transpose it on each call (src/linear.c). NDRange (⌈nc / 8⌉,
 // ⌈nr / 8⌉), any work-group: each work-item reads an 8 × 8 tile, eight values of eight rows (the
 // neighbours along the first dimension reading on along the same rows), and writes each row's
-// eight values down eight output rows.
-// Row r of the tile, its eight values stored down the output's eight rows: scalar stores, not
-// vectors built across the rows, whose shuffles Oclgrind's uninitialized-value check (21.10)
-// crashes on.
+// eight values down eight output rows (CLFFN_TILE_ROW): scalar stores, not vectors built across
+// the rows, whose shuffles Oclgrind's uninitialized-value check (21.10) crashes on.
 #define CLFFN_TILE_ROW(r)                                                                      \
   {                                                                                            \
     float d;                                                                                   \
