@@ -20,8 +20,9 @@
 # own, as the H200's profile has: clffn-tune's Xgemm search on the seed shape, stopped after
 # FEW_BUDGET seconds (default 115) or at its end, its winner set below FEW_ROWS tokens (2048) over
 # the profile that applies now, with the direct kernel below FEW_CROSS³ (768); that profile in
-# OUT/fewrows-profile.json, timed against the one applied now from 64 to 2048 tokens on the seed
-# and BERT widths and on the BERT and SwiGLU shapes, then PyTorch), hostcosts (the host's time
+# OUT/fewrows-profile.json, timed against the one applied now from 64 to 2048 tokens (FEW_COUNTS)
+# on the seed and BERT widths and on the BERT and SwiGLU shapes, then PyTorch; FEW_SET, a profile
+# file, takes its few-rows set (else its Xgemm set) in place of the search), hostcosts (the host's time
 # in the driver's enqueue calls per forward, scripts/cl-host-costs.c preloaded: one decoding token
 # of 4096 -> 11008 SwiGLU and Mixtral's layer with 8 (its counts on the device with its experts
 # grouped, then one at a time, then the counts on the host) and with 2 experts, f16 and q8_0;
@@ -202,8 +203,15 @@ for step in "$@"; do
         ;;
     fewrows)
         rm -rf /tmp/gr-seed /tmp/gr-few /tmp/gr-now && mkdir -p /tmp/gr-seed /tmp/gr-few /tmp/gr-now
-        CLFFN_TUNE_DIR=/tmp/gr-seed timeout -s INT "${FEW_BUDGET:-115}" "$build/clffn-tune" \
-            --budget 150 --tokens 640 --d-model 512 --d-ff 2048 >"$out/fewrows-tune.log" 2>&1
+        if [[ -n ${FEW_SET:-} ]]; then # a set found elsewhere: another GPU's profile, say
+            python3 -c 'import json,sys; p=json.load(open(sys.argv[1]))
+x=p.get("clblast_few_rows", {}).get("Xgemm") or p.get("xgemm") or p["clblast"]["Xgemm"]
+print(json.dumps({"xgemm": x}))' "$FEW_SET" >/tmp/gr-seed/given.progress ||
+                { echo "fewrows: no Xgemm set in $FEW_SET"; continue; }
+        else
+            CLFFN_TUNE_DIR=/tmp/gr-seed timeout -s INT "${FEW_BUDGET:-115}" "$build/clffn-tune" \
+                --budget 150 --tokens 640 --d-model 512 --d-ff 2048 >"$out/fewrows-tune.log" 2>&1
+        fi
         progress=$(ls /tmp/gr-seed/*.progress 2>/dev/null | head -1)
         # a search that ended within the time leaves its profile instead
         [[ -n $progress ]] || progress=$(ls /tmp/gr-seed/*.json 2>/dev/null | head -1)
@@ -239,7 +247,7 @@ p["clblast_few_rows"] = {"Xgemm": won}
 print(json.dumps(p))
 PY
         cp "$few" "$out/fewrows-profile.json"
-        for t in 64 128 256 512 640 1024 2048; do
+        for t in ${FEW_COUNTS:-64 128 256 512 640 1024 2048}; do
             for s in "512 2048 relu" "768 3072 gelu"; do
                 read -r d f a <<<"$s"
                 CLFFN_TUNE_DIR=$nowdir clffn_bench "$t" "$d" "$f" "$a"
