@@ -2026,3 +2026,49 @@ __kernel void clffn_wdequant_t(__global const uchar *restrict w, const ulong w_o
   }
 }
 #undef CLFFN_TILE_ROW
+
+// The transposed block again, for GPUs, where clffn_wdequant_t's stores are the bottleneck: its
+// neighbouring work-items write eight output rows apart, so each store of a warp touches 32
+// lines (on an H100 it cost about 2.5 ms of a few-token f16 forward of 4096 -> 11008 SwiGLU).
+// Here a work-group of 8 × 32 work-items takes a tile of 32 of W's rows by 64 of its columns:
+// each work-item reads eight values of one row, as clffn_wdequant_t's neighbours do, into local
+// memory, and after the barrier the work-group writes the tile's 64 output rows, 32 consecutive
+// floats of one row for every 32 work-items. NDRange (⌈nc / 8⌉ rounded up to 8, nr rounded up
+// to 32), work-groups of exactly (8, 32): the host takes this form where the device runs such
+// work-groups (src/wmatrix.c).
+#define CLFFN_TL_ROWS 32 // W's rows a tile takes (output columns); the work-group's second size
+#define CLFFN_TL_COLS 64 // W's columns (output rows): eight work-items of eight values
+__kernel __attribute__((reqd_work_group_size(CLFFN_TL_COLS / 8, CLFFN_TL_ROWS, 1)))
+void clffn_wdequant_tl(__global const uchar *restrict w, const ulong w_off, const ulong row_bytes,
+                       const ulong r0, const ulong c0, const ulong nr, const ulong nc,
+                       __global float *restrict out, const ulong ldo) {
+  // [column][row], a row longer by one so that a column's values fall in different banks
+  __local float tile[CLFFN_TL_COLS][CLFFN_TL_ROWS + 1];
+  const uint a = get_local_id(0), b = get_local_id(1);
+  const ulong j = get_global_id(0) * 8, i = get_global_id(1);
+  if (i < nr && j < nc) {
+    __global const uchar *row = w + w_off + (r0 + i) * row_bytes;
+    const ulong c = c0 + j;
+    if (j + 8 <= nc && c % 8 == 0) {
+      float d;
+      const float8 v = clffn_wload8_wide(row, c, &d) * d;
+      tile[a * 8 + 0][b] = v.s0, tile[a * 8 + 1][b] = v.s1;
+      tile[a * 8 + 2][b] = v.s2, tile[a * 8 + 3][b] = v.s3;
+      tile[a * 8 + 4][b] = v.s4, tile[a * 8 + 5][b] = v.s5;
+      tile[a * 8 + 6][b] = v.s6, tile[a * 8 + 7][b] = v.s7;
+    } else {
+      for (uint k = 0; k < 8 && j + k < nc; ++k) { tile[a * 8 + k][b] = clffn_wvalue(row, c + k); }
+    }
+  }
+  barrier(CLK_LOCAL_MEM_FENCE);
+  // the tile's first output row and column; work-item L writes column L % 32 of rows L / 32,
+  // L / 32 + 8, ...: the values loaded above and no others, as both test the same bounds
+  const ulong J0 = get_group_id(0) * CLFFN_TL_COLS, I0 = get_group_id(1) * CLFFN_TL_ROWS;
+  const uint L = b * (CLFFN_TL_COLS / 8) + a, ii = L % CLFFN_TL_ROWS;
+  if (I0 + ii >= nr) { return; }
+  for (uint jj = L / CLFFN_TL_ROWS; jj < CLFFN_TL_COLS; jj += CLFFN_TL_COLS / 8) {
+    if (J0 + jj < nc) { out[(J0 + jj) * ldo + I0 + ii] = tile[jj][ii]; }
+  }
+}
+#undef CLFFN_TL_ROWS
+#undef CLFFN_TL_COLS

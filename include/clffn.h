@@ -616,6 +616,20 @@ CLFFN_API clffn_status clffn_context_set_fused_epilogues(clffn_context *ctx, int
 /** 1 where the context fuses epilogues into few-token products, else 0 (also for NULL). */
 CLFFN_API int clffn_context_fused_epilogues(const clffn_context *ctx);
 
+/** Chooses how compressed weights are dequantized into f32 for SGEMM where the block is written
+ *  transposed (past the few-token kernels, when the layout the weights are kept in is not the
+ *  one SGEMM takes): through tiles in local memory (on ≠ 0), each work-group writing whole
+ *  output rows, or a tile a work-item (0), whose stores land eight rows apart. A context starts
+ *  with tiles on all but CPU devices: on an H100 the work-item form took several times the
+ *  tiles' time, and on POCL the tiles gain nothing (docs/PERFORMANCE.md). The values are the
+ *  same either way, to the bit. A device whose kernel cannot run the tiles' work-group of 256
+ *  gets the other form. Takes effect on the next product. Errors: NULL_ARGUMENT. */
+CLFFN_API clffn_status clffn_context_set_dequant_tiles(clffn_context *ctx, int on);
+
+/** 1 where the context dequantizes transposed blocks through local-memory tiles, else 0 (also
+ *  for NULL). */
+CLFFN_API int clffn_context_dequant_tiles(const clffn_context *ctx);
+
 /* ---------------------------------------------------------------------------------------------
  * FFN
  * ------------------------------------------------------------------------------------------- */

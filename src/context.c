@@ -49,6 +49,7 @@ static clffn_status context_init(clffn_context *ctx, cl_context context, cl_devi
     char platform[256], name[256], driver[256];
     clffn__device_strings(device, platform, name, driver, sizeof platform);
     ctx->col_strips = ctx->cpu && !clffn__software_device(name);
+    ctx->dequant_tiles = !ctx->cpu;
     cl_device_fp_config fp = 0;
     err = clGetDeviceInfo(device, CL_DEVICE_SINGLE_FP_CONFIG, sizeof fp, &fp, NULL);
     if (err != CL_SUCCESS) { return (clffn_status)err; }
@@ -352,6 +353,14 @@ clffn_status clffn_context_set_fused_epilogues(clffn_context *ctx, int on) {
 int clffn_context_fused_epilogues(const clffn_context *ctx) {
     return ctx ? ctx->fused_epilogues : 0;
 }
+
+clffn_status clffn_context_set_dequant_tiles(clffn_context *ctx, int on) {
+    if (!ctx) { return CLFFN_ERROR_NULL_ARGUMENT; }
+    ctx->dequant_tiles = on != 0;
+    return CLFFN_SUCCESS;
+}
+
+int clffn_context_dequant_tiles(const clffn_context *ctx) { return ctx ? ctx->dequant_tiles : 0; }
 
 clffn_status clffn_context_set_wgemv(clffn_context *ctx, const size_t params[CLFFN_WGEMV_PARAMS]) {
     if (!ctx) { return CLFFN_ERROR_NULL_ARGUMENT; }

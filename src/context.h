@@ -46,6 +46,9 @@ struct clffn_context {
     int quantized_inputs;
     /* clffn_context_set_fused_epilogues(): few-token products apply the FFN's epilogues */
     int fused_epilogues;
+    /* blocks dequantized transposed go through local memory (clffn_wdequant_tl); on all but
+     * CPU devices, or clffn_context_set_dequant_tiles() */
+    int dequant_tiles;
     size_t max_wg;                    /* CL_DEVICE_MAX_WORK_GROUP_SIZE */
     cl_uint compute_units;            /* CL_DEVICE_MAX_COMPUTE_UNITS */
     size_t wgemv[CLFFN_WGEMV_PARAMS]; /* the few-token kernels' shapes */

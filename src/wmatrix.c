@@ -23,6 +23,7 @@ void clffn__wkernels_release(clffn_wkernels *wk) {
     if (wk->sum) { clReleaseKernel(wk->sum); }
     if (wk->dequant) { clReleaseKernel(wk->dequant); }
     if (wk->dequant_t) { clReleaseKernel(wk->dequant_t); }
+    if (wk->dequant_tl) { clReleaseKernel(wk->dequant_tl); }
     clffn__scratch_release(&wk->own);
     memset(wk, 0, sizeof *wk);
 }
@@ -383,9 +384,22 @@ cl_int clffn__wdequant(clffn_wkernels *wk, const clffn_context *ctx, const clffn
                        size_t r0, size_t nr, size_t c0, size_t nc, bool transposed,
                        cl_command_queue queue, clffn_matrix *out) {
     refresh(wk, ctx, w->dtype);
-    cl_kernel *k = transposed ? &wk->dequant_t : &wk->dequant;
-    cl_int err =
-        kernel_for(ctx, w->dtype, 1, transposed ? "clffn_wdequant_t" : "clffn_wdequant", k);
+    /* the local-memory form where the context takes it and the kernel runs its work-group */
+    static const size_t tl_local[2] = {8, 32};
+    bool tiles = transposed && ctx->dequant_tiles && ctx->max_wg >= tl_local[0] * tl_local[1];
+    cl_int err = CL_SUCCESS;
+    if (tiles &&
+        (err = kernel_for(ctx, w->dtype, 1, "clffn_wdequant_tl", &wk->dequant_tl)) == CL_SUCCESS) {
+        size_t fits = 0;
+        err = clGetKernelWorkGroupInfo(wk->dequant_tl, ctx->device, CL_KERNEL_WORK_GROUP_SIZE,
+                                       sizeof fits, &fits, NULL);
+        tiles = fits >= tl_local[0] * tl_local[1]; /* else registers ran short: the other form */
+    }
+    if (err != CL_SUCCESS) { return err; }
+    cl_kernel *k = tiles ? &wk->dequant_tl : transposed ? &wk->dequant_t : &wk->dequant;
+    if (!tiles) {
+        err = kernel_for(ctx, w->dtype, 1, transposed ? "clffn_wdequant_t" : "clffn_wdequant", k);
+    }
     const size_t bytes = nr * nc * sizeof(float);
     if (err == CL_SUCCESS) { err = need_scratch(wk, bytes); }
     if (err != CL_SUCCESS || wk->planning) { return err; }
@@ -397,8 +411,12 @@ cl_int clffn__wdequant(clffn_wkernels *wk, const clffn_context *ctx, const clffn
     CLFFN_ARG(a, C0), CLFFN_ARG(a, NR), CLFFN_ARG(a, NC), CLFFN_ARG(a, scratch);
     CLFFN_ARG(a, ldo);
     if ((err = clffn__args_end(&a)) != CL_SUCCESS) { return err; }
+    out->mem = scratch, out->off = 0, out->ld = ldo;
+    if (tiles) { /* a 32 x 64 tile a work-group */
+        const size_t global[2] = {round_up((nc + 7) / 8, tl_local[0]), round_up(nr, tl_local[1])};
+        return clEnqueueNDRangeKernel(queue, *k, 2, NULL, global, tl_local, 0, NULL, NULL);
+    }
     /* an 8 x 8 tile a work-item transposed, eight values of a row else */
     const size_t global[2] = {(nc + 7) / 8, transposed ? (nr + 7) / 8 : nr};
-    out->mem = scratch, out->off = 0, out->ld = ldo;
     return clffn__enqueue_items(&ctx->programs, queue, *k, 2, global, NULL);
 }

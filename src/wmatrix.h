@@ -54,7 +54,8 @@ typedef struct clffn_wkernels {
     cl_kernel cols[CLFFN_WTOKEN_BUCKETS]; /* clffn_wgemv_cols, or _strip on a CPU unsplit */
     /* quantized inputs: clffn_xquant, clffn_wgemv_rows_qx */
     cl_kernel xquant[CLFFN_WTOKEN_BUCKETS], rows_qx[CLFFN_WTOKEN_BUCKETS];
-    cl_kernel sum, dequant, dequant_t; /* clffn_wgemv_sum, clffn_wdequant and its _t */
+    /* clffn_wgemv_sum, clffn_wdequant and its transposing forms _t and _tl */
+    cl_kernel sum, dequant, dequant_t, dequant_tl;
     clffn_scratch own;
     clffn_scratch *shared; /* NULL: own; else not the owner's to release */
     int planning;

@@ -349,6 +349,26 @@ Test(compressed, dequantized_blocks_either_way, .timeout = 600) {
     clffn_context_destroy(ctx);
 }
 
+/* The transposing dequantizer's two forms give the same results: 8 x 8 tiles a work-item (a CPU
+ * device's default) and tiles of 32 of W's rows by 64 of its columns staged in local memory
+ * (other devices'), on part tiles, rows that do not start on a multiple of 8 values (45), and
+ * K-blocks past the first (1088 inputs). */
+Test(compressed, dequantized_through_local_tiles, .timeout = 600) {
+    clffn_context *ctx = kernels_context();
+    ASSERT_OK(clffn_context_set_gemm_k_block(ctx, 256));
+    ASSERT_OK(clffn_context_set_gemm_k_block_min_rows(ctx, 0));
+    for (int tiles = 0; tiles < 2; ++tiles) {
+        ASSERT_OK(clffn_context_set_dequant_tiles(ctx, tiles));
+        cr_assert_eq(clffn_context_dequant_tiles(ctx), tiles);
+        forward_case(ctx, CLFFN_DTYPE_F16, 1, CLFFN_LAYOUT_OUT_IN, 45, 70);
+        forward_case(ctx, CLFFN_DTYPE_Q4_0, 0, CLFFN_LAYOUT_OUT_IN, 1088, 96);
+        backward_case(ctx, CLFFN_DTYPE_BF16, CLFFN_LAYOUT_IN_OUT, 1, 45, 70, 130);
+    }
+    ASSERT_STATUS(clffn_context_set_dequant_tiles(NULL, 1), CLFFN_ERROR_NULL_ARGUMENT);
+    cr_assert_eq(clffn_context_dequant_tiles(NULL), 0);
+    clffn_context_destroy(ctx);
+}
+
 /* A refused upload changes nothing: the earlier weights still run. Shapes a quantized type
  * cannot take are refused before anything is allocated, with the dimension named. */
 Test(compressed, refusals_keep_the_old_weights) {

@@ -220,12 +220,13 @@ Test(oclgrind, device_offsets_separate_gate, .timeout = 600) {
  * shapes wgemv: reductions split across work-items, so the local-memory sums run) or through the
  * dequantizer and SGEMM (kernel_tokens 0, K-blocks of 32): forward, then dx and the biases'
  * gradients, against the reference on the dequantized weights. */
-static void run_typed(const sim_case *s, clffn_dtype t, const size_t wgemv[CLFFN_WGEMV_PARAMS],
-                      size_t kernel_tokens) {
+static void run_typed_tiles(const sim_case *s, clffn_dtype t,
+                            const size_t wgemv[CLFFN_WGEMV_PARAMS], size_t kernel_tokens,
+                            int tiles) {
     char what[200];
     describe(s, what, sizeof what);
-    snprintf(what + strlen(what), sizeof what - strlen(what), " %s kernel_tokens=%zu",
-             clffn_dtype_name(t), kernel_tokens);
+    snprintf(what + strlen(what), sizeof what - strlen(what), " %s kernel_tokens=%zu tiles=%d",
+             clffn_dtype_name(t), kernel_tokens, tiles);
     const clffn_config c = config_of(s);
     const size_t T = s->T, D = s->D, F = s->F;
     clffn_context *ctx = test_context();
@@ -234,6 +235,7 @@ static void run_typed(const sim_case *s, clffn_dtype t, const size_t wgemv[CLFFN
     ASSERT_OK(clffn_context_set_gemm_k_block_min_rows(ctx, 0));
     if (wgemv) { ASSERT_OK(clffn_context_set_wgemv(ctx, wgemv)); }
     if (s->fused) { ASSERT_OK(clffn_context_set_fused_epilogues(ctx, 0)); }
+    if (tiles >= 0) { ASSERT_OK(clffn_context_set_dequant_tiles(ctx, tiles)); }
     test_weights w;
     test_weights_make(&w, &c, s->layout, 41 + T + D + F);
     typed_set ts;
@@ -277,6 +279,12 @@ static void run_typed(const sim_case *s, clffn_dtype t, const size_t wgemv[CLFFN
     free(x), free(dy), free(y), free(dx), free(gb), free(gw), free(ry), free(rdx), free(rw),
         free(rb);
     release(ctx);
+}
+
+/* The same with the dequantizer's form the device takes. */
+static void run_typed(const sim_case *s, clffn_dtype t, const size_t wgemv[CLFFN_WGEMV_PARAMS],
+                      size_t kernel_tokens) {
+    run_typed_tiles(s, t, wgemv, kernel_tokens, -1);
 }
 
 /* Quantized inputs (clffn_context_set_quantized_inputs): clffn_xquant and clffn_wgemv_rows_qx
@@ -341,6 +349,7 @@ ParameterizedTest(int *type, oclgrind, typed_passes, .timeout = 600) {
     run_typed(&plain, t, wide, CLFFN_MAX_KERNEL_TOKENS);
     run_typed(&nine, t, wide, CLFFN_MAX_KERNEL_TOKENS);
     run_typed(&many, t, NULL, 0);
+    run_typed_tiles(&many, t, NULL, 0, 0); /* the dequantizer's other form (below) */
     /* 20 tokens: a pass of 16, then one of 4 through the kernels built for 16 (the backward's
      * dx through CLBlast) */
     const sim_case passes = {CLFFN_ACT_SILU, 1, CLFFN_LAYOUT_OUT_IN, 1, 0, 0, 0, 20, 64, 96, 0, 0};
@@ -376,7 +385,10 @@ ParameterizedTest(int *type, oclgrind, typed_passes, .timeout = 600) {
     run_typed(&odd, t, split, CLFFN_MAX_KERNEL_TOKENS);
     run_typed(&odd_in, t, wide, CLFFN_MAX_KERNEL_TOKENS);
     run_typed(&odd_in, t, cpu, CLFFN_MAX_KERNEL_TOKENS);
-    run_typed(&odd, t, NULL, 0);
+    /* the dequantizer's two transposing forms, tiles of 32 rows by 64 columns of W in local
+     * memory and of 8 x 8 a work-item, on part tiles and K-blocks past the first */
+    run_typed_tiles(&odd, t, NULL, 0, 0);
+    run_typed_tiles(&odd, t, NULL, 0, 1);
 }
 
 /* The first epilogue in the first product's kernel with W1 and V bound apart, each at an offset

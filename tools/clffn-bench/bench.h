@@ -24,6 +24,7 @@ typedef struct args {
     size_t kernel_max;
     int quantized_inputs; /* --quantized-inputs */
     int unfused;          /* --fused-epilogues off */
+    int dequant_tiles;    /* --dequant-tiles: 1 on, 0 off, -1 the device's default */
     int set_layout;       /* --weight-layout given */
     clffn_layout layout;
     clffn_dtype dtype; /* --weights-dtype: the type the weights are kept in */

@@ -136,6 +136,10 @@ int bench_open_context(const args *a, clffn_context **ctx) {
     if (a->unfused && (st = clffn_context_set_fused_epilogues(*ctx, 0)) != CLFFN_SUCCESS) {
         return bench_fail("--fused-epilogues", st);
     }
+    if (a->dequant_tiles >= 0 &&
+        (st = clffn_context_set_dequant_tiles(*ctx, a->dequant_tiles)) != CLFFN_SUCCESS) {
+        return bench_fail("--dequant-tiles", st);
+    }
     if (a->set_layout && (st = clffn_context_set_weight_layout(*ctx, a->layout)) != CLFFN_SUCCESS) {
         return bench_fail("--weight-layout", st);
     }

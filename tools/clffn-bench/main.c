@@ -5,7 +5,7 @@
  *               [--weight-layout out_in|in_out] [--weights-dtype TYPE] [--kernel-max N]
  *               [--quantized-inputs] [--experts E [--top-k K] [--expert-split N]
  *               [--moe-counts device|host|auto] [--moe-grouping on|off]]
- *               [--fused-epilogues on|off]
+ *               [--fused-epilogues on|off] [--dequant-tiles on|off]
  *
  * Times N device-level forwards (after two warm-ups) with the wall clock around each forward and
  * its completion, reports best and median, GFLOP/s, the per-stage split from OpenCL profiling
@@ -21,11 +21,12 @@
  * choices can be compared in one sitting; --quantized-inputs rounds the inputs of q8_0 and q4_0
  * products to q8_0 first (clffn_context_set_quantized_inputs), and --fused-epilogues on|off
  * says whether few-token products apply the epilogues (clffn_context_set_fused_epilogues; the
- * device's default otherwise). Few tokens are bound by reading the weights, so both modes also
- * report the weights' bytes over the forward's time beside the device's copy bandwidth,
- * measured here with a plain copy kernel ((bytes read + bytes written) / time, as STREAM's copy
- * counts them). --experts times a mixture-of-experts layer
- * of such FFNs instead (moe.c).
+ * device's default otherwise), and --dequant-tiles on|off how compressed blocks are dequantized
+ * for SGEMM (clffn_context_set_dequant_tiles). Few tokens are bound by reading the weights, so
+ * both modes also report the weights' bytes over the forward's time beside the device's copy
+ * bandwidth, measured here with a plain copy kernel ((bytes read + bytes written) / time, as
+ * STREAM's copy counts them). --experts times a mixture-of-experts layer of such FFNs instead
+ * (moe.c).
  *
  * Exit status: 0 success, 1 device or runtime failure, 2 usage. */
 #include "bench.h"
@@ -91,6 +92,7 @@ enum {
     OPT_MOE_COUNTS,
     OPT_MOE_GROUPING,
     OPT_FUSED_EPILOGUES,
+    OPT_DEQUANT_TILES,
 };
 
 static const tool_option OPTIONS[] = {
@@ -147,6 +149,9 @@ static const tool_option OPTIONS[] = {
     {"fused-epilogues", OPT_FUSED_EPILOGUES, TOOL_VALUE, "on|off",
      "apply the epilogues in few-token products' kernels (on,\nthe default) or in launches of "
      "their own\n(clffn_context_set_fused_epilogues)"},
+    {"dequant-tiles", OPT_DEQUANT_TILES, TOOL_VALUE, "on|off",
+     "dequantize compressed blocks for SGEMM through local-memory\ntiles (the default but on "
+     "CPU devices) or a tile a work-item\n(clffn_context_set_dequant_tiles)"},
     /* the CPU FFN alone, in a child with another OpenBLAS core (cpu.c) */
     {"cpu-only", OPT_CPU_ONLY, TOOL_FLAG, NULL, NULL},
     {0},
@@ -168,6 +173,12 @@ static int take_size(const char *name, const char *v, size_t min, size_t max, si
     } else {
         fprintf(stderr, "clffn-bench: --%s needs an integer %zu ... %zu\n", name, min, max);
     }
+    return -1;
+}
+
+static int take_on_off(const char *name, const char *v, int *out) {
+    if (tool_parse_on_off(v, out) == 0) { return 0; }
+    fprintf(stderr, "clffn-bench: --%s takes on or off\n", name);
     return -1;
 }
 
@@ -207,19 +218,14 @@ static int take_option(int key, const char *name, const char *v, args *a) {
         return -1;
     case OPT_MOE_GROUPING:
         a->set_grouping = 1;
-        if (tool_parse_on_off(v, &on) == 0) {
-            a->ungrouped = !on;
-            return 0;
-        }
-        fprintf(stderr, "clffn-bench: --moe-grouping takes on or off\n");
-        return -1;
+        if (take_on_off(name, v, &on) != 0) { return -1; }
+        a->ungrouped = !on;
+        return 0;
     case OPT_FUSED_EPILOGUES:
-        if (tool_parse_on_off(v, &on) == 0) {
-            a->unfused = !on;
-            return 0;
-        }
-        fprintf(stderr, "clffn-bench: --fused-epilogues takes on or off\n");
-        return -1;
+        if (take_on_off(name, v, &on) != 0) { return -1; }
+        a->unfused = !on;
+        return 0;
+    case OPT_DEQUANT_TILES: return take_on_off(name, v, &a->dequant_tiles);
     case OPT_KERNEL_MAX:
         a->set_kernel_max = 1;
         return take_size(name, v, 0, (size_t)1 << 30, &a->kernel_max);
@@ -250,6 +256,7 @@ static int take_option(int key, const char *name, const char *v, args *a) {
 static int parse_args(int argc, char **argv, args *a) {
     memset(a, 0, sizeof *a);
     a->tokens = 640, a->d_model = 512, a->d_ff = 2048, a->act = CLFFN_ACT_RELU, a->reps = 20;
+    a->dequant_tiles = -1;
     tool_parser p = tool_parser_start(&CLI, argc, argv);
     for (int key; (key = tool_next(&p)) > 0;) {
         if (take_option(key, p.name, p.value, a) != 0) { return tool_usage_error(&CLI); }

@@ -37,6 +37,7 @@ static void json_choices(cJSON *o, clffn_context *ctx) {
                             (double)clffn_context_kernel_large_weights(ctx));
     cJSON_AddBoolToObject(o, "quantized_inputs", clffn_context_quantized_inputs(ctx));
     cJSON_AddBoolToObject(o, "fused_epilogues", clffn_context_fused_epilogues(ctx));
+    cJSON_AddBoolToObject(o, "dequant_tiles", clffn_context_dequant_tiles(ctx));
     cJSON_AddNumberToObject(o, "gemm_k_block", (double)clffn_context_gemm_k_block(ctx));
     cJSON_AddNumberToObject(o, "gemv_max_tokens", (double)clffn_context_gemv_max_tokens(ctx));
     cJSON_AddNumberToObject(o, "xgemm_few_rows", (double)clffn_context_xgemm_few_rows(ctx));
@@ -150,6 +151,10 @@ static void text_choices(const args *a, clffn_context *ctx) {
            CLFFN_MAX_KERNEL_TOKENS, a->set_kernel_max ? "--kernel-max" : tuning);
     if (!clffn_context_fused_epilogues(ctx)) {
         printf("epilogues:     launches of their own (--fused-epilogues off)\n");
+    }
+    if (a->dequant_tiles >= 0) {
+        printf("dequantizer:   %s (--dequant-tiles)\n",
+               clffn_context_dequant_tiles(ctx) ? "local-memory tiles" : "a tile a work-item");
     }
     if (clffn_context_quantized_inputs(ctx)) {
         printf("inputs:        rounded to q8_0 for q8_0 and q4_0 products, to bf16 for bf16 "
