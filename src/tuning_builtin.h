@@ -120,32 +120,19 @@
  * at 2 to 16 tokens. They beat CLBlast through 16 tokens with f32 weights (one token 0.22 against
  * 0.43 ms, the GEMV; 8 tokens 0.50 against 1.17, the SGEMM) and the dequantized SGEMMs through
  * 16 with compressed ones (q4_0: 0.12 against 2.0 ms at one token, 1.5 against 2.2 at 16), so
- * KERNEL_MAX_TOKENS and KERNEL_MAX_TOKENS_F32 are 16. Applied to every H100 (PCIe, SXM, NVL: one
- * chip, SM 9.0). */
+ * KERNEL_MAX_TOKENS and KERNEL_MAX_TOKENS_F32 are 16. The H200's few-rows Xgemm set (below) and
+ * its crossover to the direct kernel at 768^3 (2026-11-27, same H100 and driver, forwards
+ * alternated with the profile before in one sitting): 640 tokens of 512 -> 2048 (the seed shape)
+ * 0.249 -> 0.225 ms, 1024 tokens 0.329 -> 0.250, 2048 tokens 0.593 -> 0.395; 768 -> 3072 at 512,
+ * 1024 and 2048 tokens 0.371 -> 0.294, 0.672 -> 0.471, 1.266 -> 0.746; 128 tokens 3-7% faster;
+ * the BERT and SwiGLU shapes level. KERNEL_MAX_TOKENS 12 since the dequantizer stages its
+ * transposed tiles in local memory (same sitting, `clffn-tune --eval --kernels` children on 4096
+ * -> 11008 gated, clffn-tune's rule): the dequantized SGEMMs took 0.79 ms at one token and 1.47
+ * at 16, where the kernels took 1.91 in f16 (q8_0 1.72, q4_0 1.71); at 12 they won by a hair in
+ * f16 (1.45 against 1.46) and by 9% in q8_0 and q4_0, at 8 clearly (f16 0.81 against 1.44).
+ * With inputs rounded to q8_0 or bf16 they won through 16 (q8_0 1.38 against 1.48), so
+ * KERNEL_MAX_TOKENS_QX 16. Applied to every H100 (PCIe, SXM, NVL: one chip, SM 9.0). */
 #define CLFFN_NVIDIA_H100_PROFILE                                                                  \
-    "{\"clblast\":{"                                                                               \
-    "\"Xgemm\":{\"GEMMK\":0,\"KREG\":1,\"KWG\":16,\"KWI\":2,\"MDIMA\":16,\"MDIMC\":16,\"MWG\":64," \
-    "\"NDIMB\":16,\"NDIMC\":8,\"NWG\":128,\"SA\":1,\"SB\":1,\"STRM\":1,\"STRN\":1,\"VWM\":4,"      \
-    "\"VWN\":4},"                                                                                  \
-    "\"GemmRoutine\":{\"XGEMM_MIN_INDIRECT_SIZE\":1691},"                                          \
-    "\"XgemvFast\":{\"WGS2\":32,\"WPT2\":1,\"VW2\":1},"                                            \
-    "\"XgemvFastRot\":{\"WGS3\":16,\"WPT3\":16,\"VW3\":8}},"                                       \
-    "\"clffn\":{\"GEMM_K_BLOCK\":0,\"GEMV_MAX_TOKENS\":1,\"WEIGHT_LAYOUT\":1,"                     \
-    "\"KERNEL_MAX_TOKENS\":16,\"KERNEL_MAX_TOKENS_F32\":16,\"WGEMV_ROW_SPLIT\":32,"                \
-    "\"WGEMV_ROW_ROWS\":4,\"WGEMV_COL_WIDTH\":8,\"WGEMV_COL_SPLIT\":16,\"WGEMV_COL_GROUPS\":8}}"
-
-/* NVIDIA H200 (the H100's chip, 132 SMs, with HBM3e; NVIDIA's driver 580.159.04): the H100's
- * profile, which on 2026-11-26 made every shape measured there faster than no profile (one
- * decoding token 0.60 -> 0.18 ms, BERT 1.32 -> 1.12, SwiGLU 1.19 -> 1.00; docs/PERFORMANCE.md,
- * "NVIDIA H200"), with two changes from the same sitting. A few-rows Xgemm set below 2048 tokens,
- * the best of `clffn-tune --tokens 640 --d-model 512 --d-ff 2048` (the seed shape; 64 x 64 tiles,
- * 32-deep K steps), and the direct kernel below m·n·k = 768^3 instead of 1691^3: the H100 set's
- * 64 x 128 tiles leave the seed shape's second product 40 work-groups for 132 SMs, so the direct
- * kernel ran those shapes. Forwards against the H100 profile, 64-2048 tokens on 512 -> 2048 and
- * 768 -> 3072: the seed shape 0.242 -> 0.200-0.204 ms (backward 0.445 -> 0.336), 1024 tokens of
- * 768 -> 3072 0.69 -> 0.46, 2048 tokens of 512 -> 2048 0.585 -> 0.390; level or faster at
- * 64-384 tokens of 512 -> 2048 and level at the BERT and SwiGLU shapes. */
-#define CLFFN_NVIDIA_H200_PROFILE                                                                  \
     "{\"clblast\":{"                                                                               \
     "\"Xgemm\":{\"GEMMK\":0,\"KREG\":1,\"KWG\":16,\"KWI\":2,\"MDIMA\":16,\"MDIMC\":16,\"MWG\":64," \
     "\"NDIMB\":16,\"NDIMC\":8,\"NWG\":128,\"SA\":1,\"SB\":1,\"STRM\":1,\"STRN\":1,\"VWM\":4,"      \
@@ -158,9 +145,24 @@
     "\"NDIMB\":16,\"NDIMC\":16,\"NWG\":64,\"SA\":1,\"SB\":1,\"STRM\":0,\"STRN\":1,\"VWM\":4,"      \
     "\"VWN\":4}},"                                                                                 \
     "\"clffn\":{\"GEMM_K_BLOCK\":0,\"GEMV_MAX_TOKENS\":1,\"WEIGHT_LAYOUT\":1,"                     \
-    "\"XGEMM_FEW_ROWS\":2048,\"KERNEL_MAX_TOKENS\":16,\"KERNEL_MAX_TOKENS_F32\":16,"               \
-    "\"WGEMV_ROW_SPLIT\":32,\"WGEMV_ROW_ROWS\":4,\"WGEMV_COL_WIDTH\":8,\"WGEMV_COL_SPLIT\":16,"    \
-    "\"WGEMV_COL_GROUPS\":8}}"
+    "\"XGEMM_FEW_ROWS\":2048,\"KERNEL_MAX_TOKENS\":12,\"KERNEL_MAX_TOKENS_QX\":16,"                \
+    "\"KERNEL_MAX_TOKENS_F32\":16,\"WGEMV_ROW_SPLIT\":32,\"WGEMV_ROW_ROWS\":4,"                    \
+    "\"WGEMV_COL_WIDTH\":8,\"WGEMV_COL_SPLIT\":16,\"WGEMV_COL_GROUPS\":8}}"
+
+/* NVIDIA H200 (the H100's chip, 132 SMs, with HBM3e; NVIDIA's driver 580.159.04): the H100's
+ * profile as it was then, which on 2026-11-26 made every shape measured there faster than no
+ * profile (one decoding token 0.60 -> 0.18 ms, BERT 1.32 -> 1.12, SwiGLU 1.19 -> 1.00;
+ * docs/PERFORMANCE.md, "NVIDIA H200"), with two changes from the same sitting. A few-rows Xgemm
+ * set below 2048 tokens, the best of `clffn-tune --tokens 640 --d-model 512 --d-ff 2048` (the seed
+ * shape; 64 x 64 tiles, 32-deep K steps), and the direct kernel below m·n·k = 768^3 instead of
+ * 1691^3: the H100 set's 64 x 128 tiles leave the seed shape's second product 40 work-groups for
+ * 132 SMs, so the direct kernel ran those shapes. Forwards against the H100 profile, 64-2048
+ * tokens on 512 -> 2048 and 768 -> 3072: the seed shape 0.242 -> 0.200-0.204 ms (backward 0.445 ->
+ * 0.336), 1024 tokens of 768 -> 3072 0.69 -> 0.46, 2048 tokens of 512 -> 2048 0.585 -> 0.390;
+ * level or faster at 64-384 tokens of 512 -> 2048 and level at the BERT and SwiGLU shapes. Those
+ * two changes then made the H100 faster too (above), so the two chips share one profile, the
+ * crossovers measured on the H100 included. */
+#define CLFFN_NVIDIA_H200_PROFILE CLFFN_NVIDIA_H100_PROFILE
 // clang-format on
 
 static const builtin_profile builtin_profiles[] = {
