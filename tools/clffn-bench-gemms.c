@@ -1,7 +1,9 @@
 /* clffn-bench-gemms: each SGEMM of the FFN's forward and backward alone, on the context's tuned
- * CLBlast, with the operand arrangement clffn uses (row-major, OUT_IN weights), so a slow pass
- * can be traced to one product. Buffers are filled first: an untouched POCL buffer reads the
- * kernel's shared zero page and makes every product look faster than it is. Each product runs
+ * CLBlast, with the operand arrangement clffn uses (row-major, the weights in the layout the
+ * context keeps them in), so a slow pass can be traced to one product; then the forward's two
+ * products once more with their inputs token-major (products_of). Buffers are filled first: an
+ * untouched POCL buffer reads the kernel's shared zero page and makes every product look faster
+ * than it is. Each product runs
  * through clffn_sgemm, the library's own path, with the context's K-block or --k-block's.
  * --gemv-sweep instead times CLBlast's two fast GEMV kernels over a grid of their parameters on
  * the products one token runs as GEMVs (docs/PERFORMANCE.md has the search it made).
@@ -23,6 +25,26 @@
  * k·VA·VB, whatever order a kernel sums in (to within about k/2 roundings of it). */
 static const float VA = 0.37f, VB = -0.21f, VC = 0.1f;
 
+/* 0 where each of the count outputs in C is k·VA·VB (within k/2 roundings of it), as every
+ * product over k inputs of the constant-filled operands gives, whatever its shape and order of
+ * summing; else -1, with the first wrong one named. */
+static int check_output(cl_command_queue q, cl_mem C, size_t count, size_t k, float *out,
+                        const char *what) {
+    if (clEnqueueReadBuffer(q, C, CL_TRUE, 0, count * sizeof *out, out, 0, NULL, NULL) !=
+        CL_SUCCESS) {
+        return -1;
+    }
+    const double want = (double)k * VA * VB, tol = fabs(want) * ((double)k * 0x1p-24 + 1e-6);
+    for (size_t i = 0; i < count; ++i) {
+        if (!(fabs(out[i] - want) <= tol)) {
+            fprintf(stderr, "clffn-bench-gemms: %s: output %zu of %zu (k %zu): %g, not %g\n", what,
+                    i, count, k, out[i], want);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* Best of reps (after one untimed call) of C[1, n] = a[1, k]·B, B [k, n] (tb NO_TRANS: CLBlast's
  * XgemvFast) or [n, k] (tb TRANS: XgemvFastRot), as one token's products run; < 0 on an error or
  * a wrong output, so that a candidate computing something else is refused, not timed. */
@@ -39,18 +61,7 @@ static double time_gemv(const clffn_context *ctx, clffn_transpose tb, size_t n, 
         const double t = tool_now_s() - t0;
         if (r > 0 && t < best) { best = t; }
     }
-    if (clEnqueueReadBuffer(q, C, CL_TRUE, 0, n * sizeof *out, out, 0, NULL, NULL) != CL_SUCCESS) {
-        return -1;
-    }
-    const double want = (double)k * VA * VB, tol = fabs(want) * ((double)k * 0x1p-24 + 1e-6);
-    for (size_t i = 0; i < n; ++i) {
-        if (!(fabs(out[i] - want) <= tol)) {
-            fprintf(stderr, "clffn-bench-gemms: output %zu of %zu x %zu: %g, not %g\n", i, n, k,
-                    out[i], want);
-            return -1;
-        }
-    }
-    return best;
+    return check_output(q, C, n, k, out, "a GEMV") == 0 ? best : -1;
 }
 
 /* One GEMV kernel: its name, parameter names and the transpose of B that selects it. */
@@ -157,7 +168,8 @@ enum {
     OPT_REPS,
     OPT_K_BLOCK,
     OPT_SWEEP,
-    OPT_DEVICE
+    OPT_DEVICE,
+    OPT_LAYOUT
 };
 
 static const tool_option OPTIONS[] = {
@@ -172,6 +184,8 @@ static const tool_option OPTIONS[] = {
      "the GEMV kernels' parameters at 1 token instead: both\nkernels, or one (also as a separate "
      "word: --gemv-sweep rot)"},
     {"device", OPT_DEVICE, TOOL_VALUE, "SPEC", "\"platform:device\" or a name substring"},
+    {"weight-layout", OPT_LAYOUT, TOOL_VALUE, "out_in|in_out",
+     "the layout of the weight operands (default: the\ncontext's, from its tuning profile)"},
     {0},
 };
 
@@ -185,6 +199,7 @@ static const tool_cli CLI = {
 typedef struct gemms_args {
     size_t T, D, F, reps, k_block;
     int gated, sweep, only, set_k_block; /* only: -1 both GEMV kernels, 0 XgemvFast, 1 Rot */
+    int layout;                          /* --weight-layout: a clffn_layout, or -1 */
     const char *device;
 } gemms_args;
 
@@ -213,6 +228,13 @@ static int take_option(int key, tool_parser *p, gemms_args *a) {
     case OPT_GATED: a->gated = 1; return 0;
     case OPT_DEVICE: a->device = v; return 0;
     case OPT_SWEEP: return sweep_kernel(v, p, a);
+    case OPT_LAYOUT:
+        a->layout = !strcmp(v, "out_in")   ? CLFFN_LAYOUT_OUT_IN
+                    : !strcmp(v, "in_out") ? CLFFN_LAYOUT_IN_OUT
+                                           : -1;
+        if (a->layout >= 0) { return 0; }
+        fprintf(stderr, "clffn-bench-gemms: --weight-layout takes out_in or in_out\n");
+        return -1;
     default: return -1;
     }
     if (tool_parse_size(v, min, max, dst) == 0) { return 0; }
@@ -222,7 +244,7 @@ static int take_option(int key, tool_parser *p, gemms_args *a) {
 
 /* -1 to run, else the exit status (0 after --help, 2 after a refusal). */
 static int parse_args(int argc, char **argv, gemms_args *a) {
-    *a = (gemms_args){2048, 1024, 2816, 3, 0, 0, 0, -1, 0, NULL};
+    *a = (gemms_args){2048, 1024, 2816, 3, 0, 0, 0, -1, 0, -1, NULL};
     tool_parser p = tool_parser_start(&CLI, argc, argv);
     for (int key; (key = tool_next(&p)) > 0;) {
         if (take_option(key, &p, a) != 0) { return tool_usage_error(&CLI); }
@@ -234,7 +256,7 @@ static int parse_args(int argc, char **argv, gemms_args *a) {
 /* The products */
 
 /* The three operand buffers, filled: A holds every first operand (x, h, dy, dz: [T, max(N1,
- * D)]); B every second one (the weights [N1, D], h [T, F], x [T, D]); C every product. */
+ * D)]); B every second one (the weights [N1, D], h [T, F], x [T, D], dz); C every product. */
 static cl_int make_buffers(clffn_context *ctx, const gemms_args *a, cl_mem bufs[3]) {
     const size_t T = a->T, D = a->D, F = a->F, N1 = a->gated ? 2 * F : F;
     const cl_context cx = clffn_context_cl_context(ctx);
@@ -243,7 +265,8 @@ static cl_int make_buffers(clffn_context *ctx, const gemms_args *a, cl_mem bufs[
     size_t nw = N1 * D;
     if (T * F > nw) { nw = T * F; }
     if (T * D > nw) { nw = T * D; }
-    const size_t n[3] = {na, nw, na > nw ? na : nw};
+    /* with the weights [in, out] the backward's dW1 takes dz as its second operand */
+    const size_t most = na > nw ? na : nw, n[3] = {na, most, most};
     const float *fill[3] = {&VA, &VB, &VC};
     cl_int err = CL_SUCCESS;
     for (int i = 0; i < 3 && err == CL_SUCCESS; ++i) {
@@ -255,25 +278,56 @@ static cl_int make_buffers(clffn_context *ctx, const gemms_args *a, cl_mem bufs[
     return err == CL_SUCCESS ? tool_finish(q) : err;
 }
 
-/* Each SGEMM of forward and backward, best of reps after one untimed call; printed. */
-static int run_products(clffn_context *ctx, const gemms_args *a, cl_mem A, cl_mem B, cl_mem C) {
+/* One product as clffn_sgemm takes it (row-major): C[m, n] = op(A)·op(B). */
+typedef struct product {
+    const char *name;
+    clffn_transpose ta, tb;
+    size_t m, n, k, lda, ldb, ldc;
+} product;
+
+enum { N_PRODUCTS = 8 };
+
+/* The FFN's products with the weights kept in the context's layout (W1 and V stacked: [N1, D]
+ * as [out, in], [D, N1] as [in, out]; W2 [D, F] or [F, D]), then the two forward products again
+ * with their inputs stored token-major ([D, T] and [F, T]). CLBlast's Xgemm takes its second
+ * operand that way (b_want_rotated in its xgemm.hpp); called column-major, that operand is
+ * clffn's x or h, which it therefore transposes into scratch on every call. The last two lines
+ * time the products without that copy: what an arrangement keeping x and h token-major would
+ * save on the device at hand. */
+static void products_of(const gemms_args *a, clffn_layout layout, product g[N_PRODUCTS]) {
     const size_t T = a->T, D = a->D, F = a->F, N1 = a->gated ? 2 * F : F;
-    const cl_command_queue q = clffn_context_queue(ctx);
-    const struct {
-        const char *name;
-        clffn_transpose ta, tb;
-        size_t m, n, k, lda, ldb, ldc;
-    } g[] = {
-        {"forward 1: x·[W1|V]^T", CLFFN_NO_TRANS, CLFFN_TRANS, T, N1, D, D, D, N1},
-        {"forward 2: h·W2^T", CLFFN_NO_TRANS, CLFFN_TRANS, T, D, F, F, F, D},
-        {"backward dh = dy·W2", CLFFN_NO_TRANS, CLFFN_NO_TRANS, T, F, D, D, F, F},
-        {"backward dW2 = dy^T·h", CLFFN_TRANS, CLFFN_NO_TRANS, D, F, T, D, F, F},
-        {"backward dW1|dV = dz^T·x", CLFFN_TRANS, CLFFN_NO_TRANS, N1, D, T, N1, D, D},
-        {"backward dx = dz·[W1|V]", CLFFN_NO_TRANS, CLFFN_NO_TRANS, T, D, N1, N1, D, D},
+    const int oi = layout == CLFFN_LAYOUT_OUT_IN;
+    const clffn_transpose W = oi ? CLFFN_TRANS : CLFFN_NO_TRANS;  /* the forward's weights */
+    const clffn_transpose WB = oi ? CLFFN_NO_TRANS : CLFFN_TRANS; /* the backward's */
+    const product p[N_PRODUCTS] = {
+        {"forward 1: x to [h|g]", CLFFN_NO_TRANS, W, T, N1, D, D, oi ? D : N1, N1},
+        {"forward 2: h to y", CLFFN_NO_TRANS, W, T, D, F, F, oi ? F : D, D},
+        {"backward: dh from dy", CLFFN_NO_TRANS, WB, T, F, D, D, oi ? F : D, F},
+        {"backward: dW2", CLFFN_TRANS, CLFFN_NO_TRANS, oi ? D : F, oi ? F : D, T, oi ? D : F,
+         oi ? F : D, oi ? F : D},
+        {"backward: dW1|dV", CLFFN_TRANS, CLFFN_NO_TRANS, oi ? N1 : D, oi ? D : N1, T, oi ? N1 : D,
+         oi ? D : N1, oi ? D : N1},
+        {"backward: dx from dz", CLFFN_NO_TRANS, WB, T, D, N1, N1, oi ? D : N1, D},
+        {"forward 1, x token-major", CLFFN_TRANS, W, T, N1, D, T, oi ? D : N1, N1},
+        {"forward 2, h token-major", CLFFN_TRANS, W, T, D, F, T, oi ? F : D, D},
     };
-    printf("%zu tokens, %zu -> %zu%s, K-block %zu, best of %zu after one untimed call\n", T, D, F,
-           a->gated ? " gated" : "", clffn_context_gemm_k_block(ctx), a->reps);
-    for (size_t i = 0; i < sizeof g / sizeof g[0]; ++i) {
+    memcpy(g, p, sizeof p);
+}
+
+/* Each SGEMM of forward and backward, best of reps after one untimed call, its outputs checked;
+ * printed. */
+static int time_products(clffn_context *ctx, const gemms_args *a, cl_mem A, cl_mem B, cl_mem C,
+                         float *out) {
+    const cl_command_queue q = clffn_context_queue(ctx);
+    const clffn_layout layout = clffn_context_weight_layout(ctx);
+    product g[N_PRODUCTS];
+    products_of(a, layout, g);
+    printf("%zu tokens, %zu -> %zu%s, weights %s, K-block %zu, best of %zu after one untimed "
+           "call\n",
+           a->T, a->D, a->F, a->gated ? " gated" : "",
+           layout == CLFFN_LAYOUT_OUT_IN ? "[out, in]" : "[in, out]",
+           clffn_context_gemm_k_block(ctx), a->reps);
+    for (size_t i = 0; i < N_PRODUCTS; ++i) {
         double best = 1e30;
         for (size_t r = 0; r <= a->reps; ++r) {
             const double t0 = tool_now_s();
@@ -287,10 +341,28 @@ static int run_products(clffn_context *ctx, const gemms_args *a, cl_mem A, cl_me
             const double t = tool_now_s() - t0;
             if (r > 0 && t < best) { best = t; }
         }
-        printf("%-26s %9.1f ms %7.1f GFLOP/s\n", g[i].name, best * 1e3,
+        if (check_output(q, C, g[i].m * g[i].n, g[i].k, out, g[i].name) != 0) { return 1; }
+        printf("%-28s %9.3f ms %9.1f GFLOP/s\n", g[i].name, best * 1e3,
                2.0 * (double)g[i].m * (double)g[i].n * (double)g[i].k / best * 1e-9);
     }
     return 0;
+}
+
+static int run_products(clffn_context *ctx, const gemms_args *a, cl_mem A, cl_mem B, cl_mem C) {
+    product g[N_PRODUCTS];
+    products_of(a, clffn_context_weight_layout(ctx), g);
+    size_t most = 0;
+    for (size_t i = 0; i < N_PRODUCTS; ++i) {
+        if (g[i].m * g[i].n > most) { most = g[i].m * g[i].n; }
+    }
+    float *out = malloc(most * sizeof *out);
+    if (!out) {
+        fprintf(stderr, "clffn-bench-gemms: out of host memory\n");
+        return 1;
+    }
+    const int rc = time_products(ctx, a, A, B, C, out);
+    free(out);
+    return rc;
 }
 
 static int tool_main(int argc, char **argv) {
@@ -304,6 +376,7 @@ static int tool_main(int argc, char **argv) {
         return 1;
     }
     if (a.set_k_block) { clffn_context_set_gemm_k_block(ctx, a.k_block); } /* else the profile's */
+    if (a.layout >= 0) { clffn_context_set_weight_layout(ctx, (clffn_layout)a.layout); }
     cl_mem bufs[3] = {NULL, NULL, NULL};
     const cl_int err = make_buffers(ctx, &a, bufs);
     if (err != CL_SUCCESS) {
