@@ -101,6 +101,29 @@
   #define CLFFN_BLOCK_BYTES 18
 #endif
 
+// Where several rows go to one work-item on a CPU (clffn_wgemv_rows2 and _rows4), each row's
+// block CLFFN_ROW_PREFETCH blocks ahead is prefetched into the cache as the block is read: a core
+// then has more lines in flight than its hardware prefetcher gives two or four streams. Clang
+// compiling for x86 (POCL's CPU device) turns __builtin_prefetch into prefetcht0; elsewhere it
+// is left out. 4096 -> 11008 SwiGLU at one token on an Intel Xeon (2 cores), three alternated
+// rounds: f16 9.7-10.5 -> 9.0-9.3 ms, q8_0 6.6-7.1 -> 6.3-6.4, bf16 9.8-10.1 -> 8.7-9.5.
+#ifndef CLFFN_ROW_PREFETCH
+  #define CLFFN_ROW_PREFETCH 8 // blocks ahead; 0: none
+#endif
+#if CLFFN_QUANTIZED
+  #define CLFFN_ROW_BLOCK_BYTES CLFFN_BLOCK_BYTES
+#elif CLFFN_WTYPE == CLFFN_WTYPE_F32
+  #define CLFFN_ROW_BLOCK_BYTES (4 * CLFFN_QK)
+#else
+  #define CLFFN_ROW_BLOCK_BYTES (2 * CLFFN_QK)
+#endif
+#if CLFFN_ROW_PREFETCH > 0 && defined(__clang__) && defined(__SSE2__)
+  #define CLFFN_ROW_AHEAD(row, b)                                                              \
+    __builtin_prefetch((row) + ((b) + CLFFN_ROW_PREFETCH) * CLFFN_ROW_BLOCK_BYTES)
+#else
+  #define CLFFN_ROW_AHEAD(row, b)
+#endif
+
 // The row kernel's vectors: 16 values while the tokens' accumulators stay few, else 8; and two
 // blocks in flight (two accumulator chains) for up to 4 tokens.
 #if CLFFN_WTOKENS <= 4
@@ -735,6 +758,8 @@ void clffn_wgemv_rows2(CLFFN_ROWS_PARAMS, const float beta, __global const uint 
       const ulong c = b * CLFFN_QK;
       float d, d2;
       floatRV v[CLFFN_NV], v2[CLFFN_NV];
+      CLFFN_ROW_AHEAD(row, b);
+      CLFFN_ROW_AHEAD(row2, b);
       clffn_wload_block(row, c, &d, v);
       clffn_wload_block(row2, c, &d2, v2);
       clffn_block_dot(v, d, xr, ldx, c, tokens, acc);
@@ -800,6 +825,10 @@ void clffn_wgemv_rows4(CLFFN_ROWS_PARAMS, const float beta, __global const uint 
       const ulong c = b * CLFFN_QK;
       float d0, d1, d2, d3;
       floatRV v0[CLFFN_NV], v1[CLFFN_NV], v2[CLFFN_NV], v3[CLFFN_NV];
+      CLFFN_ROW_AHEAD(row0, b);
+      CLFFN_ROW_AHEAD(row1, b);
+      CLFFN_ROW_AHEAD(row2, b);
+      CLFFN_ROW_AHEAD(row3, b);
       clffn_wload_block(row0, c, &d0, v0);
       clffn_wload_block(row1, c, &d1, v1);
       clffn_wload_block(row2, c, &d2, v2);
