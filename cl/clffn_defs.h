@@ -53,9 +53,13 @@
     (CLFFN_WCOL_STRIP_VALUES / (tokens) >= 32 ? CLFFN_WCOL_STRIP_VALUES / (tokens) / 32 * 32 : 32)
 
 /* On a CPU device, rows go through the row GEMV several at a time where cols × the pass's
- * tokens (x's floats) pass this: x then outgrows the first-level cache, and each vector of it
- * read serves every row. Four up to 4 tokens, else two (src/wmatrix.c). */
-#define CLFFN_WROW_PAIR_COLS 4096
+ * tokens (x's floats) reach this, the default of the profile's "WGEMV_ROW_GROUP_COLS": each
+ * vector of x read then serves every row, and a core streams four rows (up to 4 tokens) or two
+ * at once (src/wmatrix.c). Where x fits the first-level cache, whether one stream or four reads
+ * faster depends on the host: on an AMD EPYC one row a work-item did (x of 4096 floats, the
+ * first product of 4096 -> 11008 at one token; docs/PERFORMANCE.md), so by default x must
+ * pass 4096; on an Intel Xeon four did, and its profile groups from 1024 (src/tuning_builtin.h). */
+#define CLFFN_WROW_PAIR_COLS 4097
 
 /* Bytes of one token's row of quantized inputs for rows of `blocks` q8_0 blocks (clffn_xquant in
  * cl/weights.cl): the quants of ⌈blocks / 2⌉ pairs (64 bytes a pair) and a scale a block,

@@ -85,6 +85,7 @@ static clffn_status context_init(clffn_context *ctx, cl_context context, cl_devi
         memcpy(ctx->kernel_max_tokens, ctx->tuning.kernel_max_tokens,
                sizeof ctx->kernel_max_tokens);
         ctx->kernel_large_weights = ctx->tuning.kernel_large_weights;
+        ctx->row_group_cols = ctx->tuning.row_group_cols;
         /* a profile's shapes that this device cannot run (another device's file) give way */
         if (clffn__wgemv_valid(ctx->tuning.wgemv, ctx->max_wg)) {
             memcpy(ctx->wgemv, ctx->tuning.wgemv, sizeof ctx->wgemv);

@@ -41,6 +41,9 @@ struct clffn_context {
      * from the tuning profile, or clffn_context_set_kernel_max_tokens() */
     size_t kernel_max_tokens[4];
     size_t kernel_large_weights;
+    /* on a CPU, the row kernels take rows several a work-item where x has at least this many
+     * floats (src/wmatrix.c); from the tuning profile */
+    size_t row_group_cols;
     /* clffn_context_set_quantized_inputs(): q8_0 and q4_0 products round their inputs to q8_0,
      * bf16 ones to bf16 */
     int quantized_inputs;

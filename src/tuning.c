@@ -8,6 +8,7 @@
  * CLBlast's own database decides. Set CLFFN_NO_TUNING=1 to skip all of this. */
 #include "tuning.h"
 
+#include "clffn_defs.h"
 #include "devices.h"
 
 #include <cjson/cJSON.h>
@@ -98,6 +99,7 @@ static void own_defaults(clffn_tuning *t) {
     t->kernel_max_tokens[2] = CLFFN_DEFAULT_KERNEL_MAX_TOKENS;
     t->kernel_max_tokens[3] = CLFFN_DEFAULT_KERNEL_MAX_TOKENS;
     t->kernel_large_weights = CLFFN_DEFAULT_KERNEL_LARGE_WEIGHTS;
+    t->row_group_cols = CLFFN_WROW_PAIR_COLS;
     memset(t->wgemv, 0, sizeof t->wgemv);
     t->fused_epilogues = -1;
 }
@@ -132,6 +134,12 @@ static int take_kernel_value(const cJSON *p, clffn_tuning *out) {
         const double v = whole_in(p, CLFFN_KERNEL_MAX_TOKENS_MOST);
         if (v < 0) { return -1; }
         out->kernel_max_tokens[i] = (size_t)v;
+        return 1;
+    }
+    if (!strcmp(p->string, "WGEMV_ROW_GROUP_COLS")) {
+        const double v = whole_in(p, CLFFN_KERNEL_MAX_TOKENS_MOST);
+        if (v < 0) { return -1; }
+        out->row_group_cols = (size_t)v;
         return 1;
     }
     if (!strcmp(p->string, "KERNEL_LARGE_WEIGHTS")) {

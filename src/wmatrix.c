@@ -216,15 +216,17 @@ bool clffn__quantizes_inputs(const clffn_context *ctx, clffn_dtype dtype) {
 }
 
 /* Rows a work-item of a product along w's rows takes (bucket b). Rows go several to a
- * work-item where the pass's x (cols values for each token) outgrows the first-level cache:
- * each vector of x read then serves every row. In fours up to 4 tokens, where a core streaming
- * four rows reads faster than with one or two on hosts whose memory outpaces a core, else in
- * twos. Where x fits, one row a work-item reads fastest, whatever the type (an AMD EPYC host,
- * 4096 -> 11008 SwiGLU, one token: f16 6.6-6.7 ms with W1's rows in fours, 5.7-6.0 one by one;
- * q4_0 at 4 tokens, x 64 KB, 12.8-13.1 ms one by one, 8.7-8.8 in fours; docs/PERFORMANCE.md) */
+ * work-item where the pass's x (cols values for each token) has at least the context's
+ * row_group_cols floats: each vector of x read then serves every row. In fours up to 4 tokens,
+ * where a core streaming four rows reads faster than with one or two on hosts whose memory
+ * outpaces a core, else in twos. Where x fits the first-level cache it depends on the host: on
+ * an AMD EPYC one row a work-item read fastest (4096 -> 11008 SwiGLU, one token: f16 6.6-6.7 ms
+ * with W1's rows in fours, 5.7-6.0 one by one; q4_0 at 4 tokens, x 64 KB, 12.8-13.1 ms one by
+ * one, 8.7-8.8 in fours), on an Intel Xeon four (f16 13.4-13.5 ms one by one, 9.9-10.3 in
+ * fours; docs/PERFORMANCE.md). */
 static size_t rows_per_item(const clffn_context *ctx, const clffn_wmatrix *w, int b) {
     const bool several =
-        ctx->cpu && ctx->wgemv[0] == 1 && w->cols * bucket_tokens[b] > CLFFN_WROW_PAIR_COLS;
+        ctx->cpu && ctx->wgemv[0] == 1 && w->cols * bucket_tokens[b] >= ctx->row_group_cols;
     return !several ? 1 : bucket_tokens[b] <= 4 ? 4 : 2;
 }
 

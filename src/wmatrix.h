@@ -72,10 +72,11 @@ static inline clffn_scratch *clffn__wscratch(clffn_wkernels *wk) {
  * only its first rows of the T, the others of y untouched. The kernels are those built for
  * max(T, capacity) tokens: their vectors and unrolling follow the tokens they are built for, so
  * a pass of T rows sums as a pass of capacity tokens (with a count of T) does. On a CPU device
- * rows longer than CLFFN_WROW_PAIR_COLS go several at a time; the column form runs in chunks of
- * rows whose sums meet in the scratch (CLFFN_WCOL_CHUNK_ROWS rows on a CPU, enough chunks to fill a
- * GPU). Along the rows of q8_0 or q4_0 weights, where the context asks for quantized inputs,
- * x's rows are first rounded to q8_0 blocks in the scratch and the products run in integers.
+ * rows go several at a time where x reaches the context's row_group_cols floats (the profile's
+ * "WGEMV_ROW_GROUP_COLS"); the column form runs in chunks of rows whose sums meet in the scratch
+ * (CLFFN_WCOL_CHUNK_ROWS rows on a CPU, enough chunks to fill a GPU). Along the rows of q8_0 or
+ * q4_0 weights, where the context asks for quantized inputs, x's rows are first rounded to q8_0
+ * blocks in the scratch and the products run in integers.
  * While planning, only builds the kernels and records the scratch. */
 cl_int clffn__wgemv(clffn_wkernels *wk, const clffn_context *ctx, const clffn_wmatrix *w,
                     bool along_rows, size_t tokens, size_t capacity, const clffn_wcount *count,

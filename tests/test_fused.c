@@ -3,6 +3,7 @@
  * for every weight type, activation, bias flag, gating and token bucket, in the kernels' CPU
  * and GPU shapes; the hidden tensors and the backward after such a forward; which products
  * fuse and which keep their launches; stage times; and a mixture-of-experts layer's experts. */
+#include "clffn_defs.h"
 #include "common.h" /* with internal.h: ffn->last_fused, which epilogues a forward fused */
 
 #include <stdio.h>
@@ -27,6 +28,9 @@ static clffn_context *shaped_context(int sh) {
     if (sh) { ASSERT_OK(clffn_context_set_wgemv(ctx, SHAPES[sh])); }
     ASSERT_OK(clffn_context_set_fused_epilogues(ctx, 1));
     cr_assert_eq(clffn_context_fused_epilogues(ctx), 1);
+    /* rows one a work-item at every count here (x of at most 1024 floats), whatever the device's
+     * profile groups them from: grouped rows take no epilogue, and same_bits expects fusing */
+    ctx->row_group_cols = CLFFN_WROW_PAIR_COLS;
     return ctx;
 }
 

@@ -2,6 +2,8 @@
  * layout, the GEMV and few-token kernels' crossovers, the Xgemm sets, and the built-in profiles,
  * each read back after a setter or a profile, bad values refused without changing anything. */
 #include "common.h"
+#include "clffn_defs.h"
+#include "context.h" /* row_group_cols, set by the profile alone */
 #include "tuning.h"
 
 #include <clblast_c.h>
@@ -328,4 +330,72 @@ Test(settings, kernel_crossovers_from_a_profile) {
     cr_assert_eq(clffn_context_kernel_large_weights(NULL), 0);
     clffn_context_destroy(ctx);
     test_profile_dir_end(dir, path);
+}
+
+/* y of T tokens through an f16 gated FFN, 1088 -> 96 (W1 and V: 192 rows of 1088 values, W2: 1088
+ * rows of 96), its row kernels grouping rows from `group` floats of x. */
+static void grouped_forward(clffn_context *ctx, size_t group, size_t T, float *y, double *ref) {
+    clffn_config c = clffn_config_default(1088, 96);
+    c.gated = 1, c.activation = CLFFN_ACT_SILU;
+    test_weights w;
+    typed_set ts;
+    test_weights_make(&w, &c, CLFFN_LAYOUT_OUT_IN, 31);
+    typed_make(&ts, &c, &w, CLFFN_DTYPE_F16, CLFFN_LAYOUT_OUT_IN);
+    ctx->row_group_cols = group;
+    clffn_ffn *ffn = NULL;
+    ASSERT_OK(clffn_ffn_create(ctx, &c, &ffn));
+    ASSERT_OK(clffn_ffn_upload_weights_typed(ffn, CLFFN_LAYOUT_OUT_IN, &ts.typed));
+    float *x = malloc(T * c.d_model * sizeof *x);
+    cr_assert(x);
+    fill_uniform(x, T * c.d_model, -1, 1, 77 + T);
+    ASSERT_OK(clffn_forward_host(ffn, T, x, T * c.d_model, y, T * c.d_model));
+    ASSERT_OK(clffn_reference_forward(&c, CLFFN_LAYOUT_OUT_IN, &ts.ref, T, x, 0, 0, 0, ref, NULL));
+    free(x);
+    clffn_ffn_destroy(ffn);
+    typed_free(&ts);
+    test_weights_free(&w);
+}
+
+/* "WGEMV_ROW_GROUP_COLS": where a CPU's row kernels take rows several a work-item. A profile's
+ * value is applied, none gives CLFFN_WROW_PAIR_COLS, a negative or fractional one damages the
+ * profile. The rows going one (a boundary past any x) or several (every x) a work-item, at 1, 3
+ * and 8 tokens (rows in fours, then in twos on a CPU), both match the reference. */
+Test(settings, row_group_from_a_profile, .timeout = 300) {
+    char dir[] = "/tmp/clffn-group-XXXXXX", path[1400];
+    test_profile_dir(dir, path, sizeof path);
+    static const char *const texts[4] = {
+        "{\"clblast\":{},\"clffn\":{\"WGEMV_ROW_GROUP_COLS\":1024}}", "{\"clblast\":{}}",
+        "{\"clblast\":{},\"clffn\":{\"WGEMV_ROW_GROUP_COLS\":-1}}",
+        "{\"clblast\":{},\"clffn\":{\"WGEMV_ROW_GROUP_COLS\":0.5}}"};
+    static const size_t want[2] = {1024, CLFFN_WROW_PAIR_COLS};
+    for (int i = 0; i < 4; ++i) {
+        test_write_text(path, texts[i]);
+        clffn_context *ctx = test_context();
+        const char *applied = clffn_context_tuning(ctx);
+        if (i < 2) {
+            cr_assert(strncmp(applied, "profile", 7) == 0, "text %d not applied: %s", i, applied);
+            cr_assert_eq(ctx->row_group_cols, want[i], "text %d: %zu", i, ctx->row_group_cols);
+        } else {
+            cr_assert(strstr(applied, "could not be applied"), "text %d: %s", i, applied);
+        }
+        clffn_context_destroy(ctx);
+    }
+    test_profile_dir_end(dir, path);
+    clffn_context *ctx = test_context();
+    static const size_t counts[3] = {1, 3, 8};
+    for (int i = 0; i < 3; ++i) {
+        const size_t T = counts[i], n = T * 1088;
+        float *one = malloc(n * sizeof *one), *several = malloc(n * sizeof *several);
+        double *ref = malloc(n * sizeof *ref);
+        cr_assert(one && several && ref);
+        grouped_forward(ctx, SIZE_MAX, T, one, ref);
+        grouped_forward(ctx, 1, T, several, ref);
+        char what[64];
+        snprintf(what, sizeof what, "%zu tokens, rows one a work-item", T);
+        assert_close(one, ref, n, act_rtol(CLFFN_ACT_SILU), what);
+        snprintf(what, sizeof what, "%zu tokens, rows grouped", T);
+        assert_close(several, ref, n, act_rtol(CLFFN_ACT_SILU), what);
+        free(one), free(several), free(ref);
+    }
+    clffn_context_destroy(ctx);
 }
