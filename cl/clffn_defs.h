@@ -52,6 +52,12 @@
 #define CLFFN_WCOL_STRIP(tokens)                                                                \
     (CLFFN_WCOL_STRIP_VALUES / (tokens) >= 32 ? CLFFN_WCOL_STRIP_VALUES / (tokens) / 32 * 32 : 32)
 
+/* clffn_wdequant_tl's tile (cl/weights.cl): W's rows by W's columns a work-group stages in local
+ * memory, with work-groups of (CLFFN_WDEQUANT_TILE_COLS / 8, CLFFN_WDEQUANT_TILE_ROWS), eight
+ * values a work-item (src/wmatrix.c launches them). */
+#define CLFFN_WDEQUANT_TILE_ROWS 32
+#define CLFFN_WDEQUANT_TILE_COLS 64
+
 /* On a CPU device, rows go through the row GEMV several at a time where cols × the pass's
  * tokens (x's floats) reach this, the default of the profile's "WGEMV_ROW_GROUP_COLS": each
  * vector of x read then serves every row, and a core streams four rows (up to 4 tokens) or two

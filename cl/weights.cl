@@ -14,6 +14,7 @@
 //   clffn_wgemv_sum   y[t, c] = Σ_k part[k, t, c] (+ β·y)     the column kernels' row chunks
 //   clffn_wdequant    out[i, j] = W[r0 + i, c0 + j] as f32
 //   clffn_wdequant_t  out[j, i] = W[r0 + i, c0 + j] as f32         the same, transposed
+//   clffn_wdequant_tl the same through local memory, for GPUs
 //
 // The GEMVs read each weight once for all the pass's tokens (up to CLFFN_WTOKENS, a build
 // option, which the host rounds up to 1, 2, 4, 8 or 16), and split the reduction over a
@@ -2065,8 +2066,8 @@ __kernel void clffn_wdequant_t(__global const uchar *restrict w, const ulong w_o
 // floats of one row for every 32 work-items. NDRange (⌈nc / 8⌉ rounded up to 8, nr rounded up
 // to 32), work-groups of exactly (8, 32): the host takes this form where the device runs such
 // work-groups (src/wmatrix.c).
-#define CLFFN_TL_ROWS 32 // W's rows a tile takes (output columns); the work-group's second size
-#define CLFFN_TL_COLS 64 // W's columns (output rows): eight work-items of eight values
+#define CLFFN_TL_ROWS CLFFN_WDEQUANT_TILE_ROWS // W's rows (output columns): the second size
+#define CLFFN_TL_COLS CLFFN_WDEQUANT_TILE_COLS // W's columns (output rows): eight values an item
 __kernel __attribute__((reqd_work_group_size(CLFFN_TL_COLS / 8, CLFFN_TL_ROWS, 1)))
 void clffn_wdequant_tl(__global const uchar *restrict w, const ulong w_off, const ulong row_bytes,
                        const ulong r0, const ulong c0, const ulong nr, const ulong nc,

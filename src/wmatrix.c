@@ -386,16 +386,20 @@ cl_int clffn__wdequant(clffn_wkernels *wk, const clffn_context *ctx, const clffn
                        size_t r0, size_t nr, size_t c0, size_t nc, bool transposed,
                        cl_command_queue queue, clffn_matrix *out) {
     refresh(wk, ctx, w->dtype);
-    /* the local-memory form where the context takes it and the kernel runs its work-group */
-    static const size_t tl_local[2] = {8, 32};
-    bool tiles = transposed && ctx->dequant_tiles && ctx->max_wg >= tl_local[0] * tl_local[1];
+    /* the local-memory form where the context takes it and the kernel runs its work-group,
+     * asked once a kernel */
+    static const size_t tl_local[2] = {CLFFN_WDEQUANT_TILE_COLS / 8, CLFFN_WDEQUANT_TILE_ROWS};
+    bool tiles = transposed && ctx->dequant_tiles && ctx->max_wg >= tl_local[0] * tl_local[1] &&
+                 wk->tl_fits != 2;
     cl_int err = CL_SUCCESS;
-    if (tiles &&
+    if (tiles && !wk->tl_fits &&
         (err = kernel_for(ctx, w->dtype, 1, "clffn_wdequant_tl", &wk->dequant_tl)) == CL_SUCCESS) {
         size_t fits = 0;
         err = clGetKernelWorkGroupInfo(wk->dequant_tl, ctx->device, CL_KERNEL_WORK_GROUP_SIZE,
                                        sizeof fits, &fits, NULL);
-        tiles = fits >= tl_local[0] * tl_local[1]; /* else registers ran short: the other form */
+        /* else registers ran short: the other form */
+        wk->tl_fits = err != CL_SUCCESS ? 0 : fits >= tl_local[0] * tl_local[1] ? 1 : 2;
+        tiles = wk->tl_fits == 1;
     }
     if (err != CL_SUCCESS) { return err; }
     cl_kernel *k = tiles ? &wk->dequant_tl : transposed ? &wk->dequant_t : &wk->dequant;
@@ -414,7 +418,7 @@ cl_int clffn__wdequant(clffn_wkernels *wk, const clffn_context *ctx, const clffn
     CLFFN_ARG(a, ldo);
     if ((err = clffn__args_end(&a)) != CL_SUCCESS) { return err; }
     out->mem = scratch, out->off = 0, out->ld = ldo;
-    if (tiles) { /* a 32 x 64 tile a work-group */
+    if (tiles) { /* a tile a work-group */
         const size_t global[2] = {round_up((nc + 7) / 8, tl_local[0]), round_up(nr, tl_local[1])};
         return clEnqueueNDRangeKernel(queue, *k, 2, NULL, global, tl_local, 0, NULL, NULL);
     }

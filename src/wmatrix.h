@@ -56,6 +56,7 @@ typedef struct clffn_wkernels {
     cl_kernel xquant[CLFFN_WTOKEN_BUCKETS], rows_qx[CLFFN_WTOKEN_BUCKETS];
     /* clffn_wgemv_sum, clffn_wdequant and its transposing forms _t and _tl */
     cl_kernel sum, dequant, dequant_t, dequant_tl;
+    int tl_fits; /* dequant_tl runs its work-group on the device: 1, 2 it does not, 0 not asked */
     clffn_scratch own;
     clffn_scratch *shared; /* NULL: own; else not the owner's to release */
     int planning;

@@ -316,12 +316,10 @@ static void products_of(const gemms_args *a, clffn_layout layout, product g[N_PR
 
 /* Each SGEMM of forward and backward, best of reps after one untimed call, its outputs checked;
  * printed. */
-static int time_products(clffn_context *ctx, const gemms_args *a, cl_mem A, cl_mem B, cl_mem C,
-                         float *out) {
+static int time_products(clffn_context *ctx, const gemms_args *a, const product g[N_PRODUCTS],
+                         cl_mem A, cl_mem B, cl_mem C, float *out) {
     const cl_command_queue q = clffn_context_queue(ctx);
     const clffn_layout layout = clffn_context_weight_layout(ctx);
-    product g[N_PRODUCTS];
-    products_of(a, layout, g);
     printf("%zu tokens, %zu -> %zu%s, weights %s, K-block %zu, best of %zu after one untimed "
            "call\n",
            a->T, a->D, a->F, a->gated ? " gated" : "",
@@ -360,7 +358,7 @@ static int run_products(clffn_context *ctx, const gemms_args *a, cl_mem A, cl_me
         fprintf(stderr, "clffn-bench-gemms: out of host memory\n");
         return 1;
     }
-    const int rc = time_products(ctx, a, A, B, C, out);
+    const int rc = time_products(ctx, a, g, A, B, C, out);
     free(out);
     return rc;
 }
