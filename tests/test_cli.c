@@ -69,6 +69,29 @@ static void assert_usage_error(const outcome *o, const char *tool, const char *w
     cr_assert_str_eq(o->err + strlen(first), hint);
 }
 
+/* The help's text starts at one column (where --help's does), and an option's label ends
+ * before it: a label that leaves no space there stands alone (at most "-x, --name VALUE") and
+ * its text goes on the next line. */
+static void assert_help_column(const char *tool, const char *out) {
+    const char *h = strstr(out, "-h, --help");
+    cr_assert(h);
+    const char *text = strstr(h, "print this help");
+    cr_assert(text);
+    const size_t column = (size_t)(text - (h - 2));
+    for (const char *line = out; *line;) {
+        const char *end = strchr(line, '\n');
+        const size_t len = end ? (size_t)(end - line) : strlen(line);
+        int words = 0;
+        for (size_t i = 2; i < len; ++i) { words += line[i] != ' ' && line[i - 1] == ' '; }
+        const size_t lead = strspn(line, " ");
+        if (len > column && lead >= 2 && lead < len && line[lead] == '-' && words > 3) {
+            cr_assert(line[column - 1] == ' ' && line[column] != ' ',
+                      "%s, help at column %zu:\n%.*s", tool, column, (int)len, line);
+        }
+        line += len + (end ? 1 : 0);
+    }
+}
+
 Test(cli, help_lists_every_option_and_exits_0) {
     for (int i = 0; i < N_TOOLS; ++i) {
         for (int s = 0; s < 2; ++s) {
@@ -79,6 +102,7 @@ Test(cli, help_lists_every_option_and_exits_0) {
             cr_assert(strncmp(o->out, usage, strlen(usage)) == 0, "%s", o->out);
             cr_assert(strstr(o->out, "-h, --help") && strstr(o->out, "--version"), "%s", o->out);
             cr_assert_str_empty(o->err);
+            assert_help_column(TOOLS[i][0], o->out);
         }
     }
 }

@@ -131,11 +131,12 @@ static void print_lines(FILE *f, const char *text, int column) {
     }
 }
 
-/* One option's help line(s), the help at column (or on the next line when the label is wider). */
+/* One option's help line(s), the help at column, a space at least after the label (or on the
+ * next line when the label leaves none). */
 static void print_option(FILE *f, const tool_option *o, int column) {
     char label[128];
     const int w = option_label(o, label, sizeof label);
-    if (w + 2 > column) {
+    if (w + 3 > column) {
         fprintf(f, "  %s\n%*s", label, column, "");
     } else {
         fprintf(f, "  %-*s", column - 2, label);
