@@ -58,15 +58,6 @@
 #define CLFFN_WDEQUANT_TILE_ROWS 32
 #define CLFFN_WDEQUANT_TILE_COLS 64
 
-/* On a CPU device, rows go through the row GEMV several at a time where cols × the pass's
- * tokens (x's floats) reach this, the default of the profile's "WGEMV_ROW_GROUP_COLS": each
- * vector of x read then serves every row, and a core streams four rows (up to 4 tokens) or two
- * at once (src/wmatrix.c). Where x fits the first-level cache, whether one stream or four reads
- * faster depends on the host: on an AMD EPYC one row a work-item did (x of 4096 floats, the
- * first product of 4096 -> 11008 at one token; docs/PERFORMANCE.md), so by default x must
- * pass 4096; on an Intel Xeon four did, and its profile groups from 1024 (src/tuning_builtin.h). */
-#define CLFFN_WROW_PAIR_COLS 4097
-
 /* Bytes of one token's row of quantized inputs for rows of `blocks` q8_0 blocks (clffn_xquant in
  * cl/weights.cl): the quants of ⌈blocks / 2⌉ pairs (64 bytes a pair) and a scale a block,
  * padded to a multiple of 64 bytes. */

@@ -733,8 +733,9 @@ void clffn_wgemv_rows_glu(CLFFN_ROWS_EP_PARAMS) {
   clffn_rows_ep(CLFFN_ROWS_EP_ARGS, 1, 1, mine, part);
 }
 
-// Two rows per work-item, 2·g and 2·g + 1: where x outgrows a CPU's first-level cache (rows of
-// more than CLFFN_WROW_PAIR_COLS values), each vector of x read then serves both rows. NDRange
+// Two rows per work-item, 2·g and 2·g + 1: where x outgrows a CPU's first-level cache (x of the
+// context's row-grouping boundary or more, src/wmatrix.c), each vector of x read then serves
+// both rows. NDRange
 // (1, ⌈⌈rows / 2⌉ / CLFFN_ROW_ROWS⌉·CLFFN_ROW_ROWS), work-group (1, CLFFN_ROW_ROWS); built where
 // CLFFN_ROW_SPLIT is 1, which is what the host uses it with.
 #if CLFFN_ROW_SPLIT == 1

@@ -630,6 +630,29 @@ CLFFN_API clffn_status clffn_context_set_dequant_tiles(clffn_context *ctx, int o
  *  for NULL). */
 CLFFN_API int clffn_context_dequant_tiles(const clffn_context *ctx);
 
+/** The row-grouping boundary (clffn_context_set_row_group_cols) of a device whose profile gives
+ *  none: x must pass 4096 floats. Where x fits the first-level cache, whether one stream a core
+ *  or four reads faster depends on the host: on an AMD EPYC one row a work-item did (x of 4096
+ *  floats, the first product of 4096 -> 11008 at one token), on an Intel Xeon four did, and its
+ *  built-in profile groups from 1024 (docs/PERFORMANCE.md). */
+#define CLFFN_DEFAULT_ROW_GROUP_COLS ((size_t)4097)
+
+/** Sets from how large an input a CPU device's few-token row kernels take weight rows several
+ *  to a work-item: where a product's input (its inner dimension × the pass's tokens, in floats)
+ *  is at least `floats`, each vector of x read serves four rows (up to 4 tokens) or two, and a
+ *  core streams as many rows at once; below it, a row a work-item. Which reads faster where x
+ *  fits the first-level cache depends on the host's cores and memory, so this is the tuning
+ *  profile's "WGEMV_ROW_GROUP_COLS" (clffn-tune measures it), else
+ *  CLFFN_DEFAULT_ROW_GROUP_COLS. 0 groups every
+ *  product, SIZE_MAX none. Only CPU devices with one work-item a row (WGEMV_ROW_SPLIT 1) group
+ *  rows; elsewhere the value is kept and unused. The sums of a grouped row are added in another
+ *  order than a single row's, so the last bits of y may differ; both match the reference.
+ *  Takes effect on the next product. Errors: NULL_ARGUMENT. */
+CLFFN_API clffn_status clffn_context_set_row_group_cols(clffn_context *ctx, size_t floats);
+
+/** The context's row-grouping boundary (see above); 0 for NULL. */
+CLFFN_API size_t clffn_context_row_group_cols(const clffn_context *ctx);
+
 /* ---------------------------------------------------------------------------------------------
  * FFN
  * ------------------------------------------------------------------------------------------- */

@@ -363,6 +363,16 @@ clffn_status clffn_context_set_dequant_tiles(clffn_context *ctx, int on) {
 
 int clffn_context_dequant_tiles(const clffn_context *ctx) { return ctx ? ctx->dequant_tiles : 0; }
 
+clffn_status clffn_context_set_row_group_cols(clffn_context *ctx, size_t floats) {
+    if (!ctx) { return CLFFN_ERROR_NULL_ARGUMENT; }
+    ctx->row_group_cols = floats;
+    return CLFFN_SUCCESS;
+}
+
+size_t clffn_context_row_group_cols(const clffn_context *ctx) {
+    return ctx ? ctx->row_group_cols : 0;
+}
+
 clffn_status clffn_context_set_wgemv(clffn_context *ctx, const size_t params[CLFFN_WGEMV_PARAMS]) {
     if (!ctx) { return CLFFN_ERROR_NULL_ARGUMENT; }
     if (!params) {

@@ -99,7 +99,7 @@ static void own_defaults(clffn_tuning *t) {
     t->kernel_max_tokens[2] = CLFFN_DEFAULT_KERNEL_MAX_TOKENS;
     t->kernel_max_tokens[3] = CLFFN_DEFAULT_KERNEL_MAX_TOKENS;
     t->kernel_large_weights = CLFFN_DEFAULT_KERNEL_LARGE_WEIGHTS;
-    t->row_group_cols = CLFFN_WROW_PAIR_COLS;
+    t->row_group_cols = CLFFN_DEFAULT_ROW_GROUP_COLS;
     memset(t->wgemv, 0, sizeof t->wgemv);
     t->fused_epilogues = -1;
 }

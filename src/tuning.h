@@ -32,7 +32,7 @@ typedef struct clffn_tuning {
     size_t kernel_max_tokens[4];
     size_t kernel_large_weights; /* "KERNEL_LARGE_WEIGHTS"; CLFFN_DEFAULT_KERNEL_LARGE_WEIGHTS */
     /* "WGEMV_ROW_GROUP_COLS": on a CPU, rows go several to a work-item of the row kernels where
-     * x has at least this many floats; CLFFN_WROW_PAIR_COLS without */
+     * x has at least this many floats; CLFFN_DEFAULT_ROW_GROUP_COLS without */
     size_t row_group_cols;
     /* "WGEMV_ROW_SPLIT" … "WGEMV_COL_GROUPS" (CLFFN_WGEMV_PARAMS), all or none; 0s without */
     size_t wgemv[CLFFN_WGEMV_PARAMS];

@@ -30,7 +30,7 @@ static clffn_context *shaped_context(int sh) {
     cr_assert_eq(clffn_context_fused_epilogues(ctx), 1);
     /* rows one a work-item at every count here (x of at most 1024 floats), whatever the device's
      * profile groups them from: grouped rows take no epilogue, and same_bits expects fusing */
-    ctx->row_group_cols = CLFFN_WROW_PAIR_COLS;
+    ASSERT_OK(clffn_context_set_row_group_cols(ctx, CLFFN_DEFAULT_ROW_GROUP_COLS));
     return ctx;
 }
 

@@ -359,8 +359,8 @@ ParameterizedTest(int *type, oclgrind, typed_passes, .timeout = 600) {
     const sim_case strips = {CLFFN_ACT_SILU, 1, in_out, 1, 0, 0, 0, 9, 64, 160, 0, 0};
     run_typed(&strips, t, cpu, CLFFN_MAX_KERNEL_TOKENS);
     /* rows several to a work-item: at 1056 values, x of 3 tokens (the 4-token kernels) and of 5
-     * (the 8-token ones) passes CLFFN_WROW_PAIR_COLS, so W1's rows go in fours, then in twos;
-     * 71 rows leave the last four 3 short and the last pair 1 short, 1057 values a tail */
+     * (the 8-token ones) passes CLFFN_DEFAULT_ROW_GROUP_COLS, so W1's rows go in fours, then in
+     * twos; 71 rows leave the last four 3 short and the last pair 1 short, 1057 values a tail */
     const size_t pd = q ? 1056 : 1057, pf = q ? 96 : 71; /* d_model, d_ff */
     const sim_case fours = {CLFFN_ACT_SILU, 1, CLFFN_LAYOUT_OUT_IN, 1, 0, 0, 0, 3, pd, pf, 0, 0};
     const sim_case twos = {CLFFN_ACT_GELU, 0, CLFFN_LAYOUT_OUT_IN, 1, 0, 0, 0, 5, pd, pf, 0, 0};

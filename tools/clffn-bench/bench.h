@@ -25,7 +25,9 @@ typedef struct args {
     int quantized_inputs; /* --quantized-inputs */
     int unfused;          /* --fused-epilogues off */
     int dequant_tiles;    /* --dequant-tiles: 1 on, 0 off, -1 the device's default */
-    int set_layout;       /* --weight-layout given */
+    int set_row_group;    /* --row-group-cols given */
+    size_t row_group;
+    int set_layout; /* --weight-layout given */
     clffn_layout layout;
     clffn_dtype dtype; /* --weights-dtype: the type the weights are kept in */
     int all_dtypes;    /* --weights-dtype all (the sweep, each type in turn) */

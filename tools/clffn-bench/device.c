@@ -140,6 +140,10 @@ int bench_open_context(const args *a, clffn_context **ctx) {
         (st = clffn_context_set_dequant_tiles(*ctx, a->dequant_tiles)) != CLFFN_SUCCESS) {
         return bench_fail("--dequant-tiles", st);
     }
+    if (a->set_row_group &&
+        (st = clffn_context_set_row_group_cols(*ctx, a->row_group)) != CLFFN_SUCCESS) {
+        return bench_fail("--row-group-cols", st);
+    }
     if (a->set_layout && (st = clffn_context_set_weight_layout(*ctx, a->layout)) != CLFFN_SUCCESS) {
         return bench_fail("--weight-layout", st);
     }

@@ -5,7 +5,7 @@
  *               [--weight-layout out_in|in_out] [--weights-dtype TYPE] [--kernel-max N]
  *               [--quantized-inputs] [--experts E [--top-k K] [--expert-split N]
  *               [--moe-counts device|host|auto] [--moe-grouping on|off]]
- *               [--fused-epilogues on|off] [--dequant-tiles on|off]
+ *               [--fused-epilogues on|off] [--dequant-tiles on|off] [--row-group-cols N]
  *
  * Times N device-level forwards (after two warm-ups) with the wall clock around each forward and
  * its completion, reports best and median, GFLOP/s, the per-stage split from OpenCL profiling
@@ -22,11 +22,12 @@
  * products to q8_0 first (clffn_context_set_quantized_inputs), and --fused-epilogues on|off
  * says whether few-token products apply the epilogues (clffn_context_set_fused_epilogues; the
  * device's default otherwise), and --dequant-tiles on|off how compressed blocks are dequantized
- * for SGEMM (clffn_context_set_dequant_tiles). Few tokens are bound by reading the weights, so
- * both modes also report the weights' bytes over the forward's time beside the device's copy
- * bandwidth, measured here with a plain copy kernel ((bytes read + bytes written) / time, as
- * STREAM's copy counts them). --experts times a mixture-of-experts layer of such FFNs instead
- * (moe.c).
+ * for SGEMM (clffn_context_set_dequant_tiles), and --row-group-cols from how large an input a
+ * CPU's row kernels take rows several at a time (clffn_context_set_row_group_cols). Few tokens
+ * are bound by reading the weights, so both modes also report the weights' bytes over the
+ * forward's time beside the device's copy bandwidth, measured here with a plain copy kernel
+ * ((bytes read + bytes written) / time, as STREAM's copy counts them). --experts times a
+ * mixture-of-experts layer of such FFNs instead (moe.c).
  *
  * Exit status: 0 success, 1 device or runtime failure, 2 usage. */
 #include "bench.h"
@@ -93,6 +94,7 @@ enum {
     OPT_MOE_GROUPING,
     OPT_FUSED_EPILOGUES,
     OPT_DEQUANT_TILES,
+    OPT_ROW_GROUP_COLS,
 };
 
 static const tool_option OPTIONS[] = {
@@ -152,6 +154,10 @@ static const tool_option OPTIONS[] = {
     {"dequant-tiles", OPT_DEQUANT_TILES, TOOL_VALUE, "on|off",
      "dequantize compressed blocks for SGEMM through local-memory\ntiles (the default but on "
      "CPU devices) or a tile a work-item\n(clffn_context_set_dequant_tiles)"},
+    {"row-group-cols", OPT_ROW_GROUP_COLS, TOOL_VALUE, "N",
+     "on a CPU device, take rows several to a work-item of the\nfew-token kernels where a "
+     "product's input has N floats or\nmore, instead of the profile's boundary\n"
+     "(clffn_context_set_row_group_cols)"},
     /* the CPU FFN alone, in a child with another OpenBLAS core (cpu.c) */
     {"cpu-only", OPT_CPU_ONLY, TOOL_FLAG, NULL, NULL},
     {0},
@@ -226,6 +232,9 @@ static int take_option(int key, const char *name, const char *v, args *a) {
         a->unfused = !on;
         return 0;
     case OPT_DEQUANT_TILES: return take_on_off(name, v, &a->dequant_tiles);
+    case OPT_ROW_GROUP_COLS:
+        a->set_row_group = 1;
+        return take_size(name, v, 0, (size_t)1 << 40, &a->row_group);
     case OPT_KERNEL_MAX:
         a->set_kernel_max = 1;
         return take_size(name, v, 0, (size_t)1 << 30, &a->kernel_max);

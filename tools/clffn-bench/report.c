@@ -38,6 +38,7 @@ static void json_choices(cJSON *o, clffn_context *ctx) {
     cJSON_AddBoolToObject(o, "quantized_inputs", clffn_context_quantized_inputs(ctx));
     cJSON_AddBoolToObject(o, "fused_epilogues", clffn_context_fused_epilogues(ctx));
     cJSON_AddBoolToObject(o, "dequant_tiles", clffn_context_dequant_tiles(ctx));
+    cJSON_AddNumberToObject(o, "row_group_cols", (double)clffn_context_row_group_cols(ctx));
     cJSON_AddNumberToObject(o, "gemm_k_block", (double)clffn_context_gemm_k_block(ctx));
     cJSON_AddNumberToObject(o, "gemv_max_tokens", (double)clffn_context_gemv_max_tokens(ctx));
     cJSON_AddNumberToObject(o, "xgemm_few_rows", (double)clffn_context_xgemm_few_rows(ctx));
@@ -155,6 +156,11 @@ static void text_choices(const args *a, clffn_context *ctx) {
     if (a->dequant_tiles >= 0) {
         printf("dequantizer:   %s (--dequant-tiles)\n",
                clffn_context_dequant_tiles(ctx) ? "local-memory tiles" : "a tile a work-item");
+    }
+    if (a->set_row_group) {
+        printf("row groups:    where a product's input has %zu floats or more "
+               "(--row-group-cols)\n",
+               clffn_context_row_group_cols(ctx));
     }
     if (clffn_context_quantized_inputs(ctx)) {
         printf("inputs:        rounded to q8_0 for q8_0 and q4_0 products, to bf16 for bf16 "
