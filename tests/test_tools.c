@@ -356,12 +356,6 @@ Test(clffn_devices, no_platform) {
 /* ------------------------------------------------------------------------------------------ */
 /* clffn-bench and clffn-tune */
 
-static double num(const cJSON *o, const char *k) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-    cr_assert(cJSON_IsNumber(v), "no number '%s'", k);
-    return v->valuedouble;
-}
-
 /* OpenBLAS detecting an old core (as it does on a virtual CPU it does not know) is not the
  * measure: clffn-bench also runs the best core the CPU's flags allow, in a child, and keeps the
  * faster, naming both. */
@@ -379,9 +373,9 @@ static void assert_fair_cpu(void) {
     const cJSON *forced = cJSON_GetObjectItemCaseSensitive(c, "forced_core");
     cr_assert(cJSON_IsString(det) && !strcmp(det->valuestring, "Prescott"), "%s%s", out, err);
     if (forced) { /* an x86-64 CPU with AVX2 or better */
-        const double d = num(c, "detected_best_s"), f = num(c, "forced_best_s");
+        const double d = json_num(c, "detected_best_s"), f = json_num(c, "forced_best_s");
         cr_assert(strcmp(forced->valuestring, "Prescott") != 0, "%s%s", out, err);
-        cr_assert_eq(num(c, "best_s"), d < f ? d : f, "%s%s", out, err);
+        cr_assert_eq(json_num(c, "best_s"), d < f ? d : f, "%s%s", out, err);
         cr_assert_str_eq(cJSON_GetObjectItemCaseSensitive(c, "core")->valuestring,
                          d < f ? "Prescott" : forced->valuestring);
     }
@@ -397,15 +391,15 @@ Test(clffn_bench, json_report, .timeout = 120) {
     cJSON *o = cJSON_Parse(out);
     cr_assert_not_null(o, "not JSON: %s%s", out, err);
     cr_assert(cJSON_IsString(cJSON_GetObjectItemCaseSensitive(o, "device")));
-    cr_assert_eq(num(o, "tokens"), 7);
-    cr_assert_eq(num(o, "d_model"), 16);
-    cr_assert_eq(num(o, "d_ff"), 40);
+    cr_assert_eq(json_num(o, "tokens"), 7);
+    cr_assert_eq(json_num(o, "d_model"), 16);
+    cr_assert_eq(json_num(o, "d_ff"), 40);
     cr_assert_str_eq(cJSON_GetObjectItemCaseSensitive(o, "activation")->valuestring, "silu");
     cr_assert(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "gated")));
-    cr_assert(num(o, "best_s") > 0 && num(o, "best_s") <= num(o, "median_s"));
+    cr_assert(json_num(o, "best_s") > 0 && json_num(o, "best_s") <= json_num(o, "median_s"));
     /* gflops is the FFN's 2·T·D·F·3 flops over the best time */
-    cr_assert(fabs(num(o, "gflops") - 2.0 * 7 * 16 * 40 * 3 / num(o, "best_s") * 1e-9) <=
-              1e-6 * num(o, "gflops"));
+    cr_assert(fabs(json_num(o, "gflops") - 2.0 * 7 * 16 * 40 * 3 / json_num(o, "best_s") * 1e-9) <=
+              1e-6 * json_num(o, "gflops"));
     const cJSON *st = cJSON_GetObjectItemCaseSensitive(o, "stages");
     clffn_context *ctx = test_context();
     const int timed = test_timestamps_ordered(ctx);
@@ -416,24 +410,24 @@ Test(clffn_bench, json_report, .timeout = 120) {
          * loaded or sanitized host): the tool then says the spans do not account for the wall
          * clock, which its rule allows only past a millisecond of difference */
         cr_assert(cJSON_IsString(why) && strstr(why->valuestring, "wall-clock") != NULL, "%s", out);
-        cr_assert(num(o, "median_s") > 1e-3, "%s", out);
+        cr_assert(json_num(o, "median_s") > 1e-3, "%s", out);
     } else if (timed) {
-        const double parts = num(st, "gemm1_s") + num(st, "epilogue1_s") + num(st, "gemm2_s") +
-                             num(st, "epilogue2_s");
-        cr_assert(num(st, "gemm1_s") > 0 && num(st, "epilogue1_s") > 0 && num(st, "gemm2_s") > 0 &&
-                      num(st, "epilogue2_s") > 0,
+        const double parts = json_num(st, "gemm1_s") + json_num(st, "epilogue1_s") +
+                             json_num(st, "gemm2_s") + json_num(st, "epilogue2_s");
+        cr_assert(json_num(st, "gemm1_s") > 0 && json_num(st, "epilogue1_s") > 0 &&
+                      json_num(st, "gemm2_s") > 0 && json_num(st, "epilogue2_s") > 0,
                   "%s", out);
-        cr_assert(fabs(parts - num(st, "total_s")) <= 1e-9 + 1e-6 * num(st, "total_s"),
-                  "stages %.9f vs total %.9f", parts, num(st, "total_s"));
+        cr_assert(fabs(parts - json_num(st, "total_s")) <= 1e-9 + 1e-6 * json_num(st, "total_s"),
+                  "stages %.9f vs total %.9f", parts, json_num(st, "total_s"));
     } else { /* a driver whose profiling timestamps are not times: the rest still stands */
         cr_assert(cJSON_IsNull(st), "%s", out);
         cr_assert(cJSON_IsString(why), "%s", out);
     }
-    cr_assert(num(o, "startup_s") > 0);
-    cr_assert(num(o, "backward_best_s") > 0 &&
-              num(o, "backward_best_s") <= num(o, "backward_median_s"));
-    cr_assert(fabs(num(o, "backward_over_forward") - num(o, "backward_best_s") / num(o, "best_s")) <
-              1e-9);
+    cr_assert(json_num(o, "startup_s") > 0);
+    cr_assert(json_num(o, "backward_best_s") > 0 &&
+              json_num(o, "backward_best_s") <= json_num(o, "backward_median_s"));
+    cr_assert(fabs(json_num(o, "backward_over_forward") -
+                   json_num(o, "backward_best_s") / json_num(o, "best_s")) < 1e-9);
     cJSON_Delete(o);
     /* with the CPU BLAS beside it, when one was found at build time */
     snprintf(cmd, sizeof cmd,
@@ -447,9 +441,10 @@ Test(clffn_bench, json_report, .timeout = 120) {
         o = cJSON_Parse(out);
         cr_assert_not_null(o, "%s%s", out, err);
         const cJSON *c = cJSON_GetObjectItemCaseSensitive(o, "cpu_blas");
-        cr_assert(num(c, "best_s") > 0 && num(o, "ratio_vs_cpu_blas") > 0);
-        cr_assert(fabs(num(o, "ratio_vs_cpu_blas") - num(c, "best_s") / num(o, "best_s")) <
-                  1e-9 * num(o, "ratio_vs_cpu_blas") + 1e-12);
+        cr_assert(json_num(c, "best_s") > 0 && json_num(o, "ratio_vs_cpu_blas") > 0);
+        cr_assert(
+            fabs(json_num(o, "ratio_vs_cpu_blas") - json_num(c, "best_s") / json_num(o, "best_s")) <
+            1e-9 * json_num(o, "ratio_vs_cpu_blas") + 1e-12);
         cr_assert(cJSON_IsString(cJSON_GetObjectItemCaseSensitive(c, "core")), "%s%s", out, err);
         cJSON_Delete(o);
         assert_fair_cpu();
@@ -481,312 +476,4 @@ Test(clffn_bench, sweep_csv, .timeout = 120) {
         ++rows;
     }
     cr_assert_eq(rows, 14, "token counts 1 … 8192: %d rows", rows);
-}
-
-/* A profile file (the format clffn-tune writes) is applied when a context opens the device,
- * and FFN results under its parameters stay right through both GEMM kernels. */
-Test(clffn_tune, profile_file_is_applied) {
-    make_dir();
-    setenv("CLFFN_TUNE_DIR", dir, 1);
-    clffn_context *ctx = test_context();
-    char path[1300];
-    ASSERT_OK(clffn_tuning_profile_path(clffn_context_cl_device(ctx), path, sizeof path));
-    cr_assert(strncmp(path, dir, strlen(dir)) == 0, "%s", path);
-    clffn_context_destroy(ctx);
-    FILE *f = fopen(path, "w");
-    cr_assert_not_null(f);
-    fputs("{\"clblast\": {\"Xgemm\": {\"GEMMK\": 0, \"KREG\": 1, \"KWG\": 16, \"KWI\": 2,"
-          " \"MDIMA\": 8, \"MDIMC\": 8, \"MWG\": 32, \"NDIMB\": 8, \"NDIMC\": 8, \"NWG\": 32,"
-          " \"SA\": 0, \"SB\": 0, \"STRM\": 0, \"STRN\": 0, \"VWM\": 4, \"VWN\": 4},"
-          " \"GemmRoutine\": {\"XGEMM_MIN_INDIRECT_SIZE\": 48},"
-          " \"Xgemv\": {\"WGS1\": 32, \"WPT1\": 2},"
-          " \"XgemvFast\": {\"WGS2\": 16, \"WPT2\": 2, \"VW2\": 2}},"
-          " \"clffn\": {\"GEMM_K_BLOCK\": 64, \"GEMM_K_BLOCK_MIN_ROWS\": 100,"
-          " \"GEMV_MAX_TOKENS\": 3, \"WEIGHT_LAYOUT\": 0}}",
-          f);
-    fclose(f);
-    ctx = test_context();
-    cr_assert_eq(clffn_tuning_has_profile(clffn_context_cl_device(ctx)), 1);
-    cr_assert_eq(clffn_context_gemm_k_block(ctx), 64);
-    cr_assert_eq(clffn_context_gemv_max_tokens(ctx), 3);
-    cr_assert_eq(clffn_context_gemm_k_block_min_rows(ctx), 100);
-    cr_assert_eq(clffn_context_weight_layout(ctx), CLFFN_LAYOUT_OUT_IN); /* not the default */
-    char want[1400];
-    snprintf(want, sizeof want, "profile %s", path);
-    cr_assert_str_eq(clffn_context_tuning(ctx), want);
-    /* 3 tokens run as GEMVs under that crossover, 200 as the tiled GEMM under that threshold */
-    const size_t shapes[2][3] = {{3, 40, 72}, {200, 40, 72}};
-    for (int s = 0; s < 2; ++s) {
-        clffn_config c = clffn_config_default(shapes[s][1], shapes[s][2]);
-        const size_t T = shapes[s][0], D = c.d_model;
-        test_weights w;
-        test_weights_make(&w, &c, CLFFN_LAYOUT_OUT_IN, 3);
-        float *x = malloc(T * D * sizeof *x), *y = malloc(T * D * sizeof *y);
-        double *ref = malloc(T * D * sizeof *ref);
-        fill_uniform(x, T * D, -1, 1, 4);
-        clffn_ffn *ffn = NULL;
-        ASSERT_OK(clffn_ffn_create(ctx, &c, &ffn));
-        ASSERT_OK(clffn_ffn_upload_weights(ffn, CLFFN_LAYOUT_OUT_IN, &w.host));
-        ASSERT_OK(clffn_forward_host(ffn, T, x, T * D, y, T * D));
-        ASSERT_OK(
-            clffn_reference_forward(&c, CLFFN_LAYOUT_OUT_IN, &w.host, T, x, 0, 0, 0, ref, NULL));
-        assert_close(y, ref, T * D, TOL_RTOL, "under a profile");
-        clffn_ffn_destroy(ffn);
-        free(x), free(y), free(ref);
-        test_weights_free(&w);
-    }
-    clffn_context_destroy(ctx);
-    remove_dir();
-}
-
-/* --print with no profile file: the path, what is applied, and the built-in profile whole. */
-Test(clffn_tune, print_shows_the_builtin_profile) {
-    make_dir();
-    setenv("CLFFN_TUNE_DIR", dir, 1);
-    clffn_context *ctx = test_context();
-    const char *builtin = clffn_tuning_builtin_profile(clffn_context_cl_device(ctx));
-    char cmd[1024], out[16384];
-    snprintf(cmd, sizeof cmd, "CLFFN_TUNE_DIR='%s' '%s' --print", dir, CLFFN_TUNE_PATH);
-    cr_assert_eq(run(cmd, out, sizeof out), 0, "%s", out);
-    cr_assert(strncmp(out, dir, strlen(dir)) == 0, "the path first: %s", out);
-    cr_assert(strstr(out, clffn_context_tuning(ctx)) != NULL, "%s", out);
-    cr_assert(builtin ? strstr(out, builtin) != NULL : strchr(out, '{') == NULL, "%s", out);
-    clffn_context_destroy(ctx);
-    remove_dir();
-}
-
-/* A short search runs its phases and either writes a profile that beats what was applied
- * or says that it found nothing better; a written one holds all three kernels. */
-Test(clffn_tune, short_search, .timeout = 400) {
-    make_dir();
-    char cmd[1024], out[16384];
-    snprintf(
-        cmd, sizeof cmd,
-        "CLFFN_NO_TUNING=1 CLFFN_TUNE_DIR='%s' '%s' --budget 1 --tokens 48 --d-model 64 --d-ff 128"
-        " --large-shape 256,512",
-        dir, CLFFN_TUNE_PATH);
-    cr_assert_eq(run(cmd, out, sizeof out), 0, "%s", out);
-    char *at = strstr(out, "profile: ");
-    /* phase 9 measured the weight kernels either way, and the large products' crossover on
-     * the shape given, whose W2 has 131072 weights */
-    cr_assert(strstr(out, "q4_0     1 tokens: kernels") != NULL, "%s", out);
-    cr_assert(strstr(out, "q8_0     1 tokens, quantized inputs: kernels") != NULL, "%s", out);
-    cr_assert(strstr(out, "f32      1 tokens: kernels") != NULL, "%s", out);
-    cr_assert(strstr(out, "large products: 256 -> 512 gated, from 131072 weights") != NULL, "%s",
-              out);
-    if (!at) {
-        cr_assert(strstr(out, "nothing found beats") != NULL, "%s", out);
-        cr_assert(strstr(out, "\"KERNEL_MAX_TOKENS\":") != NULL, "%s", out);
-        cr_assert(strstr(out, "\"KERNEL_LARGE_WEIGHTS\":131072") != NULL, "%s", out);
-    } else {
-        char path[1300];
-        cr_assert(sscanf(at, "profile: %1299s", path) == 1);
-        FILE *f = fopen(path, "r");
-        cr_assert_not_null(f, "%s", path);
-        char text[8192];
-        const size_t n = fread(text, 1, sizeof text - 1, f);
-        text[n] = '\0';
-        fclose(f);
-        cJSON *o = cJSON_Parse(text);
-        cr_assert_not_null(o);
-        const cJSON *k = cJSON_GetObjectItemCaseSensitive(o, "clblast");
-        cr_assert(cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(k, "Xgemm")));
-        cr_assert(cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(k, "XgemmDirect")));
-        cr_assert(cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(k, "GemmRoutine")));
-        const cJSON *kb = cJSON_GetObjectItemCaseSensitive(
-            cJSON_GetObjectItemCaseSensitive(o, "clffn"), "GEMM_K_BLOCK");
-        cr_assert(cJSON_IsNumber(kb) && kb->valuedouble >= 0, "%s", text);
-        /* blocked from some row count up to the tuned shape's, or never blocked */
-        const cJSON *rows = cJSON_GetObjectItemCaseSensitive(
-            cJSON_GetObjectItemCaseSensitive(o, "clffn"), "GEMM_K_BLOCK_MIN_ROWS");
-        cr_assert(cJSON_IsNumber(rows) && rows->valuedouble >= 0 && rows->valuedouble <= 48 &&
-                      (kb->valuedouble > 0 || rows->valuedouble == 0),
-                  "%s", text);
-        const cJSON *gv = cJSON_GetObjectItemCaseSensitive(
-            cJSON_GetObjectItemCaseSensitive(o, "clffn"), "GEMV_MAX_TOKENS");
-        cr_assert(cJSON_IsNumber(gv) && gv->valuedouble >= 0 && gv->valuedouble <= 48, "%s", text);
-        const cJSON *wl = cJSON_GetObjectItemCaseSensitive(
-            cJSON_GetObjectItemCaseSensitive(o, "clffn"), "WEIGHT_LAYOUT");
-        cr_assert(cJSON_IsNumber(wl) && (wl->valuedouble == 0 || wl->valuedouble == 1), "%s", text);
-        /* a few-tokens Xgemm set comes with its threshold, or neither is written */
-        const cJSON *few = cJSON_GetObjectItemCaseSensitive(o, "clblast_few_rows");
-        const cJSON *fr = cJSON_GetObjectItemCaseSensitive(
-            cJSON_GetObjectItemCaseSensitive(o, "clffn"), "XGEMM_FEW_ROWS");
-        cr_assert((few == NULL) == (fr == NULL), "%s", text);
-        cr_assert(!few || (cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(few, "Xgemm")) &&
-                           cJSON_IsNumber(fr) && fr->valuedouble > 1),
-                  "%s", text);
-        const cJSON *own = cJSON_GetObjectItemCaseSensitive(o, "clffn");
-        static const char *const kernel_keys[] = {
-            "WGEMV_ROW_SPLIT",       "WGEMV_ROW_ROWS",       "WGEMV_COL_WIDTH",
-            "WGEMV_COL_SPLIT",       "WGEMV_COL_GROUPS",     "KERNEL_MAX_TOKENS",
-            "KERNEL_MAX_TOKENS_F32", "KERNEL_MAX_TOKENS_QX", "KERNEL_MAX_TOKENS_LARGE"};
-        for (size_t i = 0; i < sizeof kernel_keys / sizeof kernel_keys[0]; ++i) {
-            const double v = num(own, kernel_keys[i]); /* crossovers: a count measured, or all */
-            cr_assert(v >= (i < 5 ? 1 : 0) && (v <= (i < 5 ? 256 : 1024) || v == 1073741824.0),
-                      "%s", text);
-        }
-        cr_assert_eq(num(own, "KERNEL_LARGE_WEIGHTS"), 131072.0, "%s", text);
-        const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "tuned_for");
-        cr_assert(num(t, "gemm_gflops") > num(t, "gemm_gflops_before"));
-        cJSON_Delete(o);
-    }
-    remove_dir();
-}
-
-/* A candidate is checked before it is timed, GEMV kernels included: one evaluation (the child
- * clffn-tune runs per candidate) with good GEMV parameters prints a time; with XgemvFastRot's
- * tile longer than its work-group (CLBlast's kernel then loads part of the vector and computes
- * wrong results) it exits 3, wrong result, instead of timing it, whatever the crossover (1 token,
- * the weight layout phase's, included). */
-Test(clffn_tune, gemv_candidate_checked, .timeout = 120) {
-    char cmd[1024], out[4096], err[4096];
-    const char *specs[3] = {"65536:16,16,16,8,2,2", "65536:16,16,16,4,8,4", "1:16,16,16,4,8,4"};
-    for (int i = 0; i < 3; ++i) {
-        snprintf(cmd, sizeof cmd,
-                 "'%s' --eval --routine 0 --tokens 1 --d-model 64 --d-ff 128 --gemv %s",
-                 CLFFN_TUNE_PATH, specs[i]);
-        const int rc = run_split(cmd, out, sizeof out, err, sizeof err);
-        if (i == 0) {
-            double t = 0;
-            cr_assert_eq(rc, 0, "%s%s", out, err);
-            cr_assert(sscanf(out, "%lf", &t) == 1 && t > 0, "%s%s", out, err);
-        } else {
-            cr_assert_eq(rc, 3, "%s%s", out, err);
-        }
-    }
-}
-
-/* Phase 9's child: with "cross", the two paths agree first, then a time each through the
- * kernels and without at 1, 2, 4 ... 1024 tokens up to the first count the kernels lose; with
- * "shapes", a time per shape; a malformed spec or type is refused. */
-Test(clffn_tune, kernel_evaluation, .timeout = 180) {
-    char cmd[1024], out[4096];
-    static const char *const specs[4] = {"q4_0:cross:1,8,64,1,4",
-                                         "f16:shapes:1,8,64,1,4;1,4,32,1,8",
-                                         "q5_k:cross:1,8,64,1,4", "f16:cross:1,8,64"};
-    static const int counts[4] = {-1, 2, 0, 0}; /* -1: pairs up to the kernels' first loss */
-    for (int i = 0; i < 4; ++i) {
-        snprintf(cmd, sizeof cmd,
-                 "'%s' --eval --tokens 1 --d-model 64 --d-ff 128 --gated --kernels '%s'",
-                 CLFFN_TUNE_PATH, specs[i]);
-        const int rc = run(cmd, out, sizeof out);
-        if (!counts[i]) {
-            cr_assert_eq(rc, 1, "%s: %s", specs[i], out);
-            continue;
-        }
-        cr_assert_eq(rc, 0, "%s: %s", specs[i], out);
-        const char *p = out;
-        double v[32];
-        int n = 0;
-        for (char *end; n < 32; p = end, ++n) {
-            v[n] = strtod(p, &end);
-            if (end == p) { break; }
-            cr_assert(v[n] > 0, "%s: %s", specs[i], out);
-        }
-        if (counts[i] > 0) {
-            cr_assert_eq(n, counts[i], "%s: %s", specs[i], out);
-            continue;
-        }
-        /* 1, 2, 4 ... 1024 tokens, through the kernels and not: pairs won by the kernels up
-         * to the first they lose, which ends the line early, after one more pair at three
-         * quarters of its count from 4 tokens on */
-        cr_assert(n >= 2 && n % 2 == 0 && n <= 24, "%s: %s", specs[i], out);
-        int won = 0;
-        while (2 * won < n && v[2 * won] < v[2 * won + 1]) { ++won; }
-        if (2 * won == n) {
-            cr_assert_eq(n, 22, "every count won: %s: %s", specs[i], out);
-        } else {
-            cr_assert_eq(n / 2 - won - 1, won >= 2 ? 1 : 0, "%s: %s", specs[i], out);
-        }
-    }
-}
-
-/* An evaluation with a few-tokens Xgemm set beside the candidate's runs both (the child checks
- * a product on each side of the threshold before it times); a malformed set fails it. */
-Test(clffn_tune, few_tokens_set_evaluated, .timeout = 120) {
-    char cmd[1024], out[4096], err[4096], wide[128] = "", narrow[128] = "";
-    for (int i = 0; i < 16; ++i) {
-        const size_t n = strlen(wide), m = strlen(narrow);
-        snprintf(wide + n, sizeof wide - n, "%s%zu", i ? "," : "", test_xgemm_wide[i]);
-        snprintf(narrow + m, sizeof narrow - m, "%s%zu", i ? "," : "", test_xgemm_narrow[i]);
-    }
-    for (int i = 0; i < 2; ++i) {
-        snprintf(
-            cmd, sizeof cmd,
-            "'%s' --eval --xgemm %s --routine 0 --tokens 8 --d-model 64 --d-ff 128 --few 12:%s",
-            CLFFN_TUNE_PATH, wide, i ? "8,1,64" : narrow);
-        const int rc = run_split(cmd, out, sizeof out, err, sizeof err);
-        double t = 0;
-        if (i == 0) {
-            cr_assert_eq(rc, 0, "%s%s", out, err);
-            cr_assert(sscanf(out, "%lf", &t) == 1 && t > 0, "%s%s", out, err);
-        } else {
-            cr_assert_eq(rc, 1, "%s%s", out, err);
-        }
-    }
-}
-
-Test(clffn_tune, damaged_profile_falls_back_and_opt_out) {
-    make_dir();
-    setenv("CLFFN_TUNE_DIR", dir, 1);
-    clffn_context *ctx = test_context();
-    char path[1300];
-    ASSERT_OK(clffn_tuning_profile_path(clffn_context_cl_device(ctx), path, sizeof path));
-    clffn_context_destroy(ctx);
-    FILE *f = fopen(path, "w");
-    cr_assert_not_null(f);
-    fputs("{\"clblast\": {\"Xgemm\": {\"MWG\": \"lots\"}}", f); /* damaged */
-    fclose(f);
-    ctx = test_context();
-    cr_assert(strncmp(clffn_context_tuning(ctx), "profile", 7) != 0, "%s",
-              clffn_context_tuning(ctx));
-    const size_t fallback_kb = clffn_context_gemm_k_block(ctx); /* the built-in profile's, or 0 */
-    const size_t fallback_gemv = clffn_context_gemv_max_tokens(ctx);
-    const size_t fallback_rows = clffn_context_gemm_k_block_min_rows(ctx);
-    const clffn_layout fallback_layout = clffn_context_weight_layout(ctx);
-    clffn_context_destroy(ctx);
-    /* a clffn section with a misspelt name, a fraction, a negative number, or not an object:
-     * the whole profile is refused, so no half of it takes effect */
-    const char *bad_sections[] = {"{\"GEMM_K_BLOK\": 64}",
-                                  "{\"GEMM_K_BLOCK\": 64.5}",
-                                  "{\"GEMM_K_BLOCK\": -64}",
-                                  "{\"GEMM_K_BLOCK\": \"64\"}",
-                                  "64",
-                                  "{\"GEMM_K_BLOCK\": 1e12}",
-                                  "{\"GEMV_MAX_TOKENS\": -1}",
-                                  "{\"GEMV_MAX_TOKENS\": 1e9}",
-                                  "{\"GEMM_K_BLOCK_MIN_ROWS\": -5}",
-                                  "{\"GEMM_K_BLOCK_MIN_ROWS\": 1e9}",
-                                  "{\"WEIGHT_LAYOUT\": 2}",
-                                  "{\"WEIGHT_LAYOUT\": \"in_out\"}",
-                                  "{\"WEIGHT_LAYOUT\": 0, \"WEIGHT_LAYOUT\": -1}"};
-    for (size_t i = 0; i < sizeof bad_sections / sizeof bad_sections[0]; ++i) {
-        f = fopen(path, "w");
-        cr_assert_not_null(f);
-        fprintf(
-            f, "{\"clblast\": {\"GemmRoutine\": {\"XGEMM_MIN_INDIRECT_SIZE\": 48}}, \"clffn\": %s}",
-            bad_sections[i]);
-        fclose(f);
-        ctx = test_context();
-        cr_assert(strstr(clffn_context_tuning(ctx), "could not be applied") != NULL, "%s: %s",
-                  bad_sections[i], clffn_context_tuning(ctx));
-        cr_assert_eq(clffn_context_gemm_k_block(ctx), fallback_kb, "%s", bad_sections[i]);
-        cr_assert_eq(clffn_context_gemv_max_tokens(ctx), fallback_gemv, "%s", bad_sections[i]);
-        cr_assert_eq(clffn_context_gemm_k_block_min_rows(ctx), fallback_rows, "%s",
-                     bad_sections[i]);
-        cr_assert_eq(clffn_context_weight_layout(ctx), fallback_layout, "%s", bad_sections[i]);
-        clffn_context_destroy(ctx);
-    }
-    setenv("CLFFN_NO_TUNING", "1", 1);
-    ctx = test_context();
-    cr_assert(strncmp(clffn_context_tuning(ctx), "none", 4) == 0, "%s", clffn_context_tuning(ctx));
-    cr_assert_eq(clffn_context_gemm_k_block(ctx), 0, "no profile, no blocking");
-    cr_assert_eq(clffn_context_weight_layout(ctx), CLFFN_DEFAULT_WEIGHT_LAYOUT);
-    clffn_context_destroy(ctx);
-    unsetenv("CLFFN_NO_TUNING");
-    char small[4];
-    ASSERT_STATUS(clffn_tuning_profile_path(NULL, small, sizeof small), CLFFN_ERROR_NULL_ARGUMENT);
-    ASSERT_STATUS(clffn_tuning_dir(small, sizeof small), CLFFN_ERROR_BUFFER_TOO_SMALL);
-    remove_dir();
 }

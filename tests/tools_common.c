@@ -136,3 +136,9 @@ float *exact_values(size_t n, float scale, uint64_t seed) {
     for (size_t i = 0; i < n; ++i) { a[i] = roundf(a[i]) / 64.0f * scale; }
     return a;
 }
+
+double json_num(const cJSON *o, const char *k) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    cr_assert(cJSON_IsNumber(v), "no number '%s'", k);
+    return v->valuedouble;
+}

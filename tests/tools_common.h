@@ -3,6 +3,7 @@
 #ifndef CLFFN_TEST_TOOLS_COMMON_H
 #define CLFFN_TEST_TOOLS_COMMON_H
 
+#include <cjson/cJSON.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -33,5 +34,7 @@ void write_checkpoint(const char *path, const tensor *ts, size_t n);
 
 /* Values k/64·scale, k in [-48, 48]: exact in F16, BF16, F32 and F64. */
 float *exact_values(size_t n, float scale, uint64_t seed);
+/* o's number k, asserted present. */
+double json_num(const cJSON *o, const char *k);
 
 #endif

@@ -292,6 +292,7 @@ int eval_child_line(const opts *o, size_t T, const pset *xg, const pset *dir, si
     if (o->few) { argv[n++] = "--few", argv[n++] = (char *)o->few; }
     if (o->device) { argv[n++] = "--device", argv[n++] = (char *)o->device; }
     if (o->kernels) { argv[n++] = "--kernels", argv[n++] = (char *)o->kernels; }
+    if (o->row_group) { argv[n++] = "--row-group", argv[n++] = (char *)o->row_group; }
     argv[n] = NULL;
     return tool_spawn_self(argv, NULL, 1, line, size);
 }

@@ -12,7 +12,12 @@
  * the forward at one token under every candidate shape, then one per type and kind of input
  * times 1, 2, 4, 8, 16 tokens and on (past 16 the kernels run in passes) with the winning shape
  * through the kernels and without, after checking that both paths agree, until the kernels
- * lose, then three quarters of that count. The compressed crossover is measured once more, in
+ * lose, then three quarters of that count. On a CPU device whose kernels take a row a work-item,
+ * between the two: WGEMV_ROW_GROUP_COLS, the input size (the product's inner dimension × the
+ * pass's tokens, in floats) from which rows go several to a work-item, one child per type timing
+ * the forward at 1, 2, 4, 8 and 16 tokens in turns under each boundary that the tuned shape's
+ * products tell apart; it stays the profile's unless another is at least 3% faster (hosts'
+ * memory moves more than that between runs). The compressed crossover is measured once more, in
  * f16, on a large shape (--large-shape), for the products at least as large as its W2:
  * KERNEL_MAX_TOKENS_LARGE and KERNEL_LARGE_WEIGHTS. */
 #include "tune.h"
@@ -36,199 +41,12 @@ static const size_t SHAPES_GPU[][CLFFN_WGEMV_PARAMS] = {
     {32, 4, 8, 16, 8}, {16, 8, 8, 16, 8}, {32, 2, 16, 8, 8}, {64, 2, 8, 32, 4}, {8, 16, 8, 8, 16},
 };
 
-enum { N_TOKEN_COUNTS = 11, MOST_TOKENS = 1024 };
 /* The crossover written where the kernels win at every count measured: by MOST_TOKENS both
  * paths cost the same per token at any count, so they win at every count (the library's
  * largest profile value). */
 #define EVERY_COUNT 1073741824L
-static const size_t TOKEN_COUNTS[N_TOKEN_COUNTS] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024};
-
-/* ------------------------------------------------------------------------------------------ */
-/* The child */
-
-typedef struct kbench {
-    clffn_context *ctx;
-    clffn_ffn *ffn;
-    cl_mem x, y;
-    clffn_dtype dtype;
-    size_t D;
-    int which; /* the clffn_kernel_class its products take */
-} kbench;
-
-/* An FFN of the tuned shape with random weights in dtype, and x and y for MOST_TOKENS. */
-static int kbench_make(kbench *b, const opts *o, clffn_dtype dtype) {
-    const size_t D = o->D, F = o->F, n = D * F;
-    clffn_config c = clffn_config_default(D, F);
-    c.gated = o->gated;
-    c.activation = o->gated ? CLFFN_ACT_SILU : CLFFN_ACT_GELU;
-    b->dtype = dtype, b->D = D;
-    if (clffn_ffn_create(b->ctx, &c, &b->ffn) != CLFFN_SUCCESS) { return -1; }
-    size_t bytes;
-    if (clffn_dtype_bytes(dtype, n, &bytes) != CLFFN_SUCCESS) { return -1; }
-    float *w = malloc(n * sizeof *w), *bias = calloc(F, sizeof *bias);
-    float *xs = malloc(MOST_TOKENS * D * sizeof *xs);
-    void *m[3] = {malloc(bytes), malloc(bytes), malloc(bytes)};
-    int rc = w && bias && xs && m[0] && m[1] && m[2] ? 0 : -1;
-    uint64_t s = 0x9E3779B97F4A7C15ull;
-    for (int k = 0; k < 3 && rc == 0; ++k) {
-        for (size_t i = 0; i < n; ++i) {
-            s = s * 6364136223846793005ull + 1442695040888963407ull;
-            w[i] = (float)((double)(s >> 40) / 16777216.0 - 0.5) * 0.1f;
-        }
-        if (clffn_convert_weights(dtype, w, n, m[k], bytes) != CLFFN_SUCCESS) { rc = -1; }
-    }
-    for (size_t i = 0; rc == 0 && i < MOST_TOKENS * D; ++i) {
-        xs[i] = (float)sin(0.01 * (double)i);
-    }
-    const clffn_typed_weights tw = {dtype, m[0], o->gated ? m[1] : NULL, m[2], bias, bias, bias};
-    if (rc == 0 && clffn_ffn_upload_weights_typed(b->ffn, CLFFN_LAYOUT_OUT_IN, &tw) != 0) {
-        rc = -1;
-    }
-    cl_int e1 = CL_SUCCESS, e2 = CL_SUCCESS;
-    if (rc == 0) {
-        const cl_context cx = clffn_context_cl_context(b->ctx);
-        const size_t bytes_x = MOST_TOKENS * D * 4;
-        b->x = clCreateBuffer(cx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, bytes_x, xs, &e1);
-        b->y = clCreateBuffer(cx, CL_MEM_READ_WRITE, bytes_x, NULL, &e2);
-    }
-    free(w), free(bias), free(xs), free(m[0]), free(m[1]), free(m[2]);
-    return rc == 0 && e1 == CL_SUCCESS && e2 == CL_SUCCESS ? 0 : -1;
-}
-
-/* Best of five forwards at T tokens (after one that builds the kernels), through the kernels
- * up to `through` tokens. */
-static int forward_time(kbench *b, size_t T, size_t through, double *sec) {
-    if (clffn_context_set_kernel_max_tokens(b->ctx, b->which, through) != CLFFN_SUCCESS) {
-        return -1;
-    }
-    cl_command_queue q = clffn_context_queue(b->ctx);
-    double best = INFINITY;
-    for (int r = 0; r < 6; ++r) {
-        const double t0 = tool_now_s();
-        if (clffn_forward(b->ffn, T, b->x, 0, b->y, 0, q, NULL) != CLFFN_SUCCESS ||
-            tool_finish(q) != CL_SUCCESS) {
-            return -1;
-        }
-        const double t = tool_now_s() - t0;
-        if (r > 0 && t < best) { best = t; }
-    }
-    *sec = best;
-    return 0;
-}
-
-/* y at T tokens through the kernels (in passes past CLFFN_MAX_KERNEL_TOKENS), and without,
- * agree. */
-static int paths_agree(kbench *b, size_t T) {
-    const size_t n = T * b->D;
-    float *a = malloc(n * 4), *c = malloc(n * 4);
-    double *ref = malloc(n * sizeof *ref);
-    cl_command_queue q = clffn_context_queue(b->ctx);
-    int ok = a && c && ref;
-    for (int side = 0; side < 2 && ok; ++side) {
-        ok = clffn_context_set_kernel_max_tokens(b->ctx, b->which, side ? MOST_TOKENS : 0) == 0 &&
-             clffn_forward(b->ffn, T, b->x, 0, b->y, 0, q, NULL) == CLFFN_SUCCESS &&
-             clEnqueueReadBuffer(q, b->y, CL_TRUE, 0, n * 4, side ? a : c, 0, NULL, NULL) == 0;
-    }
-    for (size_t i = 0; ok && i < n; ++i) { ref[i] = c[i]; }
-    /* inputs rounded to 8 bits (2^-8 of their block's largest) move y by about 1%: the check
-     * then catches a broken kernel, not the rounding */
-    const double tol = b->which == CLFFN_KERNELS_QUANTIZED ? 5e-2 : 1e-4;
-    ok = ok && tool_compare(a, ref, n, tol, tol / 10).pass;
-    free(a), free(c), free(ref);
-    return ok ? 0 : -1;
-}
-
-/* T tokens through the kernels (*t) and without them (*t0), printed as a pair. */
-static int both_paths(kbench *b, size_t T, double *t, double *t0) {
-    if (forward_time(b, T, MOST_TOKENS, t) != 0 || forward_time(b, T, 0, t0) != 0) { return -1; }
-    printf("%.9g %.9g ", *t, *t0);
-    return 0;
-}
-
-/* "p1,…,p5" into p. */
-static int parse_shape(const char *s, size_t p[CLFFN_WGEMV_PARAMS]) {
-    pset ps = {"", CLFFN_WGEMV_PARAMS, {0}, {0}};
-    if (pset_parse(s, &ps) != 0) { return -1; }
-    memcpy(p, ps.values, CLFFN_WGEMV_PARAMS * sizeof *p);
-    return 0;
-}
-
-/* The measurement opts.kernels asks for, printed on one line. */
-static int kernels_measure(kbench *b, const char *mode, const char *rest) {
-    char buf[1024];
-    snprintf(buf, sizeof buf, "%s", rest);
-    size_t p[CLFFN_WGEMV_PARAMS];
-    double t, t0;
-    if (!strcmp(mode, "shapes")) { /* in turns, so a noisy moment costs every shape alike */
-        size_t shapes[8][CLFFN_WGEMV_PARAMS];
-        double best[8];
-        int n = 0;
-        for (char *save = NULL, *s = strtok_r(buf, ";", &save); s && n < 8;
-             s = strtok_r(NULL, ";", &save), ++n) {
-            if (parse_shape(s, shapes[n]) != 0) { return 1; }
-            best[n] = INFINITY;
-        }
-        for (int round = 0; round < 4; ++round) {
-            for (int i = 0; i < n; ++i) {
-                if (clffn_context_set_wgemv(b->ctx, shapes[i]) != CLFFN_SUCCESS ||
-                    forward_time(b, 1, 16, &t) != 0) {
-                    return 1;
-                }
-                if (t < best[i]) { best[i] = t; }
-            }
-        }
-        for (int i = 0; i < n; ++i) { printf("%.9g ", best[i]); }
-    } else if (!strcmp(mode, "cross") || !strcmp(mode, "crossqx")) {
-        if (parse_shape(buf, p) != 0 || clffn_context_set_wgemv(b->ctx, p) != CLFFN_SUCCESS) {
-            return 1;
-        }
-        if (!strcmp(mode, "crossqx")) {
-            b->which = CLFFN_KERNELS_QUANTIZED;
-            if (clffn_context_set_quantized_inputs(b->ctx, 1) != CLFFN_SUCCESS) { return 1; }
-        }
-        if (paths_agree(b, 3) != 0 || paths_agree(b, 20) != 0) { return 3; }
-        /* up to the first count the kernels lose, then (from 4 tokens) three quarters of it:
-         * between powers of two the crossover may lie anywhere */
-        for (int i = 0; i < N_TOKEN_COUNTS; ++i) {
-            const size_t T = TOKEN_COUNTS[i];
-            if (both_paths(b, T, &t, &t0) != 0) { return 1; }
-            if (t < t0) { continue; }
-            if (T >= 4 && both_paths(b, T * 3 / 4, &t, &t0) != 0) { return 1; }
-            break;
-        }
-    } else {
-        return 1;
-    }
-    printf("\n");
-    return 0;
-}
-
-int kernels_main(const opts *o, const candidate *c) {
-    char type[16], mode[16];
-    const char *colon = strchr(o->kernels, ':'), *colon2 = colon ? strchr(colon + 1, ':') : NULL;
-    if (!colon2 || (size_t)(colon - o->kernels) >= sizeof type ||
-        (size_t)(colon2 - colon - 1) >= sizeof mode) {
-        return 1;
-    }
-    snprintf(type, sizeof type, "%.*s", (int)(colon - o->kernels), o->kernels);
-    snprintf(mode, sizeof mode, "%.*s", (int)(colon2 - colon - 1), colon + 1);
-    clffn_dtype dtype;
-    if (clffn_dtype_parse(type, &dtype) != CLFFN_SUCCESS) { return 1; }
-    kbench b = {0};
-    b.which = dtype == CLFFN_DTYPE_F32 ? CLFFN_KERNELS_F32 : CLFFN_KERNELS_COMPRESSED;
-    if (clffn_context_create_for_device(o->device, &b.ctx) != CLFFN_SUCCESS) { return 1; }
-    int rc = 1;
-    if (eval_apply(b.ctx, o, c) == 0 &&
-        (o->kept < 0 || clffn_context_set_weight_layout(b.ctx, (clffn_layout)o->kept) == 0) &&
-        kbench_make(&b, o, dtype) == 0) {
-        rc = kernels_measure(&b, mode, colon2 + 1);
-    }
-    if (b.x) { clReleaseMemObject(b.x); }
-    if (b.y) { clReleaseMemObject(b.y); }
-    clffn_ffn_destroy(b.ffn);
-    clffn_context_destroy(b.ctx);
-    return rc;
-}
+const size_t TOKEN_COUNTS[N_TOKEN_COUNTS] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024};
+const size_t GROUP_COUNTS[N_GROUP_COUNTS] = {1, 2, 4, 8, 16};
 
 /* ------------------------------------------------------------------------------------------ */
 /* The parent */
@@ -298,6 +116,62 @@ static int best_shape(kernel_env *e, const char *const types[], int n_types, ker
     return 0;
 }
 
+static int cmp_size(const void *a, const void *b) {
+    const size_t x = *(const size_t *)a, y = *(const size_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* WGEMV_ROW_GROUP_COLS on a CPU device whose row kernels take a row a work-item (k->shape):
+ * the boundaries that the tuned shape's products tell apart (each input size its products take
+ * at GROUP_COUNTS, and one past the largest: no grouping at this shape), scored by the forward
+ * at those counts summed over the types. The profile's boundary stays unless another is at
+ * least 3% faster. Into e->o.row_group (buf) for the crossovers after it. */
+static void row_groups(kernel_env *e, const char *const types[], int n_types, kernel_result *k,
+                       char *buf, size_t size) {
+    if (!e->r->lim.cpu || k->shape[0] != 1 || interrupted) { return; }
+    size_t b[MAX_GROUP_BOUNDS];
+    int n = 0;
+    for (int c = 0; c < N_GROUP_COUNTS; ++c) {
+        b[n++] = e->o.D * GROUP_COUNTS[c];
+        b[n++] = e->o.F * GROUP_COUNTS[c];
+    }
+    qsort(b, (size_t)n, sizeof *b, cmp_size);
+    int u = 1;
+    for (int i = 1; i < n; ++i) {
+        if (b[i] != b[u - 1]) { b[u++] = b[i]; }
+    }
+    b[u] = b[u - 1] + 1;
+    n = u + 1;
+    /* the boundary in force: the candidate that groups the same inputs */
+    const size_t now = e->r->row_group_cols;
+    int cur = 0;
+    while (cur < n - 1 && b[cur] < now) { ++cur; }
+    char list[512], one[64];
+    shape_text(k->shape, list, sizeof list);
+    for (int i = 0; i < n; ++i) {
+        snprintf(one, sizeof one, "%s%zu", i ? "," : ";", b[i]);
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s", one);
+    }
+    double sum[MAX_GROUP_BOUNDS] = {0}, t[MAX_GROUP_BOUNDS];
+    for (int ty = 0; ty < n_types; ++ty) {
+        if (child_times(e, types[ty], "groups", list, t, n) != n) { return; }
+        for (int i = 0; i < n; ++i) { sum[i] += t[i]; }
+    }
+    int best = cur;
+    for (int i = 0; i < n; ++i) {
+        printf("rows grouped from %9zu floats: %.3f ms over %s%s, 1-16 tokens%s\n", b[i],
+               sum[i] * 1e3, types[0], n_types > 1 ? " and the others" : "",
+               i == cur ? " (the profile's)" : "");
+        if (sum[i] < sum[best]) { best = i; }
+    }
+    if (sum[best] > 0.97 * sum[cur]) { best = cur; }
+    k->have_row_group = 1;
+    k->row_group_cols = best == cur ? now : b[best];
+    snprintf(buf, size, "%zu", k->row_group_cols);
+    e->o.row_group = buf;
+    fflush(stdout);
+}
+
 /* The largest token count up to which type's kernels beat the path they replace at every count
  * measured (mode "cross", or "crossqx" with quantized inputs): the last power of two they win,
  * or three quarters of the first they lose where they win that; -1 when a child fails or the
@@ -363,6 +237,8 @@ void phase_kernels(search *r, size_t min_indirect, size_t k_block, size_t k_min_
     const char *const types[2] = {quantized ? "q4_0" : "f16", "f16"};
     const int n_types = quantized ? 2 : 1;
     if (best_shape(&e, types, n_types, k) != 0) { return; }
+    char group[32];
+    row_groups(&e, types, n_types, k, group, sizeof group);
     long compressed = EVERY_COUNT, qx = EVERY_COUNT;
     for (int ty = 0; ty < n_types; ++ty) {
         const long m = crossover(&e, types[ty], "cross", k->shape);
@@ -396,6 +272,9 @@ void kernels_json(cJSON *own, const kernel_result *k) {
     cJSON_AddNumberToObject(own, "KERNEL_MAX_TOKENS", (double)k->max_tokens);
     cJSON_AddNumberToObject(own, "KERNEL_MAX_TOKENS_QX", (double)k->max_tokens_qx);
     cJSON_AddNumberToObject(own, "KERNEL_MAX_TOKENS_F32", (double)k->max_tokens_f32);
+    if (k->have_row_group) {
+        cJSON_AddNumberToObject(own, "WGEMV_ROW_GROUP_COLS", (double)k->row_group_cols);
+    }
     if (k->large_weights) {
         cJSON_AddNumberToObject(own, "KERNEL_MAX_TOKENS_LARGE", (double)k->max_tokens_large);
         cJSON_AddNumberToObject(own, "KERNEL_LARGE_WEIGHTS", (double)k->large_weights);

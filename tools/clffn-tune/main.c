@@ -26,7 +26,9 @@
  *      (clffn_context_set_xgemm): the winner narrowed along the tokens, scored by the forward at
  *      16 tokens, and the threshold where the winner alone catches up;
  *   9. clffn's own kernels over weights in their stored type (kernels.c): their shapes
- *      (WGEMV_*), scored by the one-token forward with q4_0 and f16 weights, then
+ *      (WGEMV_*), scored by the one-token forward with q4_0 and f16 weights; on a CPU device,
+ *      WGEMV_ROW_GROUP_COLS, the input size from which rows go several to a work-item, scored
+ *      by the forward at 1 to 16 tokens with each boundary the tuned shape tells apart; then
  *      KERNEL_MAX_TOKENS, KERNEL_MAX_TOKENS_QX and KERNEL_MAX_TOKENS_F32, the most tokens (up
  *      to 1024, in passes of 16 past 16) up to which they beat dequantized blocks through SGEMM
  *      (compressed weights, with f32 inputs and with quantized ones) and CLBlast's path (f32);
@@ -79,6 +81,7 @@ enum {
     OPT_KERNELS,
     OPT_LARGE_SHAPE,
     OPT_K_MIN_ROWS,
+    OPT_ROW_GROUP,
 };
 
 static const tool_option OPTIONS[] = {
@@ -105,6 +108,7 @@ static const tool_option OPTIONS[] = {
     {"forward-only", OPT_FORWARD_ONLY, TOOL_FLAG, NULL, NULL},
     {"kernels", OPT_KERNELS, TOOL_VALUE, "SPEC", NULL},
     {"k-block-min-rows", OPT_K_MIN_ROWS, TOOL_VALUE, "N", NULL},
+    {"row-group", OPT_ROW_GROUP, TOOL_VALUE, "N", NULL},
     {0},
 };
 
@@ -177,6 +181,7 @@ static int take_option(int key, const char *name, const char *v, search *r, requ
     case OPT_FEW: r->o.few = v; return 0;
     case OPT_FORWARD_ONLY: r->o.forward_only = 1; return 0;
     case OPT_KERNELS: r->o.kernels = v; return 0;
+    case OPT_ROW_GROUP: r->o.row_group = v; return 0;
     case OPT_LARGE_SHAPE: return large_shape(v, r);
     case OPT_K_MIN_ROWS:
         if (tool_parse_size(v, 0, CLFFN_MAX_GEMM_K_BLOCK_MIN_ROWS, &r->o.k_min_rows) == 0) {

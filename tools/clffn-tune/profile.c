@@ -111,6 +111,7 @@ int device_facts(search *r, int print_only) {
     }
     snprintf(r->progress, sizeof r->progress, "%s.progress", r->path);
     clffn_context_device_name(cctx, r->name, sizeof r->name);
+    r->row_group_cols = clffn_context_row_group_cols(cctx);
     cl_device_type type = 0;
     clGetDeviceInfo(dev, CL_DEVICE_TYPE, sizeof type, &type, NULL);
     r->lim.cpu = (type & CL_DEVICE_TYPE_CPU) != 0;
@@ -207,6 +208,10 @@ int write_profile(const search *r, size_t min_indirect, size_t k_block, size_t k
         printf("clffn's kernels up to %zu tokens for compressed weights (%zu with quantized "
                "inputs%s), %zu for f32\n",
                kr->max_tokens, kr->max_tokens_qx, large, kr->max_tokens_f32);
+        if (kr->have_row_group) {
+            printf("their rows several to a work-item from inputs of %zu floats\n",
+                   kr->row_group_cols);
+        }
     }
     printf("profile: %s\n%s\n", r->path, text);
     free(text);

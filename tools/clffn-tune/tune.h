@@ -90,8 +90,12 @@ typedef struct opts {
     /* phase 9's measurement instead of the GEMMs' (kernels.c): NULL, or "TYPE:shapes:S;S;…"
      * (the forward at one token through clffn's kernels with each shape S = "p1,…,p5") or
      * "TYPE:cross:S" (1, 2, 4 ... 1024 tokens through the kernels and without them up to the
-     * first count the kernels lose, then three quarters of that count) */
+     * first count the kernels lose, then three quarters of that count) or "TYPE:groups:S;B,…"
+     * (the forward at 1, 2, 4, 8 and 16 tokens with shape S and rows grouped from each B) */
     const char *kernels;
+    /* phase 9's row-grouping boundary once measured (clffn_context_set_row_group_cols): NULL,
+     * the profile's, or "N" */
+    const char *row_group;
 } opts;
 
 /* The K-block of a candidate that should keep the one the applied profile has. */
@@ -146,6 +150,7 @@ typedef struct search {
     /* --large-shape: phase 9's large products' crossover is measured on large_D -> large_F,
      * gated (0: not measured) */
     size_t large_D, large_F;
+    size_t row_group_cols; /* the row-grouping boundary the device has before the search */
     char path[1200], progress[1300], dir[1024];
     char name[256], platform[256], driver[256];
     state s;
@@ -192,8 +197,23 @@ typedef struct kernel_result {
     size_t max_tokens, max_tokens_qx, max_tokens_f32;
     /* KERNEL_MAX_TOKENS_LARGE from KERNEL_LARGE_WEIGHTS: large_weights 0 where not measured */
     size_t max_tokens_large, large_weights;
+    /* WGEMV_ROW_GROUP_COLS, where have_row_group (CPU devices, a work-item a row) */
+    int have_row_group;
+    size_t row_group_cols;
 } kernel_result;
 
+/* Phase 9's token counts, shared by its parent (kernels.c) and its child (kernels_child.c): the
+ * crossovers' (1 ... MOST_TOKENS, in passes of 16 past 16) and the row-grouping boundary's (one
+ * pass of the kernels, rows in fours up to 4 tokens and in twos above where they go several to
+ * a work-item). */
+enum {
+    N_TOKEN_COUNTS = 11,
+    MOST_TOKENS = 1024,
+    N_GROUP_COUNTS = 5,
+    MAX_GROUP_BOUNDS = 2 * N_GROUP_COUNTS + 1
+};
+extern const size_t TOKEN_COUNTS[N_TOKEN_COUNTS];
+extern const size_t GROUP_COUNTS[N_GROUP_COUNTS];
 void phase_kernels(search *r, size_t min_indirect, size_t k_block, size_t k_min_rows,
                    const gemv_result *g, clffn_layout kept, const few_result *few,
                    kernel_result *k);

@@ -1,0 +1,343 @@
+/* clffn-tune end to end: a profile file applied and printed, a short search and what it writes,
+ * each kind of candidate evaluation its child process runs (the GEMMs, GEMV kernels, clffn's
+ * own kernels, a few-tokens Xgemm set), and damaged profiles falling back. */
+#include "common.h"
+#include "tools_common.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A profile file (the format clffn-tune writes) is applied when a context opens the device,
+ * and FFN results under its parameters stay right through both GEMM kernels. */
+Test(clffn_tune, profile_file_is_applied) {
+    make_dir();
+    setenv("CLFFN_TUNE_DIR", dir, 1);
+    clffn_context *ctx = test_context();
+    char path[1300];
+    ASSERT_OK(clffn_tuning_profile_path(clffn_context_cl_device(ctx), path, sizeof path));
+    cr_assert(strncmp(path, dir, strlen(dir)) == 0, "%s", path);
+    clffn_context_destroy(ctx);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs("{\"clblast\": {\"Xgemm\": {\"GEMMK\": 0, \"KREG\": 1, \"KWG\": 16, \"KWI\": 2,"
+          " \"MDIMA\": 8, \"MDIMC\": 8, \"MWG\": 32, \"NDIMB\": 8, \"NDIMC\": 8, \"NWG\": 32,"
+          " \"SA\": 0, \"SB\": 0, \"STRM\": 0, \"STRN\": 0, \"VWM\": 4, \"VWN\": 4},"
+          " \"GemmRoutine\": {\"XGEMM_MIN_INDIRECT_SIZE\": 48},"
+          " \"Xgemv\": {\"WGS1\": 32, \"WPT1\": 2},"
+          " \"XgemvFast\": {\"WGS2\": 16, \"WPT2\": 2, \"VW2\": 2}},"
+          " \"clffn\": {\"GEMM_K_BLOCK\": 64, \"GEMM_K_BLOCK_MIN_ROWS\": 100,"
+          " \"GEMV_MAX_TOKENS\": 3, \"WEIGHT_LAYOUT\": 0}}",
+          f);
+    fclose(f);
+    ctx = test_context();
+    cr_assert_eq(clffn_tuning_has_profile(clffn_context_cl_device(ctx)), 1);
+    cr_assert_eq(clffn_context_gemm_k_block(ctx), 64);
+    cr_assert_eq(clffn_context_gemv_max_tokens(ctx), 3);
+    cr_assert_eq(clffn_context_gemm_k_block_min_rows(ctx), 100);
+    cr_assert_eq(clffn_context_weight_layout(ctx), CLFFN_LAYOUT_OUT_IN); /* not the default */
+    char want[1400];
+    snprintf(want, sizeof want, "profile %s", path);
+    cr_assert_str_eq(clffn_context_tuning(ctx), want);
+    /* 3 tokens run as GEMVs under that crossover, 200 as the tiled GEMM under that threshold */
+    const size_t shapes[2][3] = {{3, 40, 72}, {200, 40, 72}};
+    for (int s = 0; s < 2; ++s) {
+        clffn_config c = clffn_config_default(shapes[s][1], shapes[s][2]);
+        const size_t T = shapes[s][0], D = c.d_model;
+        test_weights w;
+        test_weights_make(&w, &c, CLFFN_LAYOUT_OUT_IN, 3);
+        float *x = malloc(T * D * sizeof *x), *y = malloc(T * D * sizeof *y);
+        double *ref = malloc(T * D * sizeof *ref);
+        fill_uniform(x, T * D, -1, 1, 4);
+        clffn_ffn *ffn = NULL;
+        ASSERT_OK(clffn_ffn_create(ctx, &c, &ffn));
+        ASSERT_OK(clffn_ffn_upload_weights(ffn, CLFFN_LAYOUT_OUT_IN, &w.host));
+        ASSERT_OK(clffn_forward_host(ffn, T, x, T * D, y, T * D));
+        ASSERT_OK(
+            clffn_reference_forward(&c, CLFFN_LAYOUT_OUT_IN, &w.host, T, x, 0, 0, 0, ref, NULL));
+        assert_close(y, ref, T * D, TOL_RTOL, "under a profile");
+        clffn_ffn_destroy(ffn);
+        free(x), free(y), free(ref);
+        test_weights_free(&w);
+    }
+    clffn_context_destroy(ctx);
+    remove_dir();
+}
+
+/* --print with no profile file: the path, what is applied, and the built-in profile whole. */
+Test(clffn_tune, print_shows_the_builtin_profile) {
+    make_dir();
+    setenv("CLFFN_TUNE_DIR", dir, 1);
+    clffn_context *ctx = test_context();
+    const char *builtin = clffn_tuning_builtin_profile(clffn_context_cl_device(ctx));
+    char cmd[1024], out[16384];
+    snprintf(cmd, sizeof cmd, "CLFFN_TUNE_DIR='%s' '%s' --print", dir, CLFFN_TUNE_PATH);
+    cr_assert_eq(run(cmd, out, sizeof out), 0, "%s", out);
+    cr_assert(strncmp(out, dir, strlen(dir)) == 0, "the path first: %s", out);
+    cr_assert(strstr(out, clffn_context_tuning(ctx)) != NULL, "%s", out);
+    cr_assert(builtin ? strstr(out, builtin) != NULL : strchr(out, '{') == NULL, "%s", out);
+    clffn_context_destroy(ctx);
+    remove_dir();
+}
+
+/* On a CPU device (its kernel shapes a work-item a row) phase 9 also times the row-grouping
+ * boundaries, and its findings (a profile, or the kernels' line) hold one of those timed, or
+ * the default where none was 3% faster; elsewhere neither. */
+static void assert_row_groups(const char *out) {
+    const char *grouped = strstr(out, "rows grouped from");
+    cr_assert((strstr(out, "kernel shape 1,8,64,1,4") != NULL) == (grouped != NULL), "%s", out);
+    const char *key = strstr(out, "\"WGEMV_ROW_GROUP_COLS\":");
+    cr_assert((key != NULL) == (grouped != NULL), "%s", out);
+    if (key) {
+        const size_t cols = strtoull(key + strlen("\"WGEMV_ROW_GROUP_COLS\":"), NULL, 10);
+        char line[64];
+        snprintf(line, sizeof line, "rows grouped from %9zu floats", cols);
+        cr_assert(cols == CLFFN_DEFAULT_ROW_GROUP_COLS || strstr(out, line), "%zu: %s", cols, out);
+    }
+}
+
+/* A short search runs its phases and either writes a profile that beats what was applied
+ * or says that it found nothing better; a written one holds all three kernels. */
+Test(clffn_tune, short_search, .timeout = 400) {
+    make_dir();
+    char cmd[1024], out[16384];
+    snprintf(
+        cmd, sizeof cmd,
+        "CLFFN_NO_TUNING=1 CLFFN_TUNE_DIR='%s' '%s' --budget 1 --tokens 48 --d-model 64 --d-ff 128"
+        " --large-shape 256,512",
+        dir, CLFFN_TUNE_PATH);
+    cr_assert_eq(run(cmd, out, sizeof out), 0, "%s", out);
+    char *at = strstr(out, "profile: ");
+    /* phase 9 measured the weight kernels either way, and the large products' crossover on
+     * the shape given, whose W2 has 131072 weights */
+    cr_assert(strstr(out, "q4_0     1 tokens: kernels") != NULL, "%s", out);
+    cr_assert(strstr(out, "q8_0     1 tokens, quantized inputs: kernels") != NULL, "%s", out);
+    cr_assert(strstr(out, "f32      1 tokens: kernels") != NULL, "%s", out);
+    cr_assert(strstr(out, "large products: 256 -> 512 gated, from 131072 weights") != NULL, "%s",
+              out);
+    assert_row_groups(out);
+    if (!at) {
+        cr_assert(strstr(out, "nothing found beats") != NULL, "%s", out);
+        cr_assert(strstr(out, "\"KERNEL_MAX_TOKENS\":") != NULL, "%s", out);
+        cr_assert(strstr(out, "\"KERNEL_LARGE_WEIGHTS\":131072") != NULL, "%s", out);
+    } else {
+        char path[1300];
+        cr_assert(sscanf(at, "profile: %1299s", path) == 1);
+        FILE *f = fopen(path, "r");
+        cr_assert_not_null(f, "%s", path);
+        char text[8192];
+        const size_t n = fread(text, 1, sizeof text - 1, f);
+        text[n] = '\0';
+        fclose(f);
+        cJSON *o = cJSON_Parse(text);
+        cr_assert_not_null(o);
+        const cJSON *k = cJSON_GetObjectItemCaseSensitive(o, "clblast");
+        cr_assert(cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(k, "Xgemm")));
+        cr_assert(cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(k, "XgemmDirect")));
+        cr_assert(cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(k, "GemmRoutine")));
+        const cJSON *kb = cJSON_GetObjectItemCaseSensitive(
+            cJSON_GetObjectItemCaseSensitive(o, "clffn"), "GEMM_K_BLOCK");
+        cr_assert(cJSON_IsNumber(kb) && kb->valuedouble >= 0, "%s", text);
+        /* blocked from some row count up to the tuned shape's, or never blocked */
+        const cJSON *rows = cJSON_GetObjectItemCaseSensitive(
+            cJSON_GetObjectItemCaseSensitive(o, "clffn"), "GEMM_K_BLOCK_MIN_ROWS");
+        cr_assert(cJSON_IsNumber(rows) && rows->valuedouble >= 0 && rows->valuedouble <= 48 &&
+                      (kb->valuedouble > 0 || rows->valuedouble == 0),
+                  "%s", text);
+        const cJSON *gv = cJSON_GetObjectItemCaseSensitive(
+            cJSON_GetObjectItemCaseSensitive(o, "clffn"), "GEMV_MAX_TOKENS");
+        cr_assert(cJSON_IsNumber(gv) && gv->valuedouble >= 0 && gv->valuedouble <= 48, "%s", text);
+        const cJSON *wl = cJSON_GetObjectItemCaseSensitive(
+            cJSON_GetObjectItemCaseSensitive(o, "clffn"), "WEIGHT_LAYOUT");
+        cr_assert(cJSON_IsNumber(wl) && (wl->valuedouble == 0 || wl->valuedouble == 1), "%s", text);
+        /* a few-tokens Xgemm set comes with its threshold, or neither is written */
+        const cJSON *few = cJSON_GetObjectItemCaseSensitive(o, "clblast_few_rows");
+        const cJSON *fr = cJSON_GetObjectItemCaseSensitive(
+            cJSON_GetObjectItemCaseSensitive(o, "clffn"), "XGEMM_FEW_ROWS");
+        cr_assert((few == NULL) == (fr == NULL), "%s", text);
+        cr_assert(!few || (cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(few, "Xgemm")) &&
+                           cJSON_IsNumber(fr) && fr->valuedouble > 1),
+                  "%s", text);
+        const cJSON *own = cJSON_GetObjectItemCaseSensitive(o, "clffn");
+        static const char *const kernel_keys[] = {
+            "WGEMV_ROW_SPLIT",       "WGEMV_ROW_ROWS",       "WGEMV_COL_WIDTH",
+            "WGEMV_COL_SPLIT",       "WGEMV_COL_GROUPS",     "KERNEL_MAX_TOKENS",
+            "KERNEL_MAX_TOKENS_F32", "KERNEL_MAX_TOKENS_QX", "KERNEL_MAX_TOKENS_LARGE"};
+        for (size_t i = 0; i < sizeof kernel_keys / sizeof kernel_keys[0]; ++i) {
+            const double v =
+                json_num(own, kernel_keys[i]); /* crossovers: a count measured, or all */
+            cr_assert(v >= (i < 5 ? 1 : 0) && (v <= (i < 5 ? 256 : 1024) || v == 1073741824.0),
+                      "%s", text);
+        }
+        cr_assert_eq(json_num(own, "KERNEL_LARGE_WEIGHTS"), 131072.0, "%s", text);
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "tuned_for");
+        cr_assert(json_num(t, "gemm_gflops") > json_num(t, "gemm_gflops_before"));
+        cJSON_Delete(o);
+    }
+    remove_dir();
+}
+
+/* A candidate is checked before it is timed, GEMV kernels included: one evaluation (the child
+ * clffn-tune runs per candidate) with good GEMV parameters prints a time; with XgemvFastRot's
+ * tile longer than its work-group (CLBlast's kernel then loads part of the vector and computes
+ * wrong results) it exits 3, wrong result, instead of timing it, whatever the crossover (1 token,
+ * the weight layout phase's, included). */
+Test(clffn_tune, gemv_candidate_checked, .timeout = 120) {
+    char cmd[1024], out[4096], err[4096];
+    const char *specs[3] = {"65536:16,16,16,8,2,2", "65536:16,16,16,4,8,4", "1:16,16,16,4,8,4"};
+    for (int i = 0; i < 3; ++i) {
+        snprintf(cmd, sizeof cmd,
+                 "'%s' --eval --routine 0 --tokens 1 --d-model 64 --d-ff 128 --gemv %s",
+                 CLFFN_TUNE_PATH, specs[i]);
+        const int rc = run_split(cmd, out, sizeof out, err, sizeof err);
+        if (i == 0) {
+            double t = 0;
+            cr_assert_eq(rc, 0, "%s%s", out, err);
+            cr_assert(sscanf(out, "%lf", &t) == 1 && t > 0, "%s%s", out, err);
+        } else {
+            cr_assert_eq(rc, 3, "%s%s", out, err);
+        }
+    }
+}
+
+/* Phase 9's child: with "cross", the two paths agree first, then a time each through the
+ * kernels and without at 1, 2, 4 ... 1024 tokens up to the first count the kernels lose; with
+ * "shapes", a time per shape; with "groups", a time per row-grouping boundary (the rows grouped
+ * and not checked to agree first); a malformed spec or type is refused. */
+Test(clffn_tune, kernel_evaluation, .timeout = 180) {
+    char cmd[1024], out[4096];
+    static const char *const specs[8] = {"q4_0:cross:1,8,64,1,4",
+                                         "f16:shapes:1,8,64,1,4;1,4,32,1,8",
+                                         "q5_k:cross:1,8,64,1,4",
+                                         "f16:cross:1,8,64",
+                                         "q8_0:groups:1,8,64,1,4;0,512,18446744073709551615",
+                                         "f16:groups:1,8,64,1,4",
+                                         "f16:groups:1,8,64,1,4;",
+                                         "f16:groups:1,8,64,1,4;64,x"};
+    static const int counts[8] = {-1, 2, 0, 0, 3, 0, 0, 0}; /* -1: pairs to the first loss */
+    for (int i = 0; i < 8; ++i) {
+        snprintf(cmd, sizeof cmd,
+                 "'%s' --eval --tokens 1 --d-model 64 --d-ff 128 --gated --kernels '%s'",
+                 CLFFN_TUNE_PATH, specs[i]);
+        const int rc = run(cmd, out, sizeof out);
+        if (!counts[i]) {
+            cr_assert_eq(rc, 1, "%s: %s", specs[i], out);
+            continue;
+        }
+        cr_assert_eq(rc, 0, "%s: %s", specs[i], out);
+        const char *p = out;
+        double v[32];
+        int n = 0;
+        for (char *end; n < 32; p = end, ++n) {
+            v[n] = strtod(p, &end);
+            if (end == p) { break; }
+            cr_assert(v[n] > 0, "%s: %s", specs[i], out);
+        }
+        if (counts[i] > 0) {
+            cr_assert_eq(n, counts[i], "%s: %s", specs[i], out);
+            continue;
+        }
+        /* 1, 2, 4 ... 1024 tokens, through the kernels and not: pairs won by the kernels up
+         * to the first they lose, which ends the line early, after one more pair at three
+         * quarters of its count from 4 tokens on */
+        cr_assert(n >= 2 && n % 2 == 0 && n <= 24, "%s: %s", specs[i], out);
+        int won = 0;
+        while (2 * won < n && v[2 * won] < v[2 * won + 1]) { ++won; }
+        if (2 * won == n) {
+            cr_assert_eq(n, 22, "every count won: %s: %s", specs[i], out);
+        } else {
+            cr_assert_eq(n / 2 - won - 1, won >= 2 ? 1 : 0, "%s: %s", specs[i], out);
+        }
+    }
+}
+
+/* An evaluation with a few-tokens Xgemm set beside the candidate's runs both (the child checks
+ * a product on each side of the threshold before it times); a malformed set fails it. */
+Test(clffn_tune, few_tokens_set_evaluated, .timeout = 120) {
+    char cmd[1024], out[4096], err[4096], wide[128] = "", narrow[128] = "";
+    for (int i = 0; i < 16; ++i) {
+        const size_t n = strlen(wide), m = strlen(narrow);
+        snprintf(wide + n, sizeof wide - n, "%s%zu", i ? "," : "", test_xgemm_wide[i]);
+        snprintf(narrow + m, sizeof narrow - m, "%s%zu", i ? "," : "", test_xgemm_narrow[i]);
+    }
+    for (int i = 0; i < 2; ++i) {
+        snprintf(
+            cmd, sizeof cmd,
+            "'%s' --eval --xgemm %s --routine 0 --tokens 8 --d-model 64 --d-ff 128 --few 12:%s",
+            CLFFN_TUNE_PATH, wide, i ? "8,1,64" : narrow);
+        const int rc = run_split(cmd, out, sizeof out, err, sizeof err);
+        double t = 0;
+        if (i == 0) {
+            cr_assert_eq(rc, 0, "%s%s", out, err);
+            cr_assert(sscanf(out, "%lf", &t) == 1 && t > 0, "%s%s", out, err);
+        } else {
+            cr_assert_eq(rc, 1, "%s%s", out, err);
+        }
+    }
+}
+
+Test(clffn_tune, damaged_profile_falls_back_and_opt_out) {
+    make_dir();
+    setenv("CLFFN_TUNE_DIR", dir, 1);
+    clffn_context *ctx = test_context();
+    char path[1300];
+    ASSERT_OK(clffn_tuning_profile_path(clffn_context_cl_device(ctx), path, sizeof path));
+    clffn_context_destroy(ctx);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs("{\"clblast\": {\"Xgemm\": {\"MWG\": \"lots\"}}", f); /* damaged */
+    fclose(f);
+    ctx = test_context();
+    cr_assert(strncmp(clffn_context_tuning(ctx), "profile", 7) != 0, "%s",
+              clffn_context_tuning(ctx));
+    const size_t fallback_kb = clffn_context_gemm_k_block(ctx); /* the built-in profile's, or 0 */
+    const size_t fallback_gemv = clffn_context_gemv_max_tokens(ctx);
+    const size_t fallback_rows = clffn_context_gemm_k_block_min_rows(ctx);
+    const clffn_layout fallback_layout = clffn_context_weight_layout(ctx);
+    clffn_context_destroy(ctx);
+    /* a clffn section with a misspelt name, a fraction, a negative number, or not an object:
+     * the whole profile is refused, so no half of it takes effect */
+    const char *bad_sections[] = {"{\"GEMM_K_BLOK\": 64}",
+                                  "{\"GEMM_K_BLOCK\": 64.5}",
+                                  "{\"GEMM_K_BLOCK\": -64}",
+                                  "{\"GEMM_K_BLOCK\": \"64\"}",
+                                  "64",
+                                  "{\"GEMM_K_BLOCK\": 1e12}",
+                                  "{\"GEMV_MAX_TOKENS\": -1}",
+                                  "{\"GEMV_MAX_TOKENS\": 1e9}",
+                                  "{\"GEMM_K_BLOCK_MIN_ROWS\": -5}",
+                                  "{\"GEMM_K_BLOCK_MIN_ROWS\": 1e9}",
+                                  "{\"WEIGHT_LAYOUT\": 2}",
+                                  "{\"WEIGHT_LAYOUT\": \"in_out\"}",
+                                  "{\"WEIGHT_LAYOUT\": 0, \"WEIGHT_LAYOUT\": -1}"};
+    for (size_t i = 0; i < sizeof bad_sections / sizeof bad_sections[0]; ++i) {
+        f = fopen(path, "w");
+        cr_assert_not_null(f);
+        fprintf(
+            f, "{\"clblast\": {\"GemmRoutine\": {\"XGEMM_MIN_INDIRECT_SIZE\": 48}}, \"clffn\": %s}",
+            bad_sections[i]);
+        fclose(f);
+        ctx = test_context();
+        cr_assert(strstr(clffn_context_tuning(ctx), "could not be applied") != NULL, "%s: %s",
+                  bad_sections[i], clffn_context_tuning(ctx));
+        cr_assert_eq(clffn_context_gemm_k_block(ctx), fallback_kb, "%s", bad_sections[i]);
+        cr_assert_eq(clffn_context_gemv_max_tokens(ctx), fallback_gemv, "%s", bad_sections[i]);
+        cr_assert_eq(clffn_context_gemm_k_block_min_rows(ctx), fallback_rows, "%s",
+                     bad_sections[i]);
+        cr_assert_eq(clffn_context_weight_layout(ctx), fallback_layout, "%s", bad_sections[i]);
+        clffn_context_destroy(ctx);
+    }
+    setenv("CLFFN_NO_TUNING", "1", 1);
+    ctx = test_context();
+    cr_assert(strncmp(clffn_context_tuning(ctx), "none", 4) == 0, "%s", clffn_context_tuning(ctx));
+    cr_assert_eq(clffn_context_gemm_k_block(ctx), 0, "no profile, no blocking");
+    cr_assert_eq(clffn_context_weight_layout(ctx), CLFFN_DEFAULT_WEIGHT_LAYOUT);
+    clffn_context_destroy(ctx);
+    unsetenv("CLFFN_NO_TUNING");
+    char small[4];
+    ASSERT_STATUS(clffn_tuning_profile_path(NULL, small, sizeof small), CLFFN_ERROR_NULL_ARGUMENT);
+    ASSERT_STATUS(clffn_tuning_dir(small, sizeof small), CLFFN_ERROR_BUFFER_TOO_SMALL);
+    remove_dir();
+}
