@@ -653,6 +653,25 @@ CLFFN_API clffn_status clffn_context_set_row_group_cols(clffn_context *ctx, size
 /** The context's row-grouping boundary (see above); 0 for NULL. */
 CLFFN_API size_t clffn_context_row_group_cols(const clffn_context *ctx);
 
+/** Has the FFNs (and mixture-of-experts layers) created on the context from now on share one
+ *  scratch (on ≠ 0) instead of keeping one each: the f32 blocks that compressed weights are
+ *  dequantized into for SGEMM, the few-token kernels' partial sums and quantized inputs, and
+ *  CLBlast's padded copies. Each scratch grows to its largest product and stays: with the whole
+ *  inner dimension in one block (the GPU profiles), a gated FFN's first product over compressed
+ *  weights needs 2·d_ff·d_model floats, 361 MB at 4096 → 11008, more than the layer's q4_0
+ *  weights (76 MB) or f16 ones (271 MB), and a model of 32 such layers keeps 32 of them. Shared,
+ *  it keeps one, as large as the largest product of any of them. Turn it on only where those
+ *  FFNs run one at a time, as a model's layers do: created, called and destroyed from one
+ *  thread at a time, their commands on one in-order queue. Their workspaces (what a backward
+ *  reads of its forward) stay their own, so a layer's backward may follow other layers'
+ *  forwards. Turning it off (0, the default) changes nothing for FFNs already created. The
+ *  scratch is released with the last FFN that shares it. Errors: NULL_ARGUMENT. */
+CLFFN_API clffn_status clffn_context_set_shared_scratch(clffn_context *ctx, int on);
+
+/** 1 where FFNs created on the context now share its scratch (see above), else 0 (also for
+ *  NULL). */
+CLFFN_API int clffn_context_shared_scratch(const clffn_context *ctx);
+
 /* ---------------------------------------------------------------------------------------------
  * FFN
  * ------------------------------------------------------------------------------------------- */

@@ -373,6 +373,14 @@ size_t clffn_context_row_group_cols(const clffn_context *ctx) {
     return ctx ? ctx->row_group_cols : 0;
 }
 
+clffn_status clffn_context_set_shared_scratch(clffn_context *ctx, int on) {
+    if (!ctx) { return CLFFN_ERROR_NULL_ARGUMENT; }
+    ctx->share_scratch = on != 0;
+    return CLFFN_SUCCESS;
+}
+
+int clffn_context_shared_scratch(const clffn_context *ctx) { return ctx ? ctx->share_scratch : 0; }
+
 clffn_status clffn_context_set_wgemv(clffn_context *ctx, const size_t params[CLFFN_WGEMV_PARAMS]) {
     if (!ctx) { return CLFFN_ERROR_NULL_ARGUMENT; }
     if (!params) {

@@ -7,6 +7,8 @@
 #include "program.h"
 #include "tuning.h"
 
+struct clffn_shared_scratch; /* ffn.h */
+
 struct clffn_context {
     cl_context context;
     cl_device_id device;
@@ -42,7 +44,7 @@ struct clffn_context {
     size_t kernel_max_tokens[4];
     size_t kernel_large_weights;
     /* on a CPU, the row kernels take rows several a work-item where x has at least this many
-     * floats (src/wmatrix.c); from the tuning profile */
+     * floats (src/wmatrix.c); from the tuning profile, or clffn_context_set_row_group_cols() */
     size_t row_group_cols;
     /* clffn_context_set_quantized_inputs(): q8_0 and q4_0 products round their inputs to q8_0,
      * bf16 ones to bf16 */
@@ -55,6 +57,10 @@ struct clffn_context {
     size_t max_wg;                    /* CL_DEVICE_MAX_WORK_GROUP_SIZE */
     cl_uint compute_units;            /* CL_DEVICE_MAX_COMPUTE_UNITS */
     size_t wgemv[CLFFN_WGEMV_PARAMS]; /* the few-token kernels' shapes */
+    /* clffn_context_set_shared_scratch(): FFNs created while share_scratch is on share `shared`
+     * (ffn.c makes it for the first and releases it with the last) */
+    int share_scratch;
+    struct clffn_shared_scratch *shared;
 };
 
 #endif

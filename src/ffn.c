@@ -93,6 +93,28 @@ static clffn_status ensure_train_kernel(clffn_ffn *ffn) {
     return st;
 }
 
+/* The context's shared scratch (made for its first FFN) as ffn's. */
+static clffn_status take_shared(clffn_ffn *ffn) {
+    clffn_context *ctx = ffn->ctx;
+    if (!ctx->shared && !(ctx->shared = calloc(1, sizeof *ctx->shared))) {
+        return CLFFN_ERROR_OUT_OF_HOST_MEMORY;
+    }
+    ffn->ctx_shared = ctx->shared;
+    ++ctx->shared->users;
+    clffn__ffn_share_scratch(ffn, &ctx->shared->w, &ctx->shared->g);
+    return CLFFN_SUCCESS;
+}
+
+/* Lets go of the context's shared scratch, releasing it with its last FFN. */
+static void drop_shared(clffn_ffn *ffn) {
+    struct clffn_shared_scratch *s = ffn->ctx_shared;
+    if (!s || --s->users > 0) { return; }
+    clffn__scratch_release(&s->w);
+    clffn__scratch_release(&s->g);
+    if (ffn->ctx->shared == s) { ffn->ctx->shared = NULL; }
+    free(s);
+}
+
 clffn_status clffn_ffn_create(clffn_context *ctx, const clffn_config *config, clffn_ffn **out) {
     if (!ctx || !config || !out) { return CLFFN_ERROR_NULL_ARGUMENT; }
     clffn_status st = clffn_config_validate(config);
@@ -120,6 +142,10 @@ clffn_status clffn_ffn_create(clffn_context *ctx, const clffn_config *config, cl
         st = make_kernel(ctx, &key, "clffn_column_sums", &ffn->column_sums);
     }
     if (st != CLFFN_SUCCESS) {
+        clffn_ffn_destroy(ffn);
+        return st;
+    }
+    if (ctx->share_scratch && (st = take_shared(ffn)) != CLFFN_SUCCESS) {
         clffn_ffn_destroy(ffn);
         return st;
     }
@@ -185,6 +211,7 @@ void clffn_ffn_destroy(clffn_ffn *ffn) {
     clffn__workspace_release(&ffn->ws);
     clffn__scratch_release(&ffn->scratch);
     clffn__wkernels_release(&ffn->wk);
+    drop_shared(ffn);
     free(ffn);
 }
 

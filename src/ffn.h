@@ -22,6 +22,16 @@ typedef struct clffn_fused {
     bool first, second;
 } clffn_fused;
 
+/* The scratch of the FFNs created on a context while it shares one (clffn_context_set_shared_
+ * scratch): their weight kernels' (w, wmatrix.h) and CLBlast's (g, gemm.h), one of each however
+ * many FFNs, released with the last of its users. Their products run one at a time, on one
+ * queue, as the caller promises, so one buffer of each, as large as the largest product needs,
+ * serves them all. */
+struct clffn_shared_scratch {
+    clffn_scratch w, g;
+    size_t users;
+};
+
 struct clffn_ffn {
     clffn_context *ctx;
     clffn_config cfg;
@@ -57,6 +67,9 @@ struct clffn_ffn {
     /* a mixture-of-experts layer's scratch for CLBlast, which its experts on its context share
      * as they do wk.shared (NULL: scratch) */
     clffn_scratch *shared_scratch;
+    /* the context's shared scratch, where the FFN was created while the context shared it
+     * (clffn_context_set_shared_scratch): one of its users, whichever scratch it runs on */
+    struct clffn_shared_scratch *ctx_shared;
     size_t weight_bytes; /* of W1, V and W2 on the device */
     char message[160];   /* clffn_ffn_error_message() */
 

@@ -121,7 +121,7 @@ clffn_status clffn_moe_create(clffn_context *ctx, const clffn_moe_config *config
     const clffn_config shared = clffn__moe_shared_config(config);
     for (size_t i = 0; i < moe->n_ffn && st == CLFFN_SUCCESS; ++i) {
         st = clffn_ffn_create(ctx, i < config->experts ? &config->expert : &shared, &moe->ffn[i]);
-        if (st == CLFFN_SUCCESS) {
+        if (st == CLFFN_SUCCESS && !ctx->share_scratch) { /* else the context's, as created */
             clffn__ffn_share_scratch(moe->ffn[i], &moe->wscratch, &moe->gscratch);
         }
     }

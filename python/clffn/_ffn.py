@@ -104,16 +104,18 @@ def devices():
 
 
 class _Context:
-    """One clffn_context per device and choice of quantized inputs, shared by the layers on it
-    and released with the last."""
+    """One clffn_context per device, choice of quantized inputs and of a shared scratch, shared
+    by the layers on it and released with the last."""
 
-    def __init__(self, device, quantized_inputs=False):
+    def __init__(self, device, quantized_inputs=False, shared_scratch=False):
         self.handle = ctypes.c_void_p()
         spec = device.encode() if device else None
         _check(_lib.context_create_for_device(spec, ctypes.byref(self.handle)),
                f"opening device {device!r}" if device else "opening the default device")
         if quantized_inputs:
             _check(_lib.context_set_quantized_inputs(self.handle, 1), "quantized_inputs")
+        if shared_scratch:
+            _check(_lib.context_set_shared_scratch(self.handle, 1), "shared_scratch")
 
     def __del__(self):
         if getattr(self, "handle", None) and _lib is not None:
@@ -124,11 +126,12 @@ class _Context:
 _contexts = weakref.WeakValueDictionary()
 
 
-def _context(device, quantized_inputs=False):
-    key = (device or os.environ.get("CLFFN_DEVICE") or "", bool(quantized_inputs))
+def _context(device, quantized_inputs=False, shared_scratch=False):
+    key = (device or os.environ.get("CLFFN_DEVICE") or "", bool(quantized_inputs),
+           bool(shared_scratch))
     ctx = _contexts.get(key)
     if ctx is None:
-        ctx = _Context(device, quantized_inputs)
+        ctx = _Context(device, quantized_inputs, shared_scratch)
         _contexts[key] = ctx
     return ctx
 
@@ -244,18 +247,24 @@ class FFN:
     quantized_inputs=True (with weight_dtype "q8_0", "q4_0" or "bf16") rounds each product's
     input rows to q8_0 blocks first (bf16 for bf16 weights), as llama.cpp multiplies these types:
     faster for few tokens, exact only to the rounded inputs (clffn_context_set_quantized_inputs).
+
+    shared_scratch=True has the layers made with it on a device share one scratch (the f32
+    blocks compressed weights are dequantized into for many tokens, CLBlast's copies) instead
+    of keeping one each, which on a GPU can outgrow the compressed weights themselves. Only
+    for layers run one at a time, from one thread, as a model's layers are
+    (clffn_context_set_shared_scratch).
     """
 
     def __init__(self, d_model, d_ff, activation="relu", gated=False, bias1=True, bias2=True,
                  bias_gate=True, dropout=0.0, residual=False, device=None, weight_dtype="f32",
-                 quantized_inputs=False, _init_weights=True):
+                 quantized_inputs=False, shared_scratch=False, _init_weights=True):
         for name, v in (("d_model", d_model), ("d_ff", d_ff)):
             if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v <= 0:
                 raise ArgumentError(INVALID_SIZE, f"{name} must be a positive integer, not {v!r}")
         act, gated = _parse_activation(activation, gated)
         self._dtype = _parse_dtype(weight_dtype)
         self._handle = None
-        self._ctx = _context(device, quantized_inputs)
+        self._ctx = _context(device, quantized_inputs, shared_scratch)
         cfg = _lib.config_default(int(d_model), int(d_ff))
         cfg.activation, cfg.gated = act, int(gated)
         cfg.bias1, cfg.bias2, cfg.bias_gate = int(bool(bias1)), int(bool(bias2)), int(bool(bias_gate))
@@ -303,6 +312,11 @@ class FFN:
     def quantized_inputs(self):
         """Whether q8_0 and q4_0 products round their inputs to q8_0 first."""
         return bool(_lib.context_quantized_inputs(self._ctx.handle))
+
+    @property
+    def shared_scratch(self):
+        """Whether the layer shares its scratch with the others made with shared_scratch=True."""
+        return bool(_lib.context_shared_scratch(self._ctx.handle))
 
     @property
     def weight_dtype(self):

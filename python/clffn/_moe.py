@@ -32,7 +32,7 @@ class MoE:
     MoE(d_model, d_ff, experts, top_k=2, activation="swiglu", bias=False,
     routing="normalized", router_bias=False, shared_expert=False, device=None,
     weight_dtype="f32", aux_loss_coef=0.0, shared_d_ff=None, shared_gate=False,
-    quantized_inputs=False, counts="device", grouping=True). Each expert is
+    quantized_inputs=False, counts="device", grouping=True, shared_scratch=False). Each expert is
     an FFN of (d_model, d_ff, activation, bias); the router [experts, d_model] scores each
     token, the top_k best experts (ties to the lower index) run it, and their outputs are
     summed with the softmax probabilities renormalised over the chosen ("normalized",
@@ -52,13 +52,14 @@ class MoE:
     time, "auto" reads them back where some expert must go unchosen; the outputs are the same
     bits. grouping=False runs the experts one at a time even with the counts on the device
     (clffn_moe_set_grouping), with the same bits; grouped says whether the last call ran them
-    grouped.
+    grouped. shared_scratch as FFN takes it: the layer's experts then use the scratch that the
+    device's other layers made with shared_scratch=True use.
     """
 
     def __init__(self, d_model, d_ff, experts, top_k=2, activation="swiglu", bias=False,
                  routing="normalized", router_bias=False, shared_expert=False, device=None,
                  weight_dtype="f32", aux_loss_coef=0.0, shared_d_ff=None, shared_gate=False,
-                 quantized_inputs=False, counts="device", grouping=True):
+                 quantized_inputs=False, counts="device", grouping=True, shared_scratch=False):
         shared_d_ff = d_ff if shared_d_ff is None else shared_d_ff
         for name, v in (("d_model", d_model), ("d_ff", d_ff), ("experts", experts),
                         ("top_k", top_k), ("shared_d_ff", shared_d_ff)):
@@ -78,7 +79,7 @@ class MoE:
         act, gated = _parse_activation(activation, False)
         dtype = _parse_dtype(weight_dtype)
         self._handle = None
-        self._ctx = _context(device, quantized_inputs)
+        self._ctx = _context(device, quantized_inputs, shared_scratch)
         mc = _lib.moe_config_default(int(d_model), int(d_ff), int(experts), int(top_k))
         mc.expert.activation, mc.expert.gated = act, int(gated)
         mc.expert.bias1 = mc.expert.bias2 = mc.expert.bias_gate = int(bool(bias))

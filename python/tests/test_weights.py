@@ -169,3 +169,37 @@ def test_quantized_inputs(dtype):
     ref.close(exact(x), plain)
     margin = 10 if dtype == "bf16" else 100  # bf16's rounding is 16 times finer than q8_0's
     assert np.abs(yref - plain).max() > margin * 1e-5 * np.abs(plain).max()
+
+
+def test_shared_scratch():
+    """Layers made with shared_scratch=True (compressed, past the few-token kernels, so their
+    products dequantize into the scratch) run forward, forward, backward, backward as a model's
+    layers do, each matching the reference and the same layers with scratch of their own, bit
+    for bit; the others on the device keep theirs."""
+    T = 300
+    made = {}
+    for shared in (False, True):
+        made[shared] = []
+        for i, dtype in enumerate(("q8_0", "f16")):
+            w = weights(20 + i)
+            f = clffn.FFN(D, F, activation="swiglu", bias_gate=False, weight_dtype=dtype,
+                          shared_scratch=shared)
+            f.set_weights(w["w1"], w["b1"], w["w2"], w["b2"], v=w["v"])
+            made[shared].append((f, w, dtype))
+    assert all(f.shared_scratch for f, _, _ in made[True])
+    assert not any(f.shared_scratch for f, _, _ in made[False])
+    rng = np.random.default_rng(30)
+    xs = [rng.uniform(-1, 1, (T, D)).astype(np.float32) for _ in range(2)]
+    dys = [rng.uniform(-1, 1, (T, D)).astype(np.float32) for _ in range(2)]
+    out = {}
+    for shared, layers in made.items():
+        ys = [f(x) for (f, _, _), x in zip(layers, xs)]
+        dxs = [f.backward(dy)[0] for (f, _, _), dy in zip(layers, dys)]
+        out[shared] = (ys, dxs)
+    for i, (f, w, dtype) in enumerate(made[True]):
+        wd = {k: (DEQUANT[dtype](a) if a.ndim == 2 else a).astype(np.float64) for k, a in w.items()}
+        yr, keep = ref.forward(xs[i], wd, "silu", True)
+        ref.close(out[True][0][i], yr)
+        ref.close(out[True][1][i], ref.backward(dys[i], wd, "silu", True, False, keep)[0])
+        np.testing.assert_array_equal(out[True][0][i], out[False][0][i])
+        np.testing.assert_array_equal(out[True][1][i], out[False][1][i])
