@@ -161,6 +161,11 @@ typedef struct op {
 } op;
 
 static void prep_ctx(fx *f) { cr_assert_eq(clffn_context_create(f->cl, f->dev, &f->ctx), 0); }
+/* a context whose FFNs share its scratch: the first one made makes it */
+static void prep_ctx_shared(fx *f) {
+    prep_ctx(f);
+    cr_assert_eq(clffn_context_set_shared_scratch(f->ctx, 1), 0);
+}
 static void prep_ffn(fx *f) {
     prep_ctx(f);
     cr_assert_eq(clffn_ffn_create(f->ctx, &f->cfg, &f->ffn), 0);
@@ -346,6 +351,7 @@ static const op ops[] = {
     {"clffn_ffn_upload_weights_typed f16", prep_typed, run_upload_typed, fin_all, 0},
     {"clffn_forward_host f16", prep_typed, run_forward, fin_all, 0},
     {"clffn_backward_host f16", prep_typed, run_backward_typed, fin_all, 0},
+    {"clffn_ffn_create, scratch shared", prep_ctx_shared, run_ffn_create, fin_all, 1},
 };
 
 /* A failure the API documents as absorbed: with one failing allocation, a tuning profile that
@@ -532,6 +538,7 @@ SWEEP_TEST(gguf_open, 21)
 SWEEP_TEST(upload_typed_f16, 22)
 SWEEP_TEST(forward_host_f16, 23)
 SWEEP_TEST(backward_host_f16, 24)
+SWEEP_TEST(ffn_create_shared, 25)
 
 /* ------------------------------------------------------------------------------------------ */
 /* Device allocations. The k-th buffer clffn creates inside a forward or backward fails, for
