@@ -391,9 +391,7 @@ static clffn_status apply_json(cl_device_id device, const char *text, int truste
     return st;
 }
 
-const char *clffn__builtin_profile(cl_device_id device) {
-    char platform[256], name[256], driver[256];
-    clffn__device_strings(device, platform, name, driver, sizeof platform);
+const char *clffn__builtin_profile_for(const char *platform, const char *name) {
     for (size_t i = 0; i < sizeof builtin_profiles / sizeof builtin_profiles[0]; ++i) {
         if (strstr(platform, builtin_profiles[i].platform_substr) &&
             strstr(name, builtin_profiles[i].device_substr)) {
@@ -401,6 +399,12 @@ const char *clffn__builtin_profile(cl_device_id device) {
         }
     }
     return NULL;
+}
+
+const char *clffn__builtin_profile(cl_device_id device) {
+    char platform[256], name[256], driver[256];
+    clffn__device_strings(device, platform, name, driver, sizeof platform);
+    return clffn__builtin_profile_for(platform, name);
 }
 
 const char *clffn__builtin_profile_at(size_t i) {

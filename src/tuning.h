@@ -87,6 +87,10 @@ unsigned long clffn__xgemm_changes(void);
 /* The built-in profile's JSON for the device, or NULL. */
 const char *clffn__builtin_profile(cl_device_id device);
 
+/* The same for a device of that platform and name (the first entry whose substrings both
+ * hold). */
+const char *clffn__builtin_profile_for(const char *platform, const char *name);
+
 /* The i-th entry of the built-in table (one text may serve several entries), or NULL past the
  * end: for the tests, which check every profile on whatever device they have. */
 const char *clffn__builtin_profile_at(size_t i);

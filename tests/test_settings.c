@@ -200,6 +200,37 @@ Test(settings, builtin_profile_of_the_device) {
     rmdir(dir);
 }
 
+/* Which built-in profile a device's names pick: POCL names an AMD EPYC with AVX-512 after the
+ * Skylake target it compiles for, so the vendor in the name, not the target, tells Intel's
+ * cores (rows grouped from 1024 floats, the kernels to 256 tokens) from AMD's. */
+Test(settings, builtin_profile_by_name) {
+    static const struct {
+        const char *name;
+        int intel; /* -1: no built-in profile */
+    } cases[] = {
+        {"pthread-skylake-avx512-Intel(R) Xeon(R) Processor", 1},
+        {"pthread-cooperlake-Intel(R) Xeon(R) Gold 6348", 1},
+        {"pthread-skylake-avx512-AMD EPYC 9R14 96-Core Processor", 0},
+        {"pthread-znver4-AMD EPYC 9654", 0},
+        {"pthread-haswell-Intel(R) Core(TM) i7", -1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
+        const char *json = clffn__builtin_profile_for("Portable Computing Language", cases[i].name);
+        if (cases[i].intel < 0) {
+            cr_assert_null(json, "%s", cases[i].name);
+            continue;
+        }
+        cr_assert_not_null(json, "%s", cases[i].name);
+        const int grouped = strstr(json, "\"WGEMV_ROW_GROUP_COLS\":1024") != NULL;
+        const int to256 = strstr(json, "\"KERNEL_MAX_TOKENS\":256,") != NULL;
+        cr_assert_eq(grouped, cases[i].intel, "%s", cases[i].name);
+        cr_assert_eq(to256, cases[i].intel, "%s", cases[i].name);
+        cr_assert(cases[i].intel || strstr(json, "\"KERNEL_MAX_TOKENS\":128,"), "%s",
+                  cases[i].name);
+    }
+    cr_assert_null(clffn__builtin_profile_for("rusticl", "llvmpipe (LLVM 15.0.6, 256 bits)"));
+}
+
 /* Every built-in profile (POCL's, the H100's, ...) is accepted whole by CLBlast and computes the
  * FFN right on the device at hand, so a typo or a parameter set that breaks a kernel shows on
  * POCL in CI, not first on the machine the profile is for. Each text is written as this device's
