@@ -110,7 +110,8 @@ Test(moe, router_logits_alike_in_both_forms, .timeout = 300) {
  * CLBlast's copies (moe.h: one expert's at a time, not one an expert), and the layer computes
  * what the reference does on the dequantized weights with them, as they grow from one expert
  * and one token count to the next: experts in four types and a shared expert, 40 then 200
- * tokens (every product over f32 blocks on CLBlast). No expert holds a scratch of its own. */
+ * tokens (every product over f32 blocks on CLBlast, the crossover set below 40 whatever the
+ * device's profile keeps the kernels to). No expert holds a scratch of its own. */
 Test(moe, experts_share_one_scratch, .timeout = 300) {
     const moe_case mc = {200, 4, 2, CLFFN_ROUTING_TOPK_NORMALIZED, 1, 1, 1, CLFFN_ACT_SILU, 0, 0};
     static const clffn_dtype types[5] = {CLFFN_DTYPE_Q8_0, CLFFN_DTYPE_F16, CLFFN_DTYPE_Q4_0,
@@ -119,6 +120,8 @@ Test(moe, experts_share_one_scratch, .timeout = 300) {
     data_make(&m, &mc, 64, 96, 1800);
     typed_set s[5];
     clffn_context *ctx = test_context();
+    ASSERT_OK(clffn_context_set_kernel_max_tokens(ctx, CLFFN_KERNELS_COMPRESSED, 16));
+    ASSERT_OK(clffn_context_set_kernel_max_tokens(ctx, CLFFN_KERNELS_COMPRESSED_LARGE, 16));
     clffn_moe *moe = NULL;
     ASSERT_OK(clffn_moe_create(ctx, &m.c, &moe));
     ASSERT_OK(clffn_moe_upload_router(moe, m.router, m.bias));
