@@ -125,16 +125,13 @@
   #define CLFFN_ROW_AHEAD(row, b)
 #endif
 
-// The row kernel's vectors: 16 values, an AVX-512 register on POCL's CPU device, at every
-// token count; and two blocks in flight (two accumulator chains) for up to 4 tokens. Past 4
-// tokens they were 8 values, to keep the tokens' accumulators few: with clffn_block_dot adding
-// into the accumulators directly, 16 measured faster (4096 -> 11008 SwiGLU at 16 tokens, the
-// Intel Xeon host: f16 33.3 -> 29.7 ms, q8_0 36.5 -> 28.5, q4_0 34.5-37.7 -> 27.7, bf16 34.5 ->
-// 27.5; docs/PERFORMANCE.md).
-#define CLFFN_RV 16
+// The row kernel's vectors: 16 values while the tokens' accumulators stay few, else 8; and two
+// blocks in flight (two accumulator chains) for up to 4 tokens.
 #if CLFFN_WTOKENS <= 4
+  #define CLFFN_RV 16
   #define CLFFN_ROW_UNROLL 2
 #else
+  #define CLFFN_RV 8
   #define CLFFN_ROW_UNROLL 1
 #endif
 #define CLFFN_CAT_(a, b) a##b
@@ -279,8 +276,11 @@ inline void clffn_wload_block(__global const uchar *row, ulong c, float *d, floa
 #endif
 #ifdef CLFFN_WV // written out, not looped: a loop here kept v in memory on POCL
   CLFFN_WV(0) CLFFN_WV(1)
+  #if CLFFN_NV == 4
+  CLFFN_WV(2) CLFFN_WV(3)
+  #endif
   #undef CLFFN_WV
-#elif CLFFN_Q4_PERMUTE && CLFFN_WTOKENS <= 2 // q4_0: each nibble looked up
+#elif CLFFN_RV == 16 && CLFFN_Q4_PERMUTE && CLFFN_WTOKENS <= 2 // q4_0: each nibble looked up
   typedef float clffn_v16sf __attribute__((__vector_size__(64)));
   typedef int clffn_v16si __attribute__((__vector_size__(64)));
   const clffn_v16sf lut = (clffn_v16sf)(float16)(-8.0f, -7.0f, -6.0f, -5.0f, -4.0f, -3.0f, -2.0f,
@@ -289,19 +289,30 @@ inline void clffn_wload_block(__global const uchar *row, ulong c, float *d, floa
   const uint16 b = convert_uint16(vload16(0, blk + 2));
   v[0] = as_float16(__builtin_ia32_permvarsf512(lut, (clffn_v16si)b));
   v[1] = as_float16(__builtin_ia32_permvarsf512(lut, (clffn_v16si)(b >> 4)));
-#else // q4_0: the bytes widened once, each nibble q made the float 2^23 + q
+#elif CLFFN_RV == 16 // q4_0: the bytes widened once, each nibble q made the float 2^23 + q
   const uint16 b = convert_uint16(vload16(0, blk + 2));
   v[0] = as_float16((b & 15u) | 0x4B000000u) - CLFFN_Q4_BIAS;
   v[1] = as_float16((b >> 4) | 0x4B000000u) - CLFFN_Q4_BIAS;
+#else // two 8-byte loads: halves of a uchar16 are shuffles Oclgrind 21.10 mistracks
+  const uint8 b0 = convert_uint8(vload8(0, blk + 2)), b1 = convert_uint8(vload8(1, blk + 2));
+  v[0] = as_float8((b0 & 15u) | 0x4B000000u) - CLFFN_Q4_BIAS;
+  v[1] = as_float8((b1 & 15u) | 0x4B000000u) - CLFFN_Q4_BIAS;
+  v[2] = as_float8((b0 >> 4) | 0x4B000000u) - CLFFN_Q4_BIAS;
+  v[3] = as_float8((b1 >> 4) | 0x4B000000u) - CLFFN_Q4_BIAS;
 #endif
+}
+
+// Lane sums through dot: the optimizer turns a sum written lane by lane into shuffles with
+// undefined lanes, which Oclgrind's uninitialized-value check (21.10) crashes on; dot costs
+// the same here, once per output.
+inline float clffn_hsum8(float8 v) {
+  return dot(v.lo, (float4)1.0f) + dot(v.hi, (float4)1.0f);
 }
 
 // A float16's lanes summed from local memory, four at a time, through the work-item's own 16
 // floats at mine: Oclgrind 21.10 loses track of a float16's upper eight lanes in the shuffle a
 // .hi is compiled into, and this runs once per output. Every work-item of the group calls it (it
-// holds barriers). CLFFN_LANE_SUM(v) is the lane sum of a row kernel's vector. (Lane sums
-// through dot: the optimizer turns a sum written lane by lane into shuffles with undefined
-// lanes, which Oclgrind's uninitialized-value check, 21.10, crashes on.)
+// holds barriers). CLFFN_LANE_SUM(v) is the lane sum of a row kernel's vector, either width.
 inline float clffn_hsum16_local(float16 v, __local float *mine) {
   vstore16(v, 0, mine);
   barrier(CLK_LOCAL_MEM_FENCE);
@@ -309,7 +320,11 @@ inline float clffn_hsum16_local(float16 v, __local float *mine) {
   barrier(CLK_LOCAL_MEM_FENCE);
   return dot(q, (float4)1.0f);
 }
-#define CLFFN_LANE_SUM(v) clffn_hsum16_local(v, mine)
+#if CLFFN_RV == 16
+  #define CLFFN_LANE_SUM(v) clffn_hsum16_local(v, mine)
+#else
+  #define CLFFN_LANE_SUM(v) clffn_hsum8(v)
+#endif
 
 // acc[t] += d·Σ_i v[i]·x[t, c + RV·i] for the pass's tokens: one block's share of each token.
 // The loop is written out, and the function always inlined. As a loop, POCL's compiler kept
@@ -318,35 +333,22 @@ inline float clffn_hsum16_local(float16 v, __local float *mine) {
 // from 4 tokens on, its inliner left this a call per row and block (4 tokens: 13.5-13.9 ms
 // against 10.8-11.2 as a loop). Both together: 4 tokens 8.2-8.3 ms, 8 tokens 14.9-15.0 against
 // 18.4-19.4 (docs/PERFORMANCE.md).
-// Up to 2 tokens each token's block is summed apart (p) and added once, times d: a multiply
-// and an add a token. From 3 tokens the weights are scaled once, d·v (exact: d has 11
-// significant bits, a q8_0 or q4_0 value at most 8), and each token's products go straight
-// into its accumulator, two multiply-adds a token; the sums then run in another order, so the
-// last bits differ from the two-token form's.
 inline CLFFN_ALWAYS_INLINE void clffn_block_dot(const floatRV v[CLFFN_NV], float d,
                                                 __global const float *xr, ulong ldx, ulong c,
                                                 uint tokens, floatRV acc[CLFFN_WTOKENS]) {
-#if CLFFN_WTOKENS <= 2
   #pragma unroll
   for (uint t = 0; t < CLFFN_WTOKENS; ++t) {
     if (t < tokens) {
       __global const float *xt = xr + t * ldx + c;
       floatRV p = v[0] * CLFFN_CAT(vload, CLFFN_RV)(0, xt);
       p = fma(v[1], CLFFN_CAT(vload, CLFFN_RV)(1, xt), p);
+#if CLFFN_NV == 4
+      p = fma(v[2], CLFFN_CAT(vload, CLFFN_RV)(2, xt), p);
+      p = fma(v[3], CLFFN_CAT(vload, CLFFN_RV)(3, xt), p);
+#endif
       acc[t] = fma((floatRV)d, p, acc[t]);
     }
   }
-#else
-  const floatRV w0 = v[0] * d, w1 = v[1] * d;
-  #pragma unroll
-  for (uint t = 0; t < CLFFN_WTOKENS; ++t) {
-    if (t < tokens) {
-      __global const float *xt = xr + t * ldx + c;
-      acc[t] = fma(w1, CLFFN_CAT(vload, CLFFN_RV)(1, xt),
-                   fma(w0, CLFFN_CAT(vload, CLFFN_RV)(0, xt), acc[t]));
-    }
-  }
-#endif
 }
 
 // ---- GPU forms: lanes interleaved by eight values, and loads as wide as the data allow ----------
@@ -603,10 +605,16 @@ inline CLFFN_ALWAYS_INLINE void clffn_row_sums(
 
 // The row kernels' local memory: each work-item's 16 floats for CLFFN_LANE_SUM (mine), and each
 // row's slots for its lanes' partial sums (part, indexed by the row in the work-group).
-#define CLFFN_ROW_LOCALS()                                                                     \
-  __local float lanes_[CLFFN_ROW_ROWS * 16];                                                   \
-  __local float *mine = lanes_ + get_local_id(1) * 16;                                         \
-  __local float part[CLFFN_ROW_ROWS][CLFFN_WTOKENS][CLFFN_ROW_SPLIT]
+#if CLFFN_RV == 16
+  #define CLFFN_ROW_LOCALS()                                                                   \
+    __local float lanes_[CLFFN_ROW_ROWS * 16];                                                 \
+    __local float *mine = lanes_ + get_local_id(1) * 16;                                       \
+    __local float part[CLFFN_ROW_ROWS][CLFFN_WTOKENS][CLFFN_ROW_SPLIT]
+#else
+  #define CLFFN_ROW_LOCALS()                                                                   \
+    __local float *mine = 0;                                                                   \
+    __local float part[CLFFN_ROW_ROWS][CLFFN_WTOKENS][CLFFN_ROW_SPLIT]
+#endif
 
 // NDRange (CLFFN_ROW_SPLIT, ⌈rows / CLFFN_ROW_ROWS⌉·CLFFN_ROW_ROWS), work-group (CLFFN_ROW_SPLIT,
 // CLFFN_ROW_ROWS): a row a work-item (CPUs) or CLFFN_ROW_SPLIT lanes a row (GPUs), as
@@ -772,8 +780,10 @@ void clffn_wgemv_rows2(CLFFN_ROWS_PARAMS, const float beta, __global const uint 
 #endif
   }
   float sum[CLFFN_WTOKENS], sum2[CLFFN_WTOKENS];
+#if CLFFN_RV == 16
   __local float lanes[CLFFN_ROW_ROWS * 16];
   __local float *mine = lanes + get_local_id(1) * 16;
+#endif
   for (uint t = 0; t < CLFFN_WTOKENS; ++t) {
     sum[t] = CLFFN_LANE_SUM(acc[t]) + tail[t];
     sum2[t] = CLFFN_LANE_SUM(acc2[t]) + tail2[t];
@@ -843,8 +853,10 @@ void clffn_wgemv_rows4(CLFFN_ROWS_PARAMS, const float beta, __global const uint 
 #endif
   }
   float sum[4][CLFFN_WTOKENS];
+#if CLFFN_RV == 16
   __local float lanes[CLFFN_ROW_ROWS * 16];
   __local float *mine = lanes + get_local_id(1) * 16;
+#endif
   for (uint t = 0; t < CLFFN_WTOKENS; ++t) {
     sum[0][t] = CLFFN_LANE_SUM(acc0[t]) + tail[0][t];
     sum[1][t] = CLFFN_LANE_SUM(acc1[t]) + tail[1][t];
