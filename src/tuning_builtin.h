@@ -98,19 +98,11 @@
  * from 1024 floats of x there (2026-11-27, Intel Xeon, 2 cores, alternated rounds, the profile
  * before against it): 4096 -> 11008 SwiGLU at one token in f16 13.4-13.5 -> 9.9-10.3 ms, q8_0
  * 8.7-8.9 -> 6.3-6.8, bf16 11.5-12.0 -> 10.1-10.6; 2048 -> 5632 at 2 tokens in f16 1.9-2.1 ->
- * 1.5-1.6; 1024 -> 2816 at 1 and 4 tokens and Qwen3's 128-expert layer level or faster.
- * KERNEL_MAX_TOKENS 256 on Intel's (128 on AMD's): there dequantized SGEMM runs at about half
- * the EPYC's rate, and with the row kernels' 16-wide sums past 4 tokens the kernels in passes
- * stay ahead to 256 tokens (the same host, --kernel-max 0 against 1024, two rounds each, ms):
- * 1024 -> 2816 in f16 27.2, 27.3 against 22.9, 23.8 at 192 tokens, 39.8, 39.4 against 31.2,
- * 31.2 at 256; 2048 -> 5632 at 256 f16 145, 155 against 131, 122, q8_0 145, 150 against 125,
- * 116, q4_0 149, 150 against 125, 116; 512 -> 2048 level (f16 13.9, 13.3 against 13.3, 17.4,
- * q4_0 14.8, 14.3 against 14.1, 13.9). Mixtral-like 1024 -> 2816, 8 experts, top-2, 512
- * tokens (experts of about 146 rows): f16 186, 185 -> 136, 143 ms, q8_0 181, 181 -> 130, 133. */
+ * 1.5-1.6; 1024 -> 2816 at 1 and 4 tokens and Qwen3's 128-expert layer level or faster. */
 #define CLFFN_POCL_AVX512_PROFILE \
     CLFFN_POCL_AVX512_HEAD "\"KERNEL_MAX_TOKENS\":128," CLFFN_POCL_AVX512_TAIL "}}"
 #define CLFFN_POCL_AVX512_INTEL_PROFILE                                        \
-    CLFFN_POCL_AVX512_HEAD "\"KERNEL_MAX_TOKENS\":256," CLFFN_POCL_AVX512_TAIL \
+    CLFFN_POCL_AVX512_HEAD "\"KERNEL_MAX_TOKENS\":128," CLFFN_POCL_AVX512_TAIL \
                            ",\"WGEMV_ROW_GROUP_COLS\":1024}}"
 
 /* NVIDIA H100 through NVIDIA's OpenCL driver (580.159.04, "NVIDIA CUDA" platform):
