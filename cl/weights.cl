@@ -125,13 +125,27 @@
   #define CLFFN_ROW_AHEAD(row, b)
 #endif
 
-// The row kernel's vectors: 16 values while the tokens' accumulators stay few, else 8; and two
-// blocks in flight (two accumulator chains) for up to 4 tokens.
-#if CLFFN_WTOKENS <= 4
+// CLFFN_ROW_DIRECT 1 (the host's choice on CPU devices other than Mesa's llvmpipe): from 3 tokens
+// the row kernels scale a block's weights once and add each token's products straight into its
+// accumulator (clffn_block_dot), and where the compiler targets AVX-512 their vectors stay 16
+// values wide past 4 tokens, a register each. On POCL on an Intel Xeon (2 cores), 4096 -> 11008
+// SwiGLU, forward, alternated against 0: 16 tokens 17-26% and 64 tokens 19-25% faster
+// (docs/PERFORMANCE.md). llvmpipe's compiler took several times longer over those sums (a cold
+// build of the compressed tests 81 -> 266 s), so it keeps 0.
+#ifndef CLFFN_ROW_DIRECT
+  #define CLFFN_ROW_DIRECT 0
+#endif
+// The row kernel's vectors: 16 values while the tokens' accumulators stay few (or fit AVX-512's
+// 32 registers, above), else 8; and two blocks in flight (two accumulator chains) for up to 4
+// tokens.
+#if CLFFN_WTOKENS <= 4 || (CLFFN_ROW_DIRECT && defined(__AVX512F__))
   #define CLFFN_RV 16
-  #define CLFFN_ROW_UNROLL 2
 #else
   #define CLFFN_RV 8
+#endif
+#if CLFFN_WTOKENS <= 4
+  #define CLFFN_ROW_UNROLL 2
+#else
   #define CLFFN_ROW_UNROLL 1
 #endif
 #define CLFFN_CAT_(a, b) a##b
@@ -250,6 +264,17 @@ inline float8 clffn_wload8(__global const uchar *row, ulong c, float *d) {
 #endif
 }
 
+// A q4_0 block's 32 values (the block at blk) as four 8-wide vectors, in order, without the
+// scale: two 8-byte loads, each nibble q made the float 2^23 + q (halves of a uchar16 are
+// shuffles Oclgrind 21.10 mistracks).
+inline void clffn_q4_vecs8(__global const uchar *blk, float8 v[4]) {
+  const uint8 b0 = convert_uint8(vload8(0, blk + 2)), b1 = convert_uint8(vload8(1, blk + 2));
+  v[0] = as_float8((b0 & 15u) | 0x4B000000u) - CLFFN_Q4_BIAS;
+  v[1] = as_float8((b1 & 15u) | 0x4B000000u) - CLFFN_Q4_BIAS;
+  v[2] = as_float8((b0 >> 4) | 0x4B000000u) - CLFFN_Q4_BIAS;
+  v[3] = as_float8((b1 >> 4) | 0x4B000000u) - CLFFN_Q4_BIAS;
+}
+
 // The 32 values of the block at c (a multiple of 32) as CLFFN_NV vectors, without the scale
 // for the quantized types (*d receives it). q4_0's low nibbles are values 0-15, the high ones
 // 16-31.
@@ -293,12 +318,8 @@ inline void clffn_wload_block(__global const uchar *row, ulong c, float *d, floa
   const uint16 b = convert_uint16(vload16(0, blk + 2));
   v[0] = as_float16((b & 15u) | 0x4B000000u) - CLFFN_Q4_BIAS;
   v[1] = as_float16((b >> 4) | 0x4B000000u) - CLFFN_Q4_BIAS;
-#else // two 8-byte loads: halves of a uchar16 are shuffles Oclgrind 21.10 mistracks
-  const uint8 b0 = convert_uint8(vload8(0, blk + 2)), b1 = convert_uint8(vload8(1, blk + 2));
-  v[0] = as_float8((b0 & 15u) | 0x4B000000u) - CLFFN_Q4_BIAS;
-  v[1] = as_float8((b1 & 15u) | 0x4B000000u) - CLFFN_Q4_BIAS;
-  v[2] = as_float8((b0 >> 4) | 0x4B000000u) - CLFFN_Q4_BIAS;
-  v[3] = as_float8((b1 >> 4) | 0x4B000000u) - CLFFN_Q4_BIAS;
+#else
+  clffn_q4_vecs8(blk, v);
 #endif
 }
 
@@ -333,9 +354,33 @@ inline float clffn_hsum16_local(float16 v, __local float *mine) {
 // from 4 tokens on, its inliner left this a call per row and block (4 tokens: 13.5-13.9 ms
 // against 10.8-11.2 as a loop). Both together: 4 tokens 8.2-8.3 ms, 8 tokens 14.9-15.0 against
 // 18.4-19.4 (docs/PERFORMANCE.md).
+// With CLFFN_ROW_DIRECT, from 3 tokens the weights are scaled once, d·v (exact: d has 11
+// significant bits, a q8_0 or q4_0 value at most 8), and each token's products go straight into
+// its accumulator: two multiply-adds a token and vector pair instead of a product, a
+// multiply-add and a scaled add. The sums then run in another order than the other form's, so
+// the last bits differ.
 inline CLFFN_ALWAYS_INLINE void clffn_block_dot(const floatRV v[CLFFN_NV], float d,
                                                 __global const float *xr, ulong ldx, ulong c,
                                                 uint tokens, floatRV acc[CLFFN_WTOKENS]) {
+#if CLFFN_ROW_DIRECT && CLFFN_WTOKENS > 2
+  const floatRV w0 = v[0] * d, w1 = v[1] * d;
+  #if CLFFN_NV == 4
+  const floatRV w2 = v[2] * d, w3 = v[3] * d;
+  #endif
+  #pragma unroll
+  for (uint t = 0; t < CLFFN_WTOKENS; ++t) {
+    if (t < tokens) {
+      __global const float *xt = xr + t * ldx + c;
+      floatRV a = fma(w0, CLFFN_CAT(vload, CLFFN_RV)(0, xt), acc[t]);
+      a = fma(w1, CLFFN_CAT(vload, CLFFN_RV)(1, xt), a);
+  #if CLFFN_NV == 4
+      a = fma(w2, CLFFN_CAT(vload, CLFFN_RV)(2, xt), a);
+      a = fma(w3, CLFFN_CAT(vload, CLFFN_RV)(3, xt), a);
+  #endif
+      acc[t] = a;
+    }
+  }
+#else
   #pragma unroll
   for (uint t = 0; t < CLFFN_WTOKENS; ++t) {
     if (t < tokens) {
@@ -349,6 +394,7 @@ inline CLFFN_ALWAYS_INLINE void clffn_block_dot(const floatRV v[CLFFN_NV], float
       acc[t] = fma((floatRV)d, p, acc[t]);
     }
   }
+#endif
 }
 
 // ---- GPU forms: lanes interleaved by eight values, and loads as wide as the data allow ----------
@@ -1811,19 +1857,41 @@ void clffn_wgemv_cols(CLFFN_ROWS_PARAMS, const float beta, const ulong chunk_row
 #define CLFFN_STRIP CLFFN_WCOL_STRIP(CLFFN_WTOKENS)
 #define CLFFN_STRIP_BLOCKS (CLFFN_STRIP / CLFFN_QK)
 
-// clffn_wload_block where live, else zeros (and d = 0).
+// The strip's vectors: the row kernels', but 8 values for q4_0 past 4 tokens, decoded from two
+// 8-byte loads. 16-wide q4_0 vectors (CLFFN_ROW_DIRECT on AVX-512) made ∂x through 4096 -> 11008
+// SwiGLU at 16 tokens on an Intel Xeon slower (57.6-59.5 -> 67.5-68.3 ms; the strip kernel 25.2
+// -> 33.4 ms a launch, and 33.4 still with the 16-wide decoding split into halves); the other
+// types' strips ran level or faster at 16.
+#if CLFFN_WTYPE == CLFFN_WTYPE_Q4_0 && CLFFN_WTOKENS > 4
+  #define CLFFN_SV 8
+#else
+  #define CLFFN_SV CLFFN_RV
+#endif
+#define floatSV CLFFN_CAT(float, CLFFN_SV)
+#define CLFFN_SNV (CLFFN_QK / CLFFN_SV)
+#if CLFFN_SV == CLFFN_RV
+  #define clffn_strip_load clffn_wload_block
+#else
+inline void clffn_strip_load(__global const uchar *row, ulong c, float *d, float8 v[4]) {
+  __global const uchar *blk = row + (c / CLFFN_QK) * CLFFN_BLOCK_BYTES;
+  *d = clffn_whalf(blk);
+  clffn_q4_vecs8(blk, v);
+}
+#endif
+
+// clffn_strip_load where live, else zeros (and d = 0).
 inline void clffn_wload_block_if(int live, __global const uchar *row, ulong c, float *d,
-                                 floatRV v[CLFFN_NV]) {
+                                 floatSV v[CLFFN_SNV]) {
   if (live) {
-    clffn_wload_block(row, c, d, v);
+    clffn_strip_load(row, c, d, v);
   } else {
     *d = 0.0f;
     #pragma unroll
-    for (uint i = 0; i < CLFFN_NV; ++i) { v[i] = (floatRV)0.0f; }
+    for (uint i = 0; i < CLFFN_SNV; ++i) { v[i] = (floatSV)0.0f; }
   }
 }
 
-// acc[t][j / RV] += Σ over the m (≤ 4) rows from r of W[r, c0 + j]·x[t, r] for j < 32·blocks
+// acc[t][j / SV] += Σ over the m (≤ 4) rows from r of W[r, c0 + j]·x[t, r] for j < 32·blocks
 // (whole blocks of 32), tail[t][k] likewise for the eight columns from 32·blocks + 8k on, up to n.
 // Every index into the sums is a constant once the loops are unrolled (faster on POCL than the
 // same sums indexed at run time, and what a compiler that turns a run-time index into a chain of
@@ -1833,7 +1901,7 @@ inline void clffn_wload_block_if(int live, __global const uchar *row, ulong c, f
 __attribute__((always_inline)) inline void
 clffn_strip_group(__global const uchar *row0, ulong row_bytes, uint m, ulong c0, uint blocks,
                   uint n, __global const float *xr, ulong ldx, ulong r, uint tokens,
-                  floatRV acc[CLFFN_WTOKENS][CLFFN_STRIP / CLFFN_RV],
+                  floatSV acc[CLFFN_WTOKENS][CLFFN_STRIP / CLFFN_SV],
                   float8 tail[CLFFN_WTOKENS][CLFFN_QK / 8]) {
   __global const uchar *row1 = m > 1 ? row0 + row_bytes : row0;
   __global const uchar *row2 = m > 2 ? row0 + 2 * row_bytes : row0;
@@ -1850,21 +1918,21 @@ clffn_strip_group(__global const uchar *row0, ulong row_bytes, uint m, ulong c0,
   #pragma unroll
   for (uint b = 0; b < CLFFN_STRIP_BLOCKS; ++b) {
     if (b < blocks) {
-      floatRV v0[CLFFN_NV], v1[CLFFN_NV], v2[CLFFN_NV], v3[CLFFN_NV];
+      floatSV v0[CLFFN_SNV], v1[CLFFN_SNV], v2[CLFFN_SNV], v3[CLFFN_SNV];
       float d0, d1, d2, d3;
-      clffn_wload_block(row0, c0 + CLFFN_QK * b, &d0, v0);
+      clffn_strip_load(row0, c0 + CLFFN_QK * b, &d0, v0);
       clffn_wload_block_if(m > 1, row1, c0 + CLFFN_QK * b, &d1, v1);
       clffn_wload_block_if(m > 2, row2, c0 + CLFFN_QK * b, &d2, v2);
       clffn_wload_block_if(m > 3, row3, c0 + CLFFN_QK * b, &d3, v3);
       #pragma unroll
       for (uint t = 0; t < CLFFN_WTOKENS; ++t) {
         if (t < tokens) {
-          const floatRV x0 = (floatRV)(xs[t][0] * d0), x1 = (floatRV)(xs[t][1] * d1);
-          const floatRV x2 = (floatRV)(xs[t][2] * d2), x3 = (floatRV)(xs[t][3] * d3);
+          const floatSV x0 = (floatSV)(xs[t][0] * d0), x1 = (floatSV)(xs[t][1] * d1);
+          const floatSV x2 = (floatSV)(xs[t][2] * d2), x3 = (floatSV)(xs[t][3] * d3);
           #pragma unroll
-          for (uint i = 0; i < CLFFN_NV; ++i) {
-            const floatRV p = fma(v3[i], x3, fma(v2[i], x2, fma(v1[i], x1, v0[i] * x0)));
-            acc[t][CLFFN_NV * b + i] += p;
+          for (uint i = 0; i < CLFFN_SNV; ++i) {
+            const floatSV p = fma(v3[i], x3, fma(v2[i], x2, fma(v1[i], x1, v0[i] * x0)));
+            acc[t][CLFFN_SNV * b + i] += p;
           }
         }
       }
@@ -1896,7 +1964,7 @@ clffn_strip_group(__global const uchar *row0, ulong row_bytes, uint m, ulong c0,
 // weight times 0, which is NaN for an infinite one).
 inline void clffn_strip_sums(__global const uchar *w, ulong row_bytes, ulong r0, ulong r1,
                              ulong c0, uint blocks, uint n, __global const float *xr, ulong ldx,
-                             uint tokens, floatRV acc[CLFFN_WTOKENS][CLFFN_STRIP / CLFFN_RV],
+                             uint tokens, floatSV acc[CLFFN_WTOKENS][CLFFN_STRIP / CLFFN_SV],
                              float8 tail[CLFFN_WTOKENS][CLFFN_QK / 8]) {
   for (ulong r = r0; r < r1; r += 4) {
     __global const uchar *row = w + r * row_bytes;
@@ -1924,12 +1992,12 @@ void clffn_wgemv_strip(CLFFN_ROWS_PARAMS, const float beta, const ulong chunk_ro
   if (c0 >= cols || !live) { return; }
   const uint n = cols - c0 < CLFFN_STRIP ? (uint)(cols - c0) : CLFFN_STRIP;
   const uint blocks = n / CLFFN_QK;
-  floatRV acc[CLFFN_WTOKENS][CLFFN_STRIP / CLFFN_RV];
+  floatSV acc[CLFFN_WTOKENS][CLFFN_STRIP / CLFFN_SV];
   float8 tail[CLFFN_WTOKENS][CLFFN_QK / 8];
   #pragma unroll
   for (uint t = 0; t < CLFFN_WTOKENS; ++t) {
     #pragma unroll
-    for (uint i = 0; i < CLFFN_STRIP / CLFFN_RV; ++i) { acc[t][i] = (floatRV)0.0f; }
+    for (uint i = 0; i < CLFFN_STRIP / CLFFN_SV; ++i) { acc[t][i] = (floatSV)0.0f; }
     #pragma unroll
     for (uint i = 0; i < CLFFN_QK / 8; ++i) { tail[t][i] = (float8)0.0f; }
   }
@@ -1942,11 +2010,11 @@ void clffn_wgemv_strip(CLFFN_ROWS_PARAMS, const float beta, const ulong chunk_ro
     __global float *out =
         direct ? y + y_off + t * ldy + c0 : part + (k * max_tokens + t) * cols + c0;
     #pragma unroll
-    for (uint i = 0; i < CLFFN_STRIP / CLFFN_RV; ++i) {
-      if (i < CLFFN_NV * blocks) {
-        const floatRV a = acc[t][i];
-        CLFFN_CAT(vstore, CLFFN_RV)
-        (scaled ? fma((floatRV)beta, CLFFN_CAT(vload, CLFFN_RV)(i, out), a) : a, i, out);
+    for (uint i = 0; i < CLFFN_STRIP / CLFFN_SV; ++i) {
+      if (i < CLFFN_SNV * blocks) {
+        const floatSV a = acc[t][i];
+        CLFFN_CAT(vstore, CLFFN_SV)
+        (scaled ? fma((floatSV)beta, CLFFN_CAT(vload, CLFFN_SV)(i, out), a) : a, i, out);
       }
     }
     #pragma unroll

@@ -6,6 +6,7 @@
 #include "program.h"
 
 #include "clffn_defs.h"
+#include "devices.h"
 #include "transfer.h"
 
 #include <ctype.h>
@@ -87,6 +88,9 @@ clffn_status clffn__programs_init(clffn_programs *p, cl_context context, cl_devi
     cl_device_type type = 0;
     clGetDeviceInfo(device, CL_DEVICE_TYPE, sizeof type, &type, NULL);
     p->local_size = (type & CL_DEVICE_TYPE_CPU) ? CLFFN_CPU_ITEMS_LOCAL : 0;
+    char platform[256], name[256], driver[256];
+    clffn__device_strings(device, platform, name, driver, sizeof platform);
+    p->row_direct = (type & CL_DEVICE_TYPE_CPU) && !clffn__software_device(name);
     return CLFFN_SUCCESS;
 }
 
@@ -171,12 +175,13 @@ static const char *dtype_name(int t) { return clffn_dtype_name((clffn_dtype)t); 
 /* -cl-std=CL1.2 and no fast-math (results must match the reference, see activation.cl); IEEE
  * division where the device offers it (erf's one quotient is corrected by hand elsewhere, see
  * activation.cl); the key's choices, and for the weight kernels the device's half decoding
- * (cl/weights.cl, CLFFN_SOFT_HALF) and, on a CPU, whether it has AVX-512 VNNI and BF16
- * (CLFFN_QX_VNNI, CLFFN_CPU_BF16);
+ * (cl/weights.cl, CLFFN_SOFT_HALF), the row kernels' form (CLFFN_ROW_DIRECT) and, on a CPU,
+ * whether it has AVX-512 VNNI and BF16 (CLFFN_QX_VNNI, CLFFN_CPU_BF16);
  * every activation's id as -DCLFFN_ACT_<NAME>=<value> and
  * every weight type's as -DCLFFN_WTYPE_<NAME>=<value>. */
-static void build_options(cl_device_id device, const clffn_program_key *key, char *buf,
+static void build_options(const clffn_programs *pc, const clffn_program_key *key, char *buf,
                           size_t size) {
+    cl_device_id device = pc->device;
     cl_device_fp_config fp = 0;
     clGetDeviceInfo(device, CL_DEVICE_SINGLE_FP_CONFIG, sizeof fp, &fp, NULL);
     const char *div = (fp & CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT)
@@ -197,10 +202,10 @@ static void build_options(cl_device_id device, const clffn_program_key *key, cha
                       " -DCLFFN_WTYPE=%d -DCLFFN_WTOKENS=%d -DCLFFN_ROW_SPLIT=%d"
                       " -DCLFFN_ROW_ROWS=%d -DCLFFN_COL_WIDTH=%d -DCLFFN_COL_SPLIT=%d"
                       " -DCLFFN_COL_GROUPS=%d -DCLFFN_SOFT_HALF=%d -DCLFFN_QX_VNNI=%d"
-                      " -DCLFFN_CPU_BF16=%d",
+                      " -DCLFFN_CPU_BF16=%d -DCLFFN_ROW_DIRECT=%d",
                       key->weights - 1, key->tokens, p->row_split, p->row_rows, p->col_width,
                       p->col_split, p->col_groups, soft_half, soft_half && cpu_has(0),
-                      soft_half && cpu_has(1));
+                      soft_half && cpu_has(1), pc->row_direct);
     }
     n = enum_defines(buf, size, n, "CLFFN_ACT", (int)CLFFN_ACT_COUNT_, act_name);
     enum_defines(buf, size, n, "CLFFN_WTYPE", (int)CLFFN_DTYPE_COUNT_, dtype_name);
@@ -216,7 +221,7 @@ clffn_status clffn__get_program(clffn_programs *pc, const clffn_program_key *key
         }
     }
     char options[1024];
-    build_options(pc->device, key, options, sizeof options);
+    build_options(pc, key, options, sizeof options);
     cl_program prog = NULL;
     clffn_status st = build_program(pc, key->weights ? "weights.cl" : NULL, options, &prog);
     if (st == CLFFN_SUCCESS) {

@@ -53,6 +53,9 @@ typedef struct clffn_programs {
      * CLFFN_CPU_ITEMS_LOCAL on a CPU device, 0 (the runtime's choice) on others; set once at
      * init, and by tests, which prove results do not depend on it */
     size_t local_size;
+    /* -DCLFFN_ROW_DIRECT for the weight programs (cl/weights.cl): 1 on CPU devices but Mesa's
+     * llvmpipe, whose compiler is slow over that form */
+    int row_direct;
     pthread_mutex_t lock;
     clffn_program_entry entries[CLFFN_MAX_PROGRAMS];
     int n;
