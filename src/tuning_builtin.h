@@ -70,7 +70,7 @@
  * on the seed shape (1.0-1.4 against 0.6-0.7 ms), and the backward through the kernels (dx along
  * the rows) 2-2.3x faster at 2 to 8 tokens (docs/PERFORMANCE.md). */
 // clang-format off: the JSON stays in the lines clffn-tune printed
-#define CLFFN_POCL_AVX512_BODY                                                                    \
+#define CLFFN_POCL_AVX512_HEAD                                                                    \
     "{\"clblast\":{"                                                                              \
     "\"Xgemm\":{\"GEMMK\":0,\"KREG\":1,\"KWG\":32,\"KWI\":8,\"MDIMA\":8,\"MDIMC\":4,\"MWG\":128," \
     "\"NDIMB\":4,\"NDIMC\":4,\"NWG\":32,\"SA\":0,\"SB\":0,\"STRM\":0,\"STRN\":1,\"VWM\":16,"      \
@@ -87,9 +87,10 @@
     "\"NDIMB\":1,\"NDIMC\":1,\"NWG\":8,\"SA\":0,\"SB\":0,\"STRM\":0,\"STRN\":1,\"VWM\":16,"       \
     "\"VWN\":8}},"                                                                                \
     "\"clffn\":{\"GEMM_K_BLOCK\":256,\"GEMM_K_BLOCK_MIN_ROWS\":512,\"GEMV_MAX_TOKENS\":1,"        \
-    "\"WEIGHT_LAYOUT\":1,\"XGEMM_FEW_ROWS\":128,\"KERNEL_MAX_TOKENS\":128,"                       \
-    "\"KERNEL_MAX_TOKENS_LARGE\":256,\"KERNEL_LARGE_WEIGHTS\":45088768,"                          \
-    "\"KERNEL_MAX_TOKENS_QX\":1073741824,\"KERNEL_MAX_TOKENS_F32\":4,\"WGEMV_ROW_SPLIT\":1,"      \
+    "\"WEIGHT_LAYOUT\":1,\"XGEMM_FEW_ROWS\":128,"
+#define CLFFN_POCL_AVX512_TAIL                                                               \
+    "\"KERNEL_MAX_TOKENS_LARGE\":256,\"KERNEL_LARGE_WEIGHTS\":45088768,"                     \
+    "\"KERNEL_MAX_TOKENS_QX\":1073741824,\"KERNEL_MAX_TOKENS_F32\":4,\"WGEMV_ROW_SPLIT\":1," \
     "\"WGEMV_ROW_ROWS\":8,\"WGEMV_COL_WIDTH\":64,\"WGEMV_COL_SPLIT\":1,\"WGEMV_COL_GROUPS\":4"
 
 /* The same on AMD's cores, whose one stream a core read faster than four where x fits the
@@ -97,9 +98,20 @@
  * from 1024 floats of x there (2026-11-27, Intel Xeon, 2 cores, alternated rounds, the profile
  * before against it): 4096 -> 11008 SwiGLU at one token in f16 13.4-13.5 -> 9.9-10.3 ms, q8_0
  * 8.7-8.9 -> 6.3-6.8, bf16 11.5-12.0 -> 10.1-10.6; 2048 -> 5632 at 2 tokens in f16 1.9-2.1 ->
- * 1.5-1.6; 1024 -> 2816 at 1 and 4 tokens and Qwen3's 128-expert layer level or faster. */
-#define CLFFN_POCL_AVX512_PROFILE CLFFN_POCL_AVX512_BODY "}}"
-#define CLFFN_POCL_AVX512_INTEL_PROFILE CLFFN_POCL_AVX512_BODY ",\"WGEMV_ROW_GROUP_COLS\":1024}}"
+ * 1.5-1.6; 1024 -> 2816 at 1 and 4 tokens and Qwen3's 128-expert layer level or faster.
+ * KERNEL_MAX_TOKENS 256 on Intel's (128 on AMD's, measured there): dequantized SGEMM runs at
+ * about half the EPYC's rate there, and the row kernels in passes (16-wide direct sums,
+ * cl/weights.cl's CLFFN_ROW_DIRECT) stay ahead of it to 256 tokens (the same host, --kernel-max
+ * 0 against 1024, two rounds, ms): f16 1024 -> 2816 at 192 tokens 28.3, 27.1 against 24.9,
+ * 23.0, at 256 39.0, 37.5 against 31.4, 31.3; 2048 -> 5632 at 256 f16 152.6, 148.1 against
+ * 120.9, 119.6, q8_0 153.7, 140.5 against 122.0, 115.9; 512 -> 2048 at 256 level (f16 13.2,
+ * 12.9 against 13.6, 13.5). At 384 tokens SGEMM was ahead on 512 -> 2048 (18.0 against 19.8)
+ * and level on 1024 -> 2816 (47.4 against 46.1; q4_0 44.1 against 46.3). */
+#define CLFFN_POCL_AVX512_PROFILE \
+    CLFFN_POCL_AVX512_HEAD "\"KERNEL_MAX_TOKENS\":128," CLFFN_POCL_AVX512_TAIL "}}"
+#define CLFFN_POCL_AVX512_INTEL_PROFILE                                        \
+    CLFFN_POCL_AVX512_HEAD "\"KERNEL_MAX_TOKENS\":256," CLFFN_POCL_AVX512_TAIL \
+                           ",\"WGEMV_ROW_GROUP_COLS\":1024}}"
 
 /* NVIDIA H100 through NVIDIA's OpenCL driver (580.159.04, "NVIDIA CUDA" platform):
  * `clffn-tune --budget 210 --tokens 4096 --d-model 768 --d-ff 3072` on 2026-11-22 on an H100 80GB
