@@ -89,7 +89,7 @@
     "\"clffn\":{\"GEMM_K_BLOCK\":256,\"GEMM_K_BLOCK_MIN_ROWS\":512,\"GEMV_MAX_TOKENS\":1,"        \
     "\"WEIGHT_LAYOUT\":1,\"XGEMM_FEW_ROWS\":128,"
 #define CLFFN_POCL_AVX512_TAIL                                                               \
-    "\"KERNEL_MAX_TOKENS_LARGE\":256,\"KERNEL_LARGE_WEIGHTS\":45088768,"                     \
+    "\"KERNEL_LARGE_WEIGHTS\":45088768,"                                                     \
     "\"KERNEL_MAX_TOKENS_QX\":1073741824,\"KERNEL_MAX_TOKENS_F32\":4,\"WGEMV_ROW_SPLIT\":1," \
     "\"WGEMV_ROW_ROWS\":8,\"WGEMV_COL_WIDTH\":64,\"WGEMV_COL_SPLIT\":1,\"WGEMV_COL_GROUPS\":4"
 
@@ -99,19 +99,24 @@
  * before against it): 4096 -> 11008 SwiGLU at one token in f16 13.4-13.5 -> 9.9-10.3 ms, q8_0
  * 8.7-8.9 -> 6.3-6.8, bf16 11.5-12.0 -> 10.1-10.6; 2048 -> 5632 at 2 tokens in f16 1.9-2.1 ->
  * 1.5-1.6; 1024 -> 2816 at 1 and 4 tokens and Qwen3's 128-expert layer level or faster.
- * KERNEL_MAX_TOKENS 256 on Intel's (128 on AMD's, measured there): dequantized SGEMM runs at
- * about half the EPYC's rate there, and the row kernels in passes (16-wide direct sums,
- * cl/weights.cl's CLFFN_ROW_DIRECT) stay ahead of it to 256 tokens (the same host, --kernel-max
- * 0 against 1024, two rounds, ms): f16 1024 -> 2816 at 192 tokens 28.3, 27.1 against 24.9,
- * 23.0, at 256 39.0, 37.5 against 31.4, 31.3; 2048 -> 5632 at 256 f16 152.6, 148.1 against
- * 120.9, 119.6, q8_0 153.7, 140.5 against 122.0, 115.9; 512 -> 2048 at 256 level (f16 13.2,
- * 12.9 against 13.6, 13.5). At 384 tokens SGEMM was ahead on 512 -> 2048 (18.0 against 19.8)
- * and level on 1024 -> 2816 (47.4 against 46.1; q4_0 44.1 against 46.3). */
+ * KERNEL_MAX_TOKENS and KERNEL_MAX_TOKENS_LARGE 512 on Intel's (128 and 256 on AMD's, measured
+ * there): dequantized SGEMM runs at about half the EPYC's rate there (118 GFLOP/s on 4096 ->
+ * 11008 at 512 tokens), and the row kernels in passes (16-wide direct sums, rows walked once a
+ * part of 8 tokens: cl/weights.cl's CLFFN_ROW_DIRECT) stay ahead of it to 512 tokens on every
+ * shape measured (the same host, --kernel-max 0 against 1024, best of 3, ms): at 512 tokens
+ * 4096 -> 11008 f16 1173.9 against 741.3, q4_0 1063.8 against 655.9; 2048 -> 5632 f16 270.8
+ * against 192.3, q8_0 261.2 against 172.7; 1024 -> 2816 f16 65.3 against 50.6, q8_0 60.2
+ * against 50.5; 512 -> 2048 f16 24.1 against 21.3, q8_0 level (21.8 against 22.0); at 384 512
+ * -> 2048 17.3 against 15.2 and 1024 -> 2816 46.6 against 36.6. Past 512 the smallest shape
+ * turns (512 -> 2048 at 768 tokens: q4_0 31.1 against 33.4) where 1024 -> 2816 does not (f16
+ * 89.9 against 72.5). */
 #define CLFFN_POCL_AVX512_PROFILE \
-    CLFFN_POCL_AVX512_HEAD "\"KERNEL_MAX_TOKENS\":128," CLFFN_POCL_AVX512_TAIL "}}"
-#define CLFFN_POCL_AVX512_INTEL_PROFILE                                        \
-    CLFFN_POCL_AVX512_HEAD "\"KERNEL_MAX_TOKENS\":256," CLFFN_POCL_AVX512_TAIL \
-                           ",\"WGEMV_ROW_GROUP_COLS\":1024}}"
+    CLFFN_POCL_AVX512_HEAD        \
+    "\"KERNEL_MAX_TOKENS\":128,\"KERNEL_MAX_TOKENS_LARGE\":256," CLFFN_POCL_AVX512_TAIL "}}"
+#define CLFFN_POCL_AVX512_INTEL_PROFILE                                                 \
+    CLFFN_POCL_AVX512_HEAD                                                              \
+    "\"KERNEL_MAX_TOKENS\":512,\"KERNEL_MAX_TOKENS_LARGE\":512," CLFFN_POCL_AVX512_TAIL \
+    ",\"WGEMV_ROW_GROUP_COLS\":1024}}"
 
 /* NVIDIA H100 through NVIDIA's OpenCL driver (580.159.04, "NVIDIA CUDA" platform):
  * `clffn-tune --budget 210 --tokens 4096 --d-model 768 --d-ff 3072` on 2026-11-22 on an H100 80GB
