@@ -47,7 +47,10 @@
 /* The column GEMV on a CPU device (cl/weights.cl, clffn_wgemv_strip): a work-item keeps the
  * sums of a strip of columns over the pass's tokens in private memory, this many values in all
  * (4 KiB): the strip is that over the tokens, in whole blocks of 32, at least one. Wider strips
- * measured the same (16384 values: whole rows of 4096 -> 11008) or slower (4096 values). */
+ * measured the same (16384 values: whole rows of 4096 -> 11008) or slower (4096 values), and
+ * narrower ones, whose sums fit the registers at 2 to 8 tokens, mixed: 256 values, ∂x through
+ * 4096 -> 11008 SwiGLU on an Intel Xeon, f16 at 16 tokens 80.6 -> 70.9 ms, but q4_0 56.4 ->
+ * 61.6, q4_0 at 8 tokens 31.9 -> 41.8 and both at 2 tokens 6-20% slower. */
 #define CLFFN_WCOL_STRIP_VALUES 1024
 #define CLFFN_WCOL_STRIP(tokens)                                                                \
     (CLFFN_WCOL_STRIP_VALUES / (tokens) >= 32 ? CLFFN_WCOL_STRIP_VALUES / (tokens) / 32 * 32 : 32)
