@@ -1927,6 +1927,18 @@ void clffn_wgemv_cols(CLFFN_ROWS_PARAMS, const float beta, const ulong chunk_row
 // kilobytes, and the sums, kilobytes too, stay in the first-level cache.
 #define CLFFN_STRIP CLFFN_WCOL_STRIP(CLFFN_WTOKENS)
 #define CLFFN_STRIP_BLOCKS (CLFFN_STRIP / CLFFN_QK)
+// f16, bf16 and f32 strips from 8 tokens walk their rows once for each part of 4 tokens: the
+// sums of all the tokens (64 vectors) were loaded and stored around every multiply-add, and a
+// part's 16 fit the registers, while decoding these types again costs an instruction or two a
+// vector. ∂x through 4096 -> 11008 SwiGLU on an Intel Xeon (2 cores), two alternated rounds:
+// f16 at 16 tokens 78.6-84.9 -> 57.9-58.7 ms, at 8 44.8-47.3 -> 40.8-41.5; bf16 77.8-83.7 ->
+// 55.8-57.0 and 43.9-45.8 -> 39.8-40.2. Parts of 8 gained less (f16 at 16: 63-64 ms); q8_0
+// and q4_0, whose decoding costs more, ran slower in parts (q4_0 at 16 tokens 56 -> 60-64).
+#if !CLFFN_QUANTIZED && CLFFN_WTOKENS >= 8
+  #define CLFFN_STRIP_PART 4
+#else
+  #define CLFFN_STRIP_PART CLFFN_WTOKENS
+#endif
 
 // The strip's vectors: the row kernels', but 8 values for q4_0 past 4 tokens, decoded from two
 // 8-byte loads. 16-wide q4_0 vectors (CLFFN_ROW_DIRECT on AVX-512) made ∂x through 4096 -> 11008
@@ -1963,7 +1975,8 @@ inline void clffn_wload_block_if(int live, __global const uchar *row, ulong c, f
 }
 
 // acc[t][j / SV] += Σ over the m (≤ 4) rows from r of W[r, c0 + j]·x[t, r] for j < 32·blocks
-// (whole blocks of 32), tail[t][k] likewise for the eight columns from 32·blocks + 8k on, up to n.
+// (whole blocks of 32), tail[t][k] likewise for the eight columns from 32·blocks + 8k on, up to n,
+// for the part's tokens t < min(tokens, CLFFN_STRIP_PART), x and the sums already at its first.
 // Every index into the sums is a constant once the loops are unrolled (faster on POCL than the
 // same sums indexed at run time, and what a compiler that turns a run-time index into a chain of
 // selects, as Mesa's does, builds in reasonable time). Inlined by force: with m a constant, a
@@ -1972,14 +1985,14 @@ inline void clffn_wload_block_if(int live, __global const uchar *row, ulong c, f
 __attribute__((always_inline)) inline void
 clffn_strip_group(__global const uchar *row0, ulong row_bytes, uint m, ulong c0, uint blocks,
                   uint n, __global const float *xr, ulong ldx, ulong r, uint tokens,
-                  floatSV acc[CLFFN_WTOKENS][CLFFN_STRIP / CLFFN_SV],
-                  float8 tail[CLFFN_WTOKENS][CLFFN_QK / 8]) {
+                  floatSV acc[CLFFN_STRIP_PART][CLFFN_STRIP / CLFFN_SV],
+                  float8 tail[CLFFN_STRIP_PART][CLFFN_QK / 8]) {
   __global const uchar *row1 = m > 1 ? row0 + row_bytes : row0;
   __global const uchar *row2 = m > 2 ? row0 + 2 * row_bytes : row0;
   __global const uchar *row3 = m > 3 ? row0 + 3 * row_bytes : row0;
-  float xs[CLFFN_WTOKENS][4];
+  float xs[CLFFN_STRIP_PART][4];
   #pragma unroll
-  for (uint t = 0; t < CLFFN_WTOKENS; ++t) {
+  for (uint t = 0; t < CLFFN_STRIP_PART; ++t) {
     __global const float *xt = xr + t * ldx + r;
     xs[t][0] = t < tokens ? xt[0] : 0.0f;
     xs[t][1] = t < tokens && m > 1 ? xt[1] : 0.0f;
@@ -1996,7 +2009,7 @@ clffn_strip_group(__global const uchar *row0, ulong row_bytes, uint m, ulong c0,
       clffn_wload_block_if(m > 2, row2, c0 + CLFFN_QK * b, &d2, v2);
       clffn_wload_block_if(m > 3, row3, c0 + CLFFN_QK * b, &d3, v3);
       #pragma unroll
-      for (uint t = 0; t < CLFFN_WTOKENS; ++t) {
+      for (uint t = 0; t < CLFFN_STRIP_PART; ++t) {
         if (t < tokens) {
           const floatSV x0 = (floatSV)(xs[t][0] * d0), x1 = (floatSV)(xs[t][1] * d1);
           const floatSV x2 = (floatSV)(xs[t][2] * d2), x3 = (floatSV)(xs[t][3] * d3);
@@ -2019,7 +2032,7 @@ clffn_strip_group(__global const uchar *row0, ulong row_bytes, uint m, ulong c0,
       const float8 w2 = clffn_wload8_edge(row2, c, m > 2 ? end : c0);
       const float8 w3 = clffn_wload8_edge(row3, c, m > 3 ? end : c0);
       #pragma unroll
-      for (uint t = 0; t < CLFFN_WTOKENS; ++t) {
+      for (uint t = 0; t < CLFFN_STRIP_PART; ++t) {
         if (t < tokens) {
           const float8 p = fma(w3, (float8)xs[t][3],
                                fma(w2, (float8)xs[t][2], fma(w1, (float8)xs[t][1], w0 * xs[t][0])));
@@ -2035,8 +2048,8 @@ clffn_strip_group(__global const uchar *row0, ulong row_bytes, uint m, ulong c0,
 // weight times 0, which is NaN for an infinite one).
 inline void clffn_strip_sums(__global const uchar *w, ulong row_bytes, ulong r0, ulong r1,
                              ulong c0, uint blocks, uint n, __global const float *xr, ulong ldx,
-                             uint tokens, floatSV acc[CLFFN_WTOKENS][CLFFN_STRIP / CLFFN_SV],
-                             float8 tail[CLFFN_WTOKENS][CLFFN_QK / 8]) {
+                             uint tokens, floatSV acc[CLFFN_STRIP_PART][CLFFN_STRIP / CLFFN_SV],
+                             float8 tail[CLFFN_STRIP_PART][CLFFN_QK / 8]) {
   for (ulong r = r0; r < r1; r += 4) {
     __global const uchar *row = w + r * row_bytes;
     if (r1 - r >= 4) { // the group whole, its loads unconditional once inlined
@@ -2072,8 +2085,14 @@ void clffn_wgemv_strip(CLFFN_ROWS_PARAMS, const float beta, const ulong chunk_ro
     #pragma unroll
     for (uint i = 0; i < CLFFN_QK / 8; ++i) { tail[t][i] = (float8)0.0f; }
   }
-  clffn_strip_sums(w + w_off, row_bytes, r0, r1, c0, blocks, n, x + x_off, ldx, tokens, acc,
-                   tail);
+  #pragma unroll
+  for (uint p = 0; p < CLFFN_WTOKENS / CLFFN_STRIP_PART; ++p) {
+    const uint t0 = p * CLFFN_STRIP_PART;
+    if (t0 < tokens) {
+      clffn_strip_sums(w + w_off, row_bytes, r0, r1, c0, blocks, n, x + x_off + t0 * ldx, ldx,
+                       tokens - t0, acc + t0, tail + t0);
+    }
+  }
   const int direct = chunk_rows >= rows, scaled = direct && beta != 0.0f;
   #pragma unroll
   for (uint t = 0; t < CLFFN_WTOKENS; ++t) {
