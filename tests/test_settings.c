@@ -202,7 +202,8 @@ Test(settings, builtin_profile_of_the_device) {
 
 /* Which built-in profile a device's names pick: POCL names an AMD EPYC with AVX-512 after the
  * Skylake target it compiles for, so the vendor in the name, not the target, tells Intel's
- * cores (rows grouped from 1024 floats) from AMD's. */
+ * cores (rows grouped from 1024 floats, the kernels to 512 tokens on every product) from
+ * AMD's (128 tokens, 256 on large products). */
 Test(settings, builtin_profile_by_name) {
     static const struct {
         const char *name;
@@ -223,6 +224,10 @@ Test(settings, builtin_profile_by_name) {
         cr_assert_not_null(json, "%s", cases[i].name);
         const int grouped = strstr(json, "\"WGEMV_ROW_GROUP_COLS\":1024") != NULL;
         cr_assert_eq(grouped, cases[i].intel, "%s", cases[i].name);
+        const char *crossovers = cases[i].intel
+                                     ? "\"KERNEL_MAX_TOKENS\":512,\"KERNEL_MAX_TOKENS_LARGE\":512,"
+                                     : "\"KERNEL_MAX_TOKENS\":128,\"KERNEL_MAX_TOKENS_LARGE\":256,";
+        cr_assert(strstr(json, crossovers) != NULL, "%s: %s", cases[i].name, json);
     }
     cr_assert_null(clffn__builtin_profile_for("rusticl", "llvmpipe (LLVM 15.0.6, 256 bits)"));
 }
