@@ -341,8 +341,23 @@ inline float clffn_hsum16_local(float16 v, __local float *mine) {
   barrier(CLK_LOCAL_MEM_FENCE);
   return dot(q, (float4)1.0f);
 }
-#if CLFFN_RV == 16
+// Where the compiler targets x86 (POCL's CPU device), a float16's lanes are summed in registers,
+// in the same order: the local-memory form's barriers and stores cost the 8-expert layer at 512
+// tokens (1024 -> 2816, f16, on an Intel Xeon) 6-9% of its time. Oclgrind's and GPUs' compilers
+// target no x86 and keep the local-memory form.
+inline float clffn_hsum16(float16 v) {
+  const float4 q = (v.s0123 + v.s4567) + (v.s89ab + v.scdef);
+  return dot(q, (float4)1.0f);
+}
+#if CLFFN_RV == 16 && !defined(__SSE2__)
+  #define CLFFN_LANE_LOCAL 1 // the lanes summed through local memory (mine)
+#else
+  #define CLFFN_LANE_LOCAL 0
+#endif
+#if CLFFN_LANE_LOCAL
   #define CLFFN_LANE_SUM(v) clffn_hsum16_local(v, mine)
+#elif CLFFN_RV == 16
+  #define CLFFN_LANE_SUM(v) clffn_hsum16(v)
 #else
   #define CLFFN_LANE_SUM(v) clffn_hsum8(v)
 #endif
@@ -552,6 +567,38 @@ inline uint clffn_pass_tokens(uint max_tokens, __global const uint *count, uint 
   const uint tokens = clffn_pass_tokens(max_tokens, count, count_at);                        \
   const int live = tokens > 0
 
+// The row kernels (clffn_wgemv_rows, _rows_ep, _act, _glu, _rows2, _rows3, _rows4) take a launch
+// of several passes of CLFFN_WTOKENS tokens, P = ⌈max_tokens / CLFFN_WTOKENS⌉: pass p sums tokens
+// p·CLFFN_WTOKENS on of the max_tokens (or count's), x and y moved there (and h, where the kernel
+// writes one, by CLFFN_ROW_PASS_H), as a launch of its own would. One launch for a product of
+// many tokens, where POCL spends some 10-40 us between two launches. The host lays the passes
+// out one of two ways, which the kernel tells apart by the first dimension's work-groups:
+//  - along the first dimension (work-group p there, the rows' group row_group_ of the second):
+//    POCL runs those work-groups in turn, so a group's rows go through every pass while they are
+//    in the cache. For f32, f16 and bf16 weights, heavier than the pass's x: on an Intel Xeon
+//    (2 cores), the 8-expert layer at 512 tokens (1024 -> 2816, f16) ran its products in 4% less
+//    time than pass by pass, 4096 -> 11008 at 64 tokens 8-10%.
+//  - along the second, P runs of its ⌈rows / CLFFN_ROW_ROWS⌉ work-groups, pass by pass as
+//    separate launches run them: x stays in the cache and the weights stream. For q8_0 and q4_0,
+//    which weigh a byte a value or less (q4_0 at 64 tokens, 4096 -> 11008: 4-9% faster so).
+// row_id_ is the work-item's row (or its first) in the second dimension's terms.
+#define CLFFN_ROW_PASS_TOKENS()                                                              \
+  const uint all_ = clffn_pass_tokens(max_tokens, count, count_at);                          \
+  const uint passes_ =                                                                       \
+      max(1u, max_tokens / CLFFN_WTOKENS + (max_tokens % CLFFN_WTOKENS != 0 ? 1u : 0u));      \
+  const int minor_ = get_num_groups(0) > 1;                                                  \
+  const ulong groups_ = get_num_groups(1) / (minor_ ? 1u : passes_);                         \
+  const uint pass_ = minor_ ? (uint)get_group_id(0) : (uint)(get_group_id(1) / groups_);     \
+  const ulong row_group_ = get_group_id(1) - (minor_ ? 0 : pass_ * groups_);                 \
+  const ulong row_id_ = row_group_ * CLFFN_ROW_ROWS + get_local_id(1);                       \
+  const uint t0_ = pass_ * CLFFN_WTOKENS;                                                    \
+  const long left_ = (long)all_ - (long)t0_;                                                 \
+  const uint tokens = left_ <= 0 ? 0u : (uint)min(left_, (long)CLFFN_WTOKENS);                \
+  const int live = tokens > 0;                                                               \
+  x += (ulong)t0_ * ldx;                                                                     \
+  y += (ulong)t0_ * ldy
+#define CLFFN_ROW_PASS_H() h += (ulong)t0_ * ldh
+
 // A grouped launch runs the same product for several experts of a mixture-of-experts layer at
 // once, one a step of the third dimension (work-group size 1 there): step g's expert e is
 // ids[grp.s4 + g] where grp.s4 is set (ids is the layer's counts, then the list of the experts
@@ -651,7 +698,7 @@ inline CLFFN_ALWAYS_INLINE void clffn_row_sums(
 
 // The row kernels' local memory: each work-item's 16 floats for CLFFN_LANE_SUM (mine), and each
 // row's slots for its lanes' partial sums (part, indexed by the row in the work-group).
-#if CLFFN_RV == 16
+#if CLFFN_LANE_LOCAL
   #define CLFFN_ROW_LOCALS()                                                                   \
     __local float lanes_[CLFFN_ROW_ROWS * 16];                                                 \
     __local float *mine = lanes_ + get_local_id(1) * 16;                                       \
@@ -669,9 +716,9 @@ __kernel __attribute__((reqd_work_group_size(CLFFN_ROW_SPLIT, CLFFN_ROW_ROWS, 1)
 void clffn_wgemv_rows(CLFFN_ROWS_PARAMS, const float beta, __global const uint *restrict ids,
                       const ulong8 grp) {
   CLFFN_GROUP_SHIFT(w, x, y);
-  CLFFN_PASS_TOKENS();
+  CLFFN_ROW_PASS_TOKENS();
   const uint s = get_local_id(0);
-  const ulong r = get_global_id(1);
+  const ulong r = row_id_;
   CLFFN_ROW_LOCALS();
   float sum[CLFFN_WTOKENS];
   clffn_row_sums(w, w_off, row_bytes, rows, cols, x, x_off, ldx, tokens, live, r, mine,
@@ -722,12 +769,13 @@ inline CLFFN_ALWAYS_INLINE void clffn_rows_ep(
   h += group_ * grp.s6;
   b += group_ * grp.s5;
   bg += group_ * grp.s5;
-  CLFFN_PASS_TOKENS();
+  CLFFN_ROW_PASS_TOKENS();
+  CLFFN_ROW_PASS_H();
   const uint s = get_local_id(0), l = get_local_id(1);
   float sum[CLFFN_WTOKENS], gate[CLFFN_WTOKENS];
   const uint half_rows = CLFFN_ROW_ROWS / 2;
-  const ulong j = pairs ? get_group_id(1) * half_rows + (l < half_rows ? l : l - half_rows)
-                        : get_global_id(1);
+  const ulong j = pairs ? row_group_ * half_rows + (l < half_rows ? l : l - half_rows)
+                        : row_id_;
   const int v_row = pairs && l >= half_rows; // V's row j, whose sums are the gate
   const ulong r = v_row ? pair + j : j;       // the row's column of y (z)
   const int mine_row = pairs ? j < pair : r < rows;
@@ -842,6 +890,38 @@ inline CLFFN_ALWAYS_INLINE void clffn_rows2_part(__global const uchar *row,
 }
 #endif
 
+// y[t, r0 + i] = sum[i·CLFFN_WTOKENS + t] (+ β·y) for n rows and the pass's tokens: the rows
+// a work-item of clffn_wgemv_rows3, _rows4 or _rows_qx took.
+inline void clffn_store_rows(__global float *y, ulong ldy, ulong r0, ulong n, uint tokens,
+                             float beta, const float *sum) {
+  for (ulong i = 0; i < n; ++i) {
+    for (uint t = 0; t < CLFFN_WTOKENS; ++t) {
+      if (t < tokens) {
+        __global float *yt = y + t * ldy + r0 + i;
+        const float v = sum[i * CLFFN_WTOKENS + t];
+        *yt = beta != 0.0f ? fma(beta, *yt, v) : v;
+      }
+    }
+  }
+}
+
+#if !CLFFN_QUANTIZED
+// tail[i·CLFFN_WTOKENS + t] += the products of row i's values past its last whole 32 and x's,
+// for the n rows from row0 (row_bytes apart) a work-item of clffn_wgemv_rows3 or _rows4 took.
+inline void clffn_rows_tail(__global const uchar *row0, ulong row_bytes, ulong n, ulong cols,
+                            __global const float *xr, ulong ldx, uint tokens, float *tail) {
+  for (ulong c = cols / CLFFN_QK * CLFFN_QK; c < cols; ++c) {
+    for (ulong i = 0; i < n; ++i) {
+      const float v = clffn_wvalue(row0 + i * row_bytes, c);
+      for (uint t = 0; t < CLFFN_WTOKENS; ++t) {
+        float *s = tail + i * CLFFN_WTOKENS + t;
+        if (t < tokens) { *s = fma(v, xr[t * ldx + c], *s); }
+      }
+    }
+  }
+}
+#endif
+
 // Two rows per work-item, 2·g and 2·g + 1: where x outgrows a CPU's first-level cache (x of the
 // context's row-grouping boundary or more, src/wmatrix.c), each vector of x read then serves
 // both rows. NDRange
@@ -852,8 +932,8 @@ __kernel __attribute__((reqd_work_group_size(1, CLFFN_ROW_ROWS, 1)))
 void clffn_wgemv_rows2(CLFFN_ROWS_PARAMS, const float beta, __global const uint *restrict ids,
                        const ulong8 grp) {
   CLFFN_GROUP_SHIFT(w, x, y);
-  CLFFN_PASS_TOKENS();
-  const ulong r = 2 * get_global_id(1);
+  CLFFN_ROW_PASS_TOKENS();
+  const ulong r = 2 * row_id_;
   floatRV acc[CLFFN_WTOKENS], acc2[CLFFN_WTOKENS];
   float tail[CLFFN_WTOKENS], tail2[CLFFN_WTOKENS];
   for (uint t = 0; t < CLFFN_WTOKENS; ++t) {
@@ -868,6 +948,7 @@ void clffn_wgemv_rows2(CLFFN_ROWS_PARAMS, const float beta, __global const uint 
 #if CLFFN_ROW_PARTS > 1
     #pragma unroll
     for (uint p = 0; p < CLFFN_ROW_PARTS; ++p) {
+      if (p * CLFFN_ROW_PART >= tokens) { break; } // a short pass's empty parts read nothing
       clffn_rows2_part(row, row2, blocks, xr, ldx, p * CLFFN_ROW_PART, tokens, p == 0,
                        acc + p * CLFFN_ROW_PART, acc2 + p * CLFFN_ROW_PART);
     }
@@ -897,7 +978,7 @@ void clffn_wgemv_rows2(CLFFN_ROWS_PARAMS, const float beta, __global const uint 
 #endif
   }
   float sum[CLFFN_WTOKENS], sum2[CLFFN_WTOKENS];
-#if CLFFN_RV == 16
+#if CLFFN_LANE_LOCAL
   __local float lanes[CLFFN_ROW_ROWS * 16];
   __local float *mine = lanes + get_local_id(1) * 16;
 #endif
@@ -914,6 +995,110 @@ void clffn_wgemv_rows2(CLFFN_ROWS_PARAMS, const float beta, __global const uint 
   }
 }
 
+// Three rows per work-item, 3·g to 3·g + 2, from 8 tokens with the direct sums (the host's choice
+// for f32, f16 and bf16 there): each vector of x read then serves three rows, where two rows'
+// parts of 8 tokens took a load for every two multiply-adds. A part is 8 tokens where AVX-512's
+// 32 registers hold its 24 sums, else 4. Each sum runs in clffn_wgemv_rows2's order, to the
+// bit. On an Intel Xeon (2 cores), 4096 -> 11008 SwiGLU in f16, 8 tokens 16-22% and 16 tokens
+// 8-14% faster than in twos. NDRange (passes, ⌈⌈rows / 3⌉ / CLFFN_ROW_ROWS⌉·CLFFN_ROW_ROWS) or
+// its passes along the second dimension (CLFFN_ROW_PASS_TOKENS), work-group (1, CLFFN_ROW_ROWS).
+#if CLFFN_ROW_DIRECT && CLFFN_WTOKENS >= 8
+  #if defined(__AVX512F__)
+    #define CLFFN_ROW3_PART 8
+  #else
+    #define CLFFN_ROW3_PART 4
+  #endif
+  #define CLFFN_ROW3_PARTS (CLFFN_WTOKENS / CLFFN_ROW3_PART)
+inline CLFFN_ALWAYS_INLINE void clffn_rows3_part(__global const uchar *row0,
+                                                 __global const uchar *row1,
+                                                 __global const uchar *row2, ulong blocks,
+                                                 __global const float *xr, ulong ldx, uint t0,
+                                                 uint tokens, int ahead,
+                                                 floatRV acc0[CLFFN_ROW3_PART],
+                                                 floatRV acc1[CLFFN_ROW3_PART],
+                                                 floatRV acc2[CLFFN_ROW3_PART]) {
+  floatRV a0[CLFFN_ROW3_PART], a1[CLFFN_ROW3_PART], a2[CLFFN_ROW3_PART];
+  #pragma unroll
+  for (uint t = 0; t < CLFFN_ROW3_PART; ++t) { a0[t] = a1[t] = a2[t] = (floatRV)0.0f; }
+  __global const float *xp = xr + t0 * ldx;
+  for (ulong b = 0; b < blocks; ++b) {
+    const ulong c = b * CLFFN_QK;
+    float d0, d1, d2;
+    floatRV v0[CLFFN_NV], v1[CLFFN_NV], v2[CLFFN_NV];
+    if (ahead) {
+      CLFFN_ROW_AHEAD(row0, b);
+      CLFFN_ROW_AHEAD(row1, b);
+      CLFFN_ROW_AHEAD(row2, b);
+    }
+    clffn_wload_block(row0, c, &d0, v0);
+    clffn_wload_block(row1, c, &d1, v1);
+    clffn_wload_block(row2, c, &d2, v2);
+    #pragma unroll
+    for (uint i = 0; i < CLFFN_NV; ++i) {
+      const floatRV w0 = v0[i] * d0, w1 = v1[i] * d1, w2 = v2[i] * d2;
+      #pragma unroll
+      for (uint t = 0; t < CLFFN_ROW3_PART; ++t) {
+        if (t0 + t < tokens) {
+          const floatRV xv = CLFFN_CAT(vload, CLFFN_RV)(i, xp + t * ldx + c);
+          a0[t] = fma(w0, xv, a0[t]);
+          a1[t] = fma(w1, xv, a1[t]);
+          a2[t] = fma(w2, xv, a2[t]);
+        }
+      }
+    }
+  }
+  #pragma unroll
+  for (uint t = 0; t < CLFFN_ROW3_PART; ++t) {
+    acc0[t] = a0[t];
+    acc1[t] = a1[t];
+    acc2[t] = a2[t];
+  }
+}
+
+__kernel __attribute__((reqd_work_group_size(1, CLFFN_ROW_ROWS, 1)))
+void clffn_wgemv_rows3(CLFFN_ROWS_PARAMS, const float beta, __global const uint *restrict ids,
+                       const ulong8 grp) {
+  CLFFN_GROUP_SHIFT(w, x, y);
+  CLFFN_ROW_PASS_TOKENS();
+  const ulong r = 3 * row_id_;
+  floatRV acc[3][CLFFN_WTOKENS];
+  float tail[3][CLFFN_WTOKENS];
+  for (uint t = 0; t < CLFFN_WTOKENS; ++t) {
+    acc[0][t] = acc[1][t] = acc[2][t] = (floatRV)0.0f;
+    tail[0][t] = tail[1][t] = tail[2][t] = 0.0f;
+  }
+  if (r < rows && live) {
+    __global const uchar *row0 = w + w_off + r * row_bytes;
+    __global const uchar *row1 = r + 1 < rows ? row0 + row_bytes : row0; // past the last: unused
+    __global const uchar *row2 = r + 2 < rows ? row0 + 2 * row_bytes : row0;
+    __global const float *xr = x + x_off;
+    const ulong blocks = cols / CLFFN_QK;
+    #pragma unroll
+    for (uint p = 0; p < CLFFN_ROW3_PARTS; ++p) {
+      if (p * CLFFN_ROW3_PART >= tokens) { break; }
+      clffn_rows3_part(row0, row1, row2, blocks, xr, ldx, p * CLFFN_ROW3_PART, tokens, p == 0,
+                       acc[0] + p * CLFFN_ROW3_PART, acc[1] + p * CLFFN_ROW3_PART,
+                       acc[2] + p * CLFFN_ROW3_PART);
+    }
+  #if !CLFFN_QUANTIZED
+    clffn_rows_tail(row0, row_bytes, min((ulong)3, rows - r), cols, xr, ldx, tokens,
+                    &tail[0][0]);
+  #endif
+  }
+  float sum[3][CLFFN_WTOKENS];
+  #if CLFFN_LANE_LOCAL
+  __local float lanes[CLFFN_ROW_ROWS * 16];
+  __local float *mine = lanes + get_local_id(1) * 16;
+  #endif
+  for (uint t = 0; t < CLFFN_WTOKENS; ++t) {
+    for (uint i = 0; i < 3; ++i) { sum[i][t] = CLFFN_LANE_SUM(acc[i][t]) + tail[i][t]; }
+  }
+  if (r < rows) {
+    clffn_store_rows(y + y_off, ldy, r, min((ulong)3, rows - r), tokens, beta, &sum[0][0]);
+  }
+}
+#endif
+
 // Four rows per work-item, 4·g to 4·g + 3, each summed as clffn_wgemv_rows sums it, up to 4
 // tokens (16 accumulators; more would spill): each vector of x read serves four rows, and a
 // core streams four rows at once. Where memory outpaces a core's stream of one or two rows (an
@@ -925,8 +1110,8 @@ __kernel __attribute__((reqd_work_group_size(1, CLFFN_ROW_ROWS, 1)))
 void clffn_wgemv_rows4(CLFFN_ROWS_PARAMS, const float beta, __global const uint *restrict ids,
                        const ulong8 grp) {
   CLFFN_GROUP_SHIFT(w, x, y);
-  CLFFN_PASS_TOKENS();
-  const ulong r = 4 * get_global_id(1);
+  CLFFN_ROW_PASS_TOKENS();
+  const ulong r = 4 * row_id_;
   floatRV acc0[CLFFN_WTOKENS], acc1[CLFFN_WTOKENS], acc2[CLFFN_WTOKENS], acc3[CLFFN_WTOKENS];
   float tail[4][CLFFN_WTOKENS];
   for (uint t = 0; t < CLFFN_WTOKENS; ++t) {
@@ -958,19 +1143,12 @@ void clffn_wgemv_rows4(CLFFN_ROWS_PARAMS, const float beta, __global const uint 
       clffn_block_dot(v3, d3, xr, ldx, c, tokens, acc3);
     }
 #if !CLFFN_QUANTIZED
-    for (ulong c = blocks * CLFFN_QK; c < cols; ++c) {
-      const float v[4] = {clffn_wvalue(row0, c), clffn_wvalue(row1, c), clffn_wvalue(row2, c),
-                          clffn_wvalue(row3, c)};
-      for (uint t = 0; t < CLFFN_WTOKENS; ++t) {
-        if (t < tokens) {
-          for (uint i = 0; i < 4; ++i) { tail[i][t] = fma(v[i], xr[t * ldx + c], tail[i][t]); }
-        }
-      }
-    }
+    clffn_rows_tail(row0, row_bytes, min((ulong)4, rows - r), cols, xr, ldx, tokens,
+                    &tail[0][0]);
 #endif
   }
   float sum[4][CLFFN_WTOKENS];
-#if CLFFN_RV == 16
+#if CLFFN_LANE_LOCAL
   __local float lanes[CLFFN_ROW_ROWS * 16];
   __local float *mine = lanes + get_local_id(1) * 16;
 #endif
@@ -980,13 +1158,8 @@ void clffn_wgemv_rows4(CLFFN_ROWS_PARAMS, const float beta, __global const uint 
     sum[2][t] = CLFFN_LANE_SUM(acc2[t]) + tail[2][t];
     sum[3][t] = CLFFN_LANE_SUM(acc3[t]) + tail[3][t];
   }
-  for (uint t = 0; t < CLFFN_WTOKENS; ++t) {
-    if (t < tokens && r < rows) {
-      __global float *yt = y + y_off + t * ldy + r;
-      for (uint i = 0; i < 4; ++i) {
-        if (r + i < rows) { yt[i] = beta != 0.0f ? fma(beta, yt[i], sum[i][t]) : sum[i][t]; }
-      }
-    }
+  if (r < rows) {
+    clffn_store_rows(y + y_off, ldy, r, min((ulong)4, rows - r), tokens, beta, &sum[0][0]);
   }
 }
 #endif
@@ -1040,20 +1213,6 @@ void clffn_wgemv_rows4(CLFFN_ROWS_PARAMS, const float beta, __global const uint 
   x += group_ * grp.s1;                                                                      \
   xq += get_global_id(2) * grp.s2;                                                           \
   count += group_
-// y[t, r0 + i] = sum[i·CLFFN_WTOKENS + t] (+ β·y) for n rows and the pass's tokens: the rows
-// clffn_wgemv_rows_qx's work-item took.
-inline void clffn_store_rows(__global float *y, ulong ldy, ulong r0, ulong n, uint tokens,
-                             float beta, const float *sum) {
-  for (ulong i = 0; i < n; ++i) {
-    for (uint t = 0; t < CLFFN_WTOKENS; ++t) {
-      if (t < tokens) {
-        __global float *yt = y + t * ldy + r0 + i;
-        const float v = sum[i * CLFFN_WTOKENS + t];
-        *yt = beta != 0.0f ? fma(beta, *yt, v) : v;
-      }
-    }
-  }
-}
 #if CLFFN_QUANTIZED
 // Where the compiler is clang targeting x86 with AVX-512BW (POCL on such CPUs), a pair of blocks
 // goes through vpmaddubsw (unsigned by signed bytes, pairs summed into 16 bits) and vpmaddwd

@@ -2,6 +2,7 @@
 #include "wmatrix.h"
 
 #include "clffn_defs.h"
+#include "dtype.h"
 #include "launch.h"
 
 #include <string.h>
@@ -12,6 +13,7 @@ void clffn__wkernels_release(clffn_wkernels *wk) {
     for (int b = 0; b < CLFFN_WTOKEN_BUCKETS; ++b) {
         if (wk->rows[b]) { clReleaseKernel(wk->rows[b]); }
         if (wk->rows2[b]) { clReleaseKernel(wk->rows2[b]); }
+        if (wk->rows3[b]) { clReleaseKernel(wk->rows3[b]); }
         if (wk->rows4[b]) { clReleaseKernel(wk->rows4[b]); }
         if (wk->rows_ep[b]) { clReleaseKernel(wk->rows_ep[b]); }
         if (wk->rows_glu[b]) { clReleaseKernel(wk->rows_glu[b]); }
@@ -219,19 +221,30 @@ bool clffn__quantizes_inputs(const clffn_context *ctx, clffn_dtype dtype) {
  * work-item where the pass's x (cols values for each token) has at least the context's
  * row_group_cols floats: each vector of x read then serves every row. In fours up to 4 tokens,
  * where a core streaming four rows reads faster than with one or two on hosts whose memory
- * outpaces a core, else in twos. Where x fits the first-level cache it depends on the host: on
- * an AMD EPYC one row a work-item read fastest (4096 -> 11008 SwiGLU, one token: f16 6.6-6.7 ms
- * with W1's rows in fours, 5.7-6.0 one by one; q4_0 at 4 tokens, x 64 KB, 12.8-13.1 ms one by
- * one, 8.7-8.8 in fours), on an Intel Xeon four (f16 13.4-13.5 ms one by one, 9.9-10.3 in
- * fours; docs/PERFORMANCE.md). */
+ * outpaces a core; from 8 tokens f32, f16 and bf16 rows in threes with the direct sums (the
+ * programs' row_direct), whose sums for 8 tokens a part fill AVX-512's registers, else in twos:
+ * on an Intel Xeon, 4096 -> 11008 SwiGLU in f16 and bf16, 8 tokens 16-22% and 16 tokens 8-14%
+ * faster in threes than in twos. The quantized types, whose decoding takes more registers, keep
+ * twos: q8_0 gained 2-14% there but lost 5-7% in the 8-expert layer at 512 tokens (1024 ->
+ * 2816); q4_0 was level at 8 tokens, 8% slower at 64 and from 3% faster to 19% slower at 16.
+ * Where x fits the first-level cache it depends on the host: on an AMD EPYC one row a work-item
+ * read fastest (4096 -> 11008 SwiGLU, one token: f16 6.6-6.7 ms with W1's rows in fours,
+ * 5.7-6.0 one by one; q4_0 at 4 tokens, x 64 KB, 12.8-13.1 ms one by one, 8.7-8.8 in fours), on
+ * an Intel Xeon four (f16 13.4-13.5 ms one by one, 9.9-10.3 in fours; docs/PERFORMANCE.md). */
 static size_t rows_per_item(const clffn_context *ctx, const clffn_wmatrix *w, int b) {
     const bool several =
         ctx->cpu && ctx->wgemv[0] == 1 && w->cols * bucket_tokens[b] >= ctx->row_group_cols;
-    return !several ? 1 : bucket_tokens[b] <= 4 ? 4 : 2;
+    if (!several) { return 1; }
+    if (bucket_tokens[b] <= 4) { return 4; }
+    const bool threes = bucket_tokens[b] >= 8 && ctx->programs.row_direct &&
+                        (w->dtype == CLFFN_DTYPE_F32 || w->dtype == CLFFN_DTYPE_F16 ||
+                         w->dtype == CLFFN_DTYPE_BF16);
+    return threes ? 3 : 2;
 }
 
-/* clffn__wgemv over more tokens than a pass takes: passes of CLFFN_MAX_KERNEL_TOKENS rows, each
- * reading the weights once, all as built for a full pass, so that a row sums alike in every
+/* clffn__wgemv over more tokens than a pass takes, where the kernels do not take the passes in
+ * one launch (the column kernels, and quantized inputs): passes of CLFFN_MAX_KERNEL_TOKENS rows,
+ * each reading the weights once, all as built for a full pass, so that a row sums alike in every
  * pass, the last one's too. The passes share the scratch: the queue runs them in turn. */
 static cl_int wgemv_passes(clffn_wkernels *wk, const clffn_context *ctx, const clffn_wmatrix *w,
                            bool along_rows, size_t tokens, clffn_matrix x, float beta,
@@ -252,26 +265,33 @@ cl_int clffn__wgemv(clffn_wkernels *wk, const clffn_context *ctx, const clffn_wm
                     bool along_rows, size_t tokens, size_t capacity, const clffn_wcount *count,
                     clffn_matrix x, float beta, clffn_matrix y, cl_command_queue queue) {
     static const clffn_wcount none = {NULL, 0, 0, 0, 0, 0, 0};
-    if (tokens > CLFFN_MAX_KERNEL_TOKENS && !count) {
+    const bool qx = along_rows && clffn__quantizes_inputs(ctx, w->dtype);
+    /* the row kernels take every pass in one launch (cl/weights.cl, CLFFN_ROW_PASS_TOKENS);
+     * their token count is a cl_uint */
+    const size_t passes =
+        along_rows && !qx && !count && tokens > CLFFN_MAX_KERNEL_TOKENS && tokens <= CL_UINT_MAX
+            ? (tokens + CLFFN_MAX_KERNEL_TOKENS - 1) / CLFFN_MAX_KERNEL_TOKENS
+            : 1;
+    if (tokens > CLFFN_MAX_KERNEL_TOKENS && !count && passes == 1) {
         return wgemv_passes(wk, ctx, w, along_rows, tokens, x, beta, y, queue);
     }
     if (!count) { count = &none; }
     refresh(wk, ctx, w->dtype);
-    const int b = bucket_of(tokens, capacity);
+    const int b = passes > 1 ? CLFFN_WTOKEN_BUCKETS - 1 : bucket_of(tokens, capacity);
     if (b < 0) { return (cl_int)CLFFN_ERROR_INVALID_SIZE; }
-    if (along_rows && clffn__quantizes_inputs(ctx, w->dtype)) {
-        return wgemv_quantized_inputs(wk, ctx, w, b, tokens, count, x, beta, y, queue);
-    }
+    if (qx) { return wgemv_quantized_inputs(wk, ctx, w, b, tokens, count, x, beta, y, queue); }
     const size_t *p = ctx->wgemv;
     const size_t per_item = along_rows ? rows_per_item(ctx, w, b) : 1; /* rows a work-item */
     cl_kernel *slot = !along_rows     ? &wk->cols[b]
                       : per_item == 4 ? &wk->rows4[b]
+                      : per_item == 3 ? &wk->rows3[b]
                       : per_item == 2 ? &wk->rows2[b]
                                       : &wk->rows[b];
     const bool strip = !along_rows && ctx->col_strips && p[3] == 1; /* clffn_wgemv_strip */
     const char *name = strip           ? "clffn_wgemv_strip"
                        : !along_rows   ? "clffn_wgemv_cols"
                        : per_item == 4 ? "clffn_wgemv_rows4"
+                       : per_item == 3 ? "clffn_wgemv_rows3"
                        : per_item == 2 ? "clffn_wgemv_rows2"
                                        : "clffn_wgemv_rows";
     cl_int err = kernel_for(ctx, w->dtype, bucket_tokens[b], name, slot);
@@ -301,7 +321,12 @@ cl_int clffn__wgemv(clffn_wkernels *wk, const clffn_context *ctx, const clffn_wm
     size_t global[2], local[2];
     if (along_rows) {
         local[0] = p[0], local[1] = p[1];
-        global[0] = p[0], global[1] = round_up((w->rows + per_item - 1) / per_item, p[1]);
+        /* the passes of a rows' group one after another (along the first dimension), where the
+         * rows weigh more than x, else pass by pass (cl/weights.cl, CLFFN_ROW_PASS_TOKENS) */
+        const size_t groups = round_up((w->rows + per_item - 1) / per_item, p[1]);
+        const bool rows_first = !clffn__dtype_quantized(w->dtype);
+        global[0] = p[0] * (rows_first ? passes : 1);
+        global[1] = groups * (rows_first ? 1 : passes);
     } else if (strip) {
         local[0] = local[1] = 1;
         global[0] = (w->cols + width - 1) / width, global[1] = chunks;

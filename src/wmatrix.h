@@ -48,6 +48,7 @@ typedef struct clffn_wkernels {
     clffn_dtype dtype;
     size_t shapes[CLFFN_WGEMV_PARAMS]; /* the context's shapes the kernels were made with */
     cl_kernel rows[CLFFN_WTOKEN_BUCKETS], rows2[CLFFN_WTOKEN_BUCKETS], rows4[CLFFN_WTOKEN_BUCKETS];
+    cl_kernel rows3[CLFFN_WTOKEN_BUCKETS];
     /* clffn_wgemv_rows_ep, _act and _glu: the epilogues applied as the sums are written */
     cl_kernel rows_ep[CLFFN_WTOKEN_BUCKETS], rows_act[CLFFN_WTOKEN_BUCKETS];
     cl_kernel rows_glu[CLFFN_WTOKEN_BUCKETS];
@@ -72,7 +73,9 @@ static inline clffn_scratch *clffn__wscratch(clffn_wkernels *wk) {
  * (+ β·y), for T ≤ CLFFN_MAX_KERNEL_TOKENS, each weight read once; with count (NULL: none),
  * only its first rows of the T, the others of y untouched. The kernels are those built for
  * max(T, capacity) tokens: their vectors and unrolling follow the tokens they are built for, so
- * a pass of T rows sums as a pass of capacity tokens (with a count of T) does. On a CPU device
+ * a pass of T rows sums as a pass of capacity tokens (with a count of T) does. Past
+ * CLFFN_MAX_KERNEL_TOKENS (no count), in passes of that many, each as built for a full pass:
+ * along the rows all in one launch, else a launch each. On a CPU device
  * rows go several at a time where x reaches the context's row_group_cols floats (the profile's
  * "WGEMV_ROW_GROUP_COLS"); the column form runs in chunks of rows whose sums meet in the scratch
  * (CLFFN_WCOL_CHUNK_ROWS rows on a CPU, enough chunks to fill a GPU). Along the rows of q8_0 or

@@ -100,12 +100,13 @@ Test(compressed, forward_element_types, .timeout = 600) {
 /* f32 weights kept [out, in] (the context's layout), so the forward runs the row kernels too;
  * and rows read several at a time, which a CPU device does where x (cols values for each of the
  * pass's tokens) passes 4096 (CLFFN_DEFAULT_ROW_GROUP_COLS, set here over the device's
- * profile): four at a time up to 4 tokens, two above. W2's rows of 4100 values go so at every
- * token count, W1's of 1030 or 1031 from 3 tokens on (the 4-token kernels) and one at a time
- * below. Row counts of 45, 70 and 71 leave the last group of
- * four 1, 2 and 3 rows short (45 and 71 the last pair one short); 4100, 1030 and 1031 values end
- * in a tail. The quantized types at 1088 values: one row at a time for 1 and 2 tokens, four at
- * 3, two at 8. */
+ * profile): four at a time up to 4 tokens, above three with the direct sums (POCL; two on other
+ * CPU devices, and for the quantized types). W2's rows of 4100 values go so at every token
+ * count, W1's of 1030 or 1031 from 3 tokens on (the 4-token kernels) and one at a time below.
+ * Row counts of 45, 70 and 71 leave the last group of four 1, 2 and 3 rows short (45 and 71 the
+ * last pair one short, 70 and 71 the last three 2 and 1 short, as do W2's 1030 and 1031); 4100,
+ * 1030 and 1031 values end in a tail. The quantized types at 1088 values: one row at a time for
+ * 1 and 2 tokens, four at 3, two at 8. */
 Test(compressed, forward_row_kernels_and_pairs, .timeout = 600) {
     clffn_context *ctx = kernels_context();
     ASSERT_OK(clffn_context_set_row_group_cols(ctx, CLFFN_DEFAULT_ROW_GROUP_COLS));

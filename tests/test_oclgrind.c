@@ -360,12 +360,20 @@ ParameterizedTest(int *type, oclgrind, typed_passes, .timeout = 600) {
     run_typed(&strips, t, cpu, CLFFN_MAX_KERNEL_TOKENS);
     /* rows several to a work-item: at 1056 values, x of 3 tokens (the 4-token kernels) and of 5
      * (the 8-token ones) passes CLFFN_DEFAULT_ROW_GROUP_COLS, so W1's rows go in fours, then in
-     * twos; 71 rows leave the last four 3 short and the last pair 1 short, 1057 values a tail */
+     * threes with the direct sums (Oclgrind is a CPU device; the quantized types in twos); 71
+     * rows leave the last four 3 short, the last three 1 short and the last pair 1 short, 1057
+     * values a tail */
     const size_t pd = q ? 1056 : 1057, pf = q ? 96 : 71; /* d_model, d_ff */
     const sim_case fours = {CLFFN_ACT_SILU, 1, CLFFN_LAYOUT_OUT_IN, 1, 0, 0, 0, 3, pd, pf, 0, 0};
     const sim_case twos = {CLFFN_ACT_GELU, 0, CLFFN_LAYOUT_OUT_IN, 1, 0, 0, 0, 5, pd, pf, 0, 0};
     run_typed(&fours, t, wide, CLFFN_MAX_KERNEL_TOKENS);
     run_typed(&twos, t, wide, CLFFN_MAX_KERNEL_TOKENS);
+    /* 20 tokens on a CPU's shape: both passes in one launch of the 16-token row kernels, W1's
+     * rows in threes (the quantized types in twos) in parts of tokens, the second pass's 4
+     * tokens one part; x of 288 values a token passes the grouping boundary at 16 tokens */
+    const sim_case cpu_passes = {
+        CLFFN_ACT_GELU, 1, CLFFN_LAYOUT_OUT_IN, 1, 0, 0, 0, 20, 288, pf, 0, 0};
+    run_typed(&cpu_passes, t, cpu, 32);
     if (q) {
         run_quantized_inputs(t, 1, 96, 160, NULL); /* 3 and 5 blocks: a lone last block */
         run_quantized_inputs(t, 3, 96, 160, NULL);
