@@ -1062,11 +1062,9 @@ void clffn_wgemv_rows3(CLFFN_ROWS_PARAMS, const float beta, __global const uint 
   CLFFN_ROW_PASS_TOKENS();
   const ulong r = 3 * row_id_;
   floatRV acc[3][CLFFN_WTOKENS];
-  float tail[3][CLFFN_WTOKENS];
-  for (uint t = 0; t < CLFFN_WTOKENS; ++t) {
-    acc[0][t] = acc[1][t] = acc[2][t] = (floatRV)0.0f;
-    tail[0][t] = tail[1][t] = tail[2][t] = 0.0f;
-  }
+  float tail[3 * CLFFN_WTOKENS]; // row i's at i·CLFFN_WTOKENS, as clffn_rows_tail takes them
+  for (uint t = 0; t < CLFFN_WTOKENS; ++t) { acc[0][t] = acc[1][t] = acc[2][t] = (floatRV)0.0f; }
+  for (uint t = 0; t < 3 * CLFFN_WTOKENS; ++t) { tail[t] = 0.0f; }
   if (r < rows && live) {
     __global const uchar *row0 = w + w_off + r * row_bytes;
     __global const uchar *row1 = r + 1 < rows ? row0 + row_bytes : row0; // past the last: unused
@@ -1081,20 +1079,21 @@ void clffn_wgemv_rows3(CLFFN_ROWS_PARAMS, const float beta, __global const uint 
                        acc[2] + p * CLFFN_ROW3_PART);
     }
   #if !CLFFN_QUANTIZED
-    clffn_rows_tail(row0, row_bytes, min((ulong)3, rows - r), cols, xr, ldx, tokens,
-                    &tail[0][0]);
+    clffn_rows_tail(row0, row_bytes, min((ulong)3, rows - r), cols, xr, ldx, tokens, tail);
   #endif
   }
-  float sum[3][CLFFN_WTOKENS];
+  float sum[3 * CLFFN_WTOKENS]; // row i's at i·CLFFN_WTOKENS, as clffn_store_rows takes them
   #if CLFFN_LANE_LOCAL
   __local float lanes[CLFFN_ROW_ROWS * 16];
   __local float *mine = lanes + get_local_id(1) * 16;
   #endif
   for (uint t = 0; t < CLFFN_WTOKENS; ++t) {
-    for (uint i = 0; i < 3; ++i) { sum[i][t] = CLFFN_LANE_SUM(acc[i][t]) + tail[i][t]; }
+    for (uint i = 0; i < 3; ++i) {
+      sum[i * CLFFN_WTOKENS + t] = CLFFN_LANE_SUM(acc[i][t]) + tail[i * CLFFN_WTOKENS + t];
+    }
   }
   if (r < rows) {
-    clffn_store_rows(y + y_off, ldy, r, min((ulong)3, rows - r), tokens, beta, &sum[0][0]);
+    clffn_store_rows(y + y_off, ldy, r, min((ulong)3, rows - r), tokens, beta, sum);
   }
 }
 #endif
@@ -1113,11 +1112,11 @@ void clffn_wgemv_rows4(CLFFN_ROWS_PARAMS, const float beta, __global const uint 
   CLFFN_ROW_PASS_TOKENS();
   const ulong r = 4 * row_id_;
   floatRV acc0[CLFFN_WTOKENS], acc1[CLFFN_WTOKENS], acc2[CLFFN_WTOKENS], acc3[CLFFN_WTOKENS];
-  float tail[4][CLFFN_WTOKENS];
+  float tail[4 * CLFFN_WTOKENS]; // row i's at i·CLFFN_WTOKENS, as clffn_rows_tail takes them
   for (uint t = 0; t < CLFFN_WTOKENS; ++t) {
     acc0[t] = acc1[t] = acc2[t] = acc3[t] = (floatRV)0.0f;
-    tail[0][t] = tail[1][t] = tail[2][t] = tail[3][t] = 0.0f;
   }
+  for (uint t = 0; t < 4 * CLFFN_WTOKENS; ++t) { tail[t] = 0.0f; }
   if (r < rows && live) {
     __global const uchar *row0 = w + w_off + r * row_bytes;
     __global const uchar *row1 = r + 1 < rows ? row0 + row_bytes : row0;
@@ -1143,23 +1142,22 @@ void clffn_wgemv_rows4(CLFFN_ROWS_PARAMS, const float beta, __global const uint 
       clffn_block_dot(v3, d3, xr, ldx, c, tokens, acc3);
     }
 #if !CLFFN_QUANTIZED
-    clffn_rows_tail(row0, row_bytes, min((ulong)4, rows - r), cols, xr, ldx, tokens,
-                    &tail[0][0]);
+    clffn_rows_tail(row0, row_bytes, min((ulong)4, rows - r), cols, xr, ldx, tokens, tail);
 #endif
   }
-  float sum[4][CLFFN_WTOKENS];
+  float sum[4 * CLFFN_WTOKENS]; // row i's at i·CLFFN_WTOKENS, as clffn_store_rows takes them
 #if CLFFN_LANE_LOCAL
   __local float lanes[CLFFN_ROW_ROWS * 16];
   __local float *mine = lanes + get_local_id(1) * 16;
 #endif
   for (uint t = 0; t < CLFFN_WTOKENS; ++t) {
-    sum[0][t] = CLFFN_LANE_SUM(acc0[t]) + tail[0][t];
-    sum[1][t] = CLFFN_LANE_SUM(acc1[t]) + tail[1][t];
-    sum[2][t] = CLFFN_LANE_SUM(acc2[t]) + tail[2][t];
-    sum[3][t] = CLFFN_LANE_SUM(acc3[t]) + tail[3][t];
+    sum[t] = CLFFN_LANE_SUM(acc0[t]) + tail[t];
+    sum[CLFFN_WTOKENS + t] = CLFFN_LANE_SUM(acc1[t]) + tail[CLFFN_WTOKENS + t];
+    sum[2 * CLFFN_WTOKENS + t] = CLFFN_LANE_SUM(acc2[t]) + tail[2 * CLFFN_WTOKENS + t];
+    sum[3 * CLFFN_WTOKENS + t] = CLFFN_LANE_SUM(acc3[t]) + tail[3 * CLFFN_WTOKENS + t];
   }
   if (r < rows) {
-    clffn_store_rows(y + y_off, ldy, r, min((ulong)4, rows - r), tokens, beta, &sum[0][0]);
+    clffn_store_rows(y + y_off, ldy, r, min((ulong)4, rows - r), tokens, beta, sum);
   }
 }
 #endif
