@@ -48,7 +48,7 @@ static clffn_status context_init(clffn_context *ctx, cl_context context, cl_devi
      * one SIMD lane of eight) and its compiler took 20-50 s over each */
     char platform[256], name[256], driver[256];
     clffn__device_strings(device, platform, name, driver, sizeof platform);
-    ctx->col_strips = ctx->cpu && !clffn__software_device(name);
+    ctx->col_strips = clffn__cpu_compiler_device(type, name);
     ctx->dequant_tiles = !ctx->cpu;
     cl_device_fp_config fp = 0;
     err = clGetDeviceInfo(device, CL_DEVICE_SINGLE_FP_CONFIG, sizeof fp, &fp, NULL);

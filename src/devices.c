@@ -156,6 +156,10 @@ int clffn__software_device(const char *name) {
     return 0;
 }
 
+int clffn__cpu_compiler_device(cl_device_type type, const char *name) {
+    return (type & CL_DEVICE_TYPE_CPU) && !clffn__software_device(name);
+}
+
 /* The default's order: lower first (clffn_devices_default). */
 static int default_rank(const clffn_device_info *d) {
     int r = 4;

@@ -20,6 +20,11 @@ clffn_status clffn__device_caps_query(cl_device_id device, clffn_device_caps *ca
 /* 1 when a device of this name is a GPU driver stack run in software (Mesa's llvmpipe). */
 int clffn__software_device(const char *name);
 
+/* 1 for a CPU device other than those (POCL, Oclgrind): one whose compiler takes the CPU forms
+ * of clffn's weight kernels (the direct sums, the column strips) quickly, where llvmpipe's took
+ * several times longer over them and ran the strips slower. */
+int clffn__cpu_compiler_device(cl_device_type type, const char *name);
+
 /* Parses "OpenCL M.m ..." into major/minor; returns 0 on failure. */
 int clffn__parse_cl_version(const char *s, int *major, int *minor);
 

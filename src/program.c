@@ -90,7 +90,7 @@ clffn_status clffn__programs_init(clffn_programs *p, cl_context context, cl_devi
     p->local_size = (type & CL_DEVICE_TYPE_CPU) ? CLFFN_CPU_ITEMS_LOCAL : 0;
     char platform[256], name[256], driver[256];
     clffn__device_strings(device, platform, name, driver, sizeof platform);
-    p->row_direct = (type & CL_DEVICE_TYPE_CPU) && !clffn__software_device(name);
+    p->row_direct = clffn__cpu_compiler_device(type, name);
     return CLFFN_SUCCESS;
 }
 
