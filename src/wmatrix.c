@@ -236,9 +236,8 @@ static size_t rows_per_item(const clffn_context *ctx, const clffn_wmatrix *w, in
         ctx->cpu && ctx->wgemv[0] == 1 && w->cols * bucket_tokens[b] >= ctx->row_group_cols;
     if (!several) { return 1; }
     if (bucket_tokens[b] <= 4) { return 4; }
-    const bool threes = bucket_tokens[b] >= 8 && ctx->programs.row_direct &&
-                        (w->dtype == CLFFN_DTYPE_F32 || w->dtype == CLFFN_DTYPE_F16 ||
-                         w->dtype == CLFFN_DTYPE_BF16);
+    const bool threes =
+        bucket_tokens[b] >= 8 && ctx->programs.row_direct && !clffn__dtype_quantized(w->dtype);
     return threes ? 3 : 2;
 }
 
