@@ -478,14 +478,17 @@ inline void clffn_chunk_dot(float8 wv, __global const float *xr, ulong ldx, ulon
 // than four on the H200 (one token of 4096 -> 11008 SwiGLU, ms: f16 0.121 -> 0.123-0.133, bf16
 // 0.131-0.133 -> 0.139-0.145, f32 0.165-0.167 -> 0.168-0.173), its chunks held as floats: 64
 // registers a lane. CLFFN_ROW_RAW holds f16 and bf16 chunks as loaded, 4 registers a chunk, and
-// decodes each just before its products; the same values in the same order. f16 reads its
-// weights at about 2.8 TB/s against f32's 3.5 on the H200 with four chunks, half f32's bytes in
-// flight a lane; `scripts/gpu-report.sh BUILD OUT variants` times these forms.
+// decodes each just before its products; the same values in the same order. On the H200 that
+// took the decoding token from 0.123-0.127 to 0.110-0.117 ms in f16 and from 0.132-0.136 to
+// 0.114-0.120 in bf16 (five rounds alternated), and Mixtral's layer at one token from 0.283-0.299
+// to 0.256-0.268 in f16; on the H100 it was level or ahead (f16 0.138-0.141 -> 0.133-0.138).
+// Only the lanes' form (CLFFN_ROW_SPLIT > 1, GPUs' shapes) reads it. `scripts/gpu-report.sh
+// BUILD OUT variants` times these forms.
 #ifndef CLFFN_ROW_FLIGHT
   #define CLFFN_ROW_FLIGHT 4 // 8-value chunks a lane loads before their products
 #endif
 #ifndef CLFFN_ROW_RAW
-  #define CLFFN_ROW_RAW 0 // 1: f16 and bf16 chunks kept as loaded, not as floats, until then
+  #define CLFFN_ROW_RAW 1 // 0: f16 and bf16 chunks widened to floats as they are loaded
 #endif
 inline void clffn_row_lanes(__global const uchar *row, ulong cols, __global const float *xr,
                             ulong ldx, uint tokens, uint s, float sum[CLFFN_WTOKENS]) {

@@ -342,8 +342,8 @@ PY
         ;;
     variants)
         d=(--tokens 1 --d-model 4096 --d-ff 11008 --activation swiglu)
-        vs="now raw4:CLFFN_ROW_RAW=1 raw8:CLFFN_ROW_RAW=1,CLFFN_ROW_FLIGHT=8"
-        vs=${VARIANTS:-"$vs raw16:CLFFN_ROW_RAW=1,CLFFN_ROW_FLIGHT=16"}
+        vs="now float4:CLFFN_ROW_RAW=0 raw8:CLFFN_ROW_FLIGHT=8"
+        vs=${VARIANTS:-"$vs raw16:CLFFN_ROW_FLIGHT=16"}
         for v in $vs; do
             dir=/tmp/gr-variants/${v%%:*}
             rm -rf "$dir" && mkdir -p "$dir" && cp cl/* "$dir"/

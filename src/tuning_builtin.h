@@ -158,7 +158,7 @@
  * f16 (1.45 against 1.46) and by 9% in q8_0 and q4_0, at 8 clearly (f16 0.81 against 1.44).
  * With inputs rounded to q8_0 or bf16 they won through 16 (q8_0 1.38 against 1.48), so
  * KERNEL_MAX_TOKENS_QX 16. Applied to every H100 (PCIe, SXM, NVL: one chip, SM 9.0). */
-#define CLFFN_NVIDIA_H100_PROFILE                                                                  \
+#define CLFFN_NVIDIA_HOPPER_PROFILE(kmax)                                                          \
     "{\"clblast\":{"                                                                               \
     "\"Xgemm\":{\"GEMMK\":0,\"KREG\":1,\"KWG\":16,\"KWI\":2,\"MDIMA\":16,\"MDIMC\":16,\"MWG\":64," \
     "\"NDIMB\":16,\"NDIMC\":8,\"NWG\":128,\"SA\":1,\"SB\":1,\"STRM\":1,\"STRN\":1,\"VWM\":4,"      \
@@ -171,9 +171,11 @@
     "\"NDIMB\":16,\"NDIMC\":16,\"NWG\":64,\"SA\":1,\"SB\":1,\"STRM\":0,\"STRN\":1,\"VWM\":4,"      \
     "\"VWN\":4}},"                                                                                 \
     "\"clffn\":{\"GEMM_K_BLOCK\":0,\"GEMV_MAX_TOKENS\":1,\"WEIGHT_LAYOUT\":1,"                     \
-    "\"XGEMM_FEW_ROWS\":2048,\"KERNEL_MAX_TOKENS\":12,\"KERNEL_MAX_TOKENS_QX\":16,"                \
+    "\"XGEMM_FEW_ROWS\":2048,\"KERNEL_MAX_TOKENS\":" #kmax ",\"KERNEL_MAX_TOKENS_QX\":16,"         \
     "\"KERNEL_MAX_TOKENS_F32\":16,\"WGEMV_ROW_SPLIT\":32,\"WGEMV_ROW_ROWS\":4,"                    \
     "\"WGEMV_COL_WIDTH\":8,\"WGEMV_COL_SPLIT\":16,\"WGEMV_COL_GROUPS\":8}}"
+
+#define CLFFN_NVIDIA_H100_PROFILE CLFFN_NVIDIA_HOPPER_PROFILE(12)
 
 /* NVIDIA H200 (the H100's chip, 132 SMs, with HBM3e; NVIDIA's driver 580.159.04): the H100's
  * profile as it was then, which on 2026-11-26 made every shape measured there faster than no
@@ -186,9 +188,13 @@
  * tokens on 512 -> 2048 and 768 -> 3072: the seed shape 0.242 -> 0.200-0.204 ms (backward 0.445 ->
  * 0.336), 1024 tokens of 768 -> 3072 0.69 -> 0.46, 2048 tokens of 512 -> 2048 0.585 -> 0.390;
  * level or faster at 64-384 tokens of 512 -> 2048 and level at the BERT and SwiGLU shapes. Those
- * two changes then made the H100 faster too (above), so the two chips share one profile, the
- * crossovers measured on the H100 included. */
-#define CLFFN_NVIDIA_H200_PROFILE CLFFN_NVIDIA_H100_PROFILE
+ * two changes then made the H100 faster too (above), so the two chips share one profile but for
+ * KERNEL_MAX_TOKENS: 8 on the H200 (2026-11-27, same H200 and driver, `clffn-tune --eval
+ * --kernels` children on 4096 -> 11008 gated, clffn-tune's rule). There the dequantized SGEMMs
+ * with the local tiles took 1.40 ms at 12 tokens, where q4_0's kernels took 1.69 (f16 kept
+ * [in, out] 1.404 against 1.398); at 8 the kernels won clearly (q4_0 0.60 against 1.38, f16
+ * 0.76 against 1.43). */
+#define CLFFN_NVIDIA_H200_PROFILE CLFFN_NVIDIA_HOPPER_PROFILE(8)
 // clang-format on
 
 static const builtin_profile builtin_profiles[] = {
