@@ -12,9 +12,10 @@
  *    tokens run clffn's own kernels (decoding): the experts run grouped, a launch a stage for
  *    all of them (moe_grouped.c), where their weights are in the layer's pools, else each is
  *    launched for T rows; the kernels read n_e from counts, and an expert with no token reads
- *    no weight. No host wait, so a GPU never idles between the routing and the experts. A
- *    backward after such a forward runs the routing and the experts again the other way first
- *    (moe_backward.c).
+ *    no weight. No host wait, so a GPU never idles between the routing and the experts. At one
+ *    token every chosen expert's one row is the token itself: the experts read x where it lies
+ *    and nothing is gathered (a launch fewer in decoding). A backward after such a forward runs
+ *    the routing and the experts again the other way first (moe_backward.c).
  * y is written by the last kernel alone: a failure anywhere earlier leaves it untouched, and y
  * may be x itself. */
 #include "moe.h"
@@ -357,8 +358,11 @@ static cl_int enqueue_choice(clffn_moe *moe, cl_uint T, cl_uint stride, cl_comma
     return err;
 }
 
-/* logits, the choice (enqueue_choice) and gather; then, unless counted, the counts read back
- * (blocking). */
+/* At one token with the counts on the device, the experts read x itself (moe.c's head). */
+static bool experts_read_x(size_t T, bool counted) { return counted && T == 1; }
+
+/* logits, the choice (enqueue_choice) and gather (unless experts_read_x); then, unless counted,
+ * the counts read back (blocking). */
 static cl_int enqueue_routing(clffn_moe *moe, cl_uint T, cl_mem x, cl_ulong xo, bool counted,
                               cl_command_queue q) {
     const clffn_moe_config *c = &moe->cfg;
@@ -370,7 +374,8 @@ static cl_int enqueue_routing(clffn_moe *moe, cl_uint T, cl_mem x, cl_ulong xo, 
     clffn_args g = clffn__args(moe->gather);
     CLFFN_ARG(g, x), CLFFN_ARG(g, xo), CLFFN_ARG(g, moe->slot), CLFFN_ARG(g, D), CLFFN_ARG(g, n);
     CLFFN_ARG(g, k), CLFFN_ARG(g, moe->xg);
-    if (err == CL_SUCCESS && (err = clffn__args_end(&g)) == CL_SUCCESS) {
+    if (err == CL_SUCCESS && !experts_read_x(T, counted) &&
+        (err = clffn__args_end(&g)) == CL_SUCCESS) {
         err = clffn__moe_enqueue(moe, q, moe->gather, D, n);
     }
     if (err == CL_SUCCESS && !counted) {
@@ -411,13 +416,22 @@ static clffn_status run_experts(clffn_moe *moe, size_t T, cl_mem x, size_t xo, b
     size_t row0 = 0;
     moe->last_grouped =
         st == CLFFN_SUCCESS && counted && clffn__group_ready(&moe->group, moe->ffn, c->experts);
-    const clffn_group_pass gp = {moe->ffn, c->experts, c->top_k, T, moe->counts, moe->xg, moe->yg};
+    const bool one_x = experts_read_x(T, counted);
+    const clffn_group_pass gp = {.ffn = moe->ffn,
+                                 .experts = c->experts,
+                                 .top_k = c->top_k,
+                                 .tokens = T,
+                                 .counts = moe->counts,
+                                 .xg = one_x ? x : moe->xg,
+                                 .yg = moe->yg,
+                                 .xg_off = one_x ? xo : 0,
+                                 .one_x = one_x};
     if (moe->last_grouped) { st = clffn__group_forward(&moe->group, &gp, q); }
     for (size_t e = 0; e < c->experts && st == CLFFN_SUCCESS && !moe->last_grouped; ++e) {
         if (counted) {
             const clffn_wcount n = {moe->counts, (cl_uint)e, 0, 0, 0, 0, 0};
-            st = clffn__forward_counted(moe->ffn[e], T, &n, moe->xg, e * T * D, moe->yg, e * T * D,
-                                        q);
+            st = clffn__forward_counted(moe->ffn[e], T, &n, gp.xg, one_x ? xo : e * T * D, moe->yg,
+                                        e * T * D, q);
             continue;
         }
         const size_t n = moe->host_counts[e];

@@ -129,11 +129,12 @@ static cl_int products(const clffn_moe_group *g, const clffn_group_pass *p,
     const clffn_pool *pool = g->pools.kind;
     const cl_uint G = steps(p), ids = (cl_uint)p->experts + 1;
     const size_t T = p->tokens, D = c->d_model, F = c->d_ff, N1 = clffn__n1(c);
-    const clffn_wcount c1 = {p->counts, 0, G, ids, pool[CLFFN_POOL_W1].stride, T * D, T * N1};
+    const size_t x_stride = p->one_x ? 0 : T * D;
+    const clffn_wcount c1 = {p->counts, 0, G, ids, pool[CLFFN_POOL_W1].stride, x_stride, T * N1};
     const clffn_wcount c2 = {p->counts, 0, G, ids, pool[CLFFN_POOL_W2].stride, T * F, T * D};
     const clffn_linear w1 = pooled(&f0->w1, &pool[CLFFN_POOL_W1]);
     const clffn_linear w2 = pooled(&f0->w2, &pool[CLFFN_POOL_W2]);
-    const clffn_matrix x = {p->xg, 0, D}, z = {g->z, 0, N1}, h = {g->h, 0, F};
+    const clffn_matrix x = {p->xg, p->xg_off, D}, z = {g->z, 0, N1}, h = {g->h, 0, F};
     const bool fused = f0->ctx->fused_epilogues != 0;
     clffn_gemm_env env = *base;
     env.count = &c1;

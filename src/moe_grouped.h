@@ -14,12 +14,16 @@ typedef struct clffn_moe_group {
 } clffn_moe_group;
 
 /* One grouped forward: the E routed experts (ffn[0 .. E)) at T tokens, k chosen per token; xg
- * and yg [E·T, D], expert e's rows from e·T; counts as cl/moe.cl's clffn_moe_place leaves it
- * ([2E + 1]: the E counts, a 0, and the list of experts with rows). */
+ * and yg [E·T, D], expert e's rows from e·T, xg's from xg_off floats on; with one_x every
+ * expert reads the same T rows there instead (one token: the caller's x, no gather); counts as
+ * cl/moe.cl's clffn_moe_place leaves it ([2E + 1]: the E counts, a 0, and the list of experts
+ * with rows). */
 typedef struct clffn_group_pass {
     clffn_ffn *const *ffn;
     size_t experts, top_k, tokens;
     cl_mem counts, xg, yg;
+    size_t xg_off;
+    bool one_x;
 } clffn_group_pass;
 
 /* Gives the E experts ffn[0 .. E) their slots in g's pools (at the layer's creation); busy is

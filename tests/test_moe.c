@@ -584,6 +584,9 @@ Test(moe, experts_grouped, .timeout = 300) {
     ASSERT_OK(clffn_ffn_bind_weights(clffn_moe_expert(moe, 4), CLFFN_LAYOUT_OUT_IN, &dw));
     check_against_reference(moe, &m, 16, "expert 4 bound"); /* kept [out, in]: other sums */
     cr_assert_eq(clffn_moe_experts_grouped(moe), 0, "an expert bound from the caller's buffers");
+    /* one at a time at one token, the experts reading x where it lies (no gather) */
+    check_against_reference(moe, &m, 1, "expert 4 bound, one token");
+    cr_assert_eq(clffn_moe_experts_grouped(moe), 0, "expert 4 bound, one token");
     ASSERT_OK(clffn_ffn_upload_weights(clffn_moe_expert(moe, 4), CLFFN_LAYOUT_OUT_IN, &m.hw[4]));
     forward_bits(moe, &m, 16, CLFFN_MOE_COUNTS_DEVICE, y1);
     cr_assert_eq(clffn_moe_experts_grouped(moe), 1, "expert 4 uploaded again");
