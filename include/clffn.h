@@ -634,7 +634,7 @@ CLFFN_API int clffn_context_dequant_tiles(const clffn_context *ctx);
  *  none: x must pass 4096 floats. Where x fits the first-level cache, whether one stream a core
  *  or four reads faster depends on the host: on an AMD EPYC one row a work-item did (x of 4096
  *  floats, the first product of 4096 -> 11008 at one token), on an Intel Xeon four did, and its
- *  built-in profile groups from 1024 (docs/PERFORMANCE.md). */
+ *  built-in profile groups from 512 (docs/PERFORMANCE.md). */
 #define CLFFN_DEFAULT_ROW_GROUP_COLS ((size_t)4097)
 
 /** Sets from how large an input a CPU device's few-token row kernels take weight rows several

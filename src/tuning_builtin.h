@@ -98,7 +98,11 @@
  * from 1024 floats of x there (2026-11-27, Intel Xeon, 2 cores, alternated rounds, the profile
  * before against it): 4096 -> 11008 SwiGLU at one token in f16 13.4-13.5 -> 9.9-10.3 ms, q8_0
  * 8.7-8.9 -> 6.3-6.8, bf16 11.5-12.0 -> 10.1-10.6; 2048 -> 5632 at 2 tokens in f16 1.9-2.1 ->
- * 1.5-1.6; 1024 -> 2816 at 1 and 4 tokens and Qwen3's 128-expert layer level or faster.
+ * 1.5-1.6; 1024 -> 2816 at 1 and 4 tokens and Qwen3's 128-expert layer level or faster. From
+ * 512 floats since (same host, three rounds, --row-group-cols 512 against 1024 alternated):
+ * Qwen3's layer at one token in f16 2.01-2.27 -> 1.81-1.91 ms, its experts' second products
+ * (rows of 768 values) 12-17% less device time; in q8_0, and the 512 -> 2048, 768 -> 3072 and
+ * 2048 -> 768 FFNs at 1-2 tokens, level within the host's spread.
  * KERNEL_MAX_TOKENS and KERNEL_MAX_TOKENS_LARGE 512 on Intel's (128 and 256 on AMD's, measured
  * there): dequantized SGEMM runs at about half the EPYC's rate there (118 GFLOP/s on 4096 ->
  * 11008 at 512 tokens), and the row kernels in passes (16-wide direct sums, rows walked once a
@@ -116,7 +120,7 @@
 #define CLFFN_POCL_AVX512_INTEL_PROFILE                                                 \
     CLFFN_POCL_AVX512_HEAD                                                              \
     "\"KERNEL_MAX_TOKENS\":512,\"KERNEL_MAX_TOKENS_LARGE\":512," CLFFN_POCL_AVX512_TAIL \
-    ",\"WGEMV_ROW_GROUP_COLS\":1024}}"
+    ",\"WGEMV_ROW_GROUP_COLS\":512}}"
 
 /* NVIDIA H100 through NVIDIA's OpenCL driver (580.159.04, "NVIDIA CUDA" platform):
  * `clffn-tune --budget 210 --tokens 4096 --d-model 768 --d-ff 3072` on 2026-11-22 on an H100 80GB

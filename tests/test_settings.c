@@ -222,7 +222,7 @@ Test(settings, builtin_profile_by_name) {
             continue;
         }
         cr_assert_not_null(json, "%s", cases[i].name);
-        const int grouped = strstr(json, "\"WGEMV_ROW_GROUP_COLS\":1024") != NULL;
+        const int grouped = strstr(json, "\"WGEMV_ROW_GROUP_COLS\":512") != NULL;
         cr_assert_eq(grouped, cases[i].intel, "%s", cases[i].name);
         const char *crossovers = cases[i].intel
                                      ? "\"KERNEL_MAX_TOKENS\":512,\"KERNEL_MAX_TOKENS_LARGE\":512,"
