@@ -358,7 +358,7 @@ static cl_int enqueue_choice(clffn_moe *moe, cl_uint T, cl_uint stride, cl_comma
     return err;
 }
 
-/* At one token with the counts on the device, the experts read x itself (moe.c's head). */
+/* At one token with the counts on the device, the experts read x itself (the file's head). */
 static bool experts_read_x(size_t T, bool counted) { return counted && T == 1; }
 
 /* logits, the choice (enqueue_choice) and gather (unless experts_read_x); then, unless counted,
@@ -371,12 +371,13 @@ static cl_int enqueue_routing(clffn_moe *moe, cl_uint T, cl_mem x, cl_ulong xo, 
     const cl_uint stride = counted ? T : 0; /* expert e's rows from e·T, or packed */
     cl_int err = enqueue_logits(moe, T, x, xo, q);
     if (err == CL_SUCCESS) { err = enqueue_choice(moe, T, stride, q); }
-    clffn_args g = clffn__args(moe->gather);
-    CLFFN_ARG(g, x), CLFFN_ARG(g, xo), CLFFN_ARG(g, moe->slot), CLFFN_ARG(g, D), CLFFN_ARG(g, n);
-    CLFFN_ARG(g, k), CLFFN_ARG(g, moe->xg);
-    if (err == CL_SUCCESS && !experts_read_x(T, counted) &&
-        (err = clffn__args_end(&g)) == CL_SUCCESS) {
-        err = clffn__moe_enqueue(moe, q, moe->gather, D, n);
+    if (err == CL_SUCCESS && !experts_read_x(T, counted)) {
+        clffn_args g = clffn__args(moe->gather);
+        CLFFN_ARG(g, x), CLFFN_ARG(g, xo), CLFFN_ARG(g, moe->slot), CLFFN_ARG(g, D);
+        CLFFN_ARG(g, n), CLFFN_ARG(g, k), CLFFN_ARG(g, moe->xg);
+        if ((err = clffn__args_end(&g)) == CL_SUCCESS) {
+            err = clffn__moe_enqueue(moe, q, moe->gather, D, n);
+        }
     }
     if (err == CL_SUCCESS && !counted) {
         err = clffn__read(q, moe->counts, 0, E * sizeof(cl_uint), moe->host_counts, 0, NULL);
