@@ -356,26 +356,33 @@ Test(clffn_devices, no_platform) {
 /* ------------------------------------------------------------------------------------------ */
 /* clffn-bench and clffn-tune */
 
+/* clffn-bench's JSON document for `options` (prefix: an environment before the command, or ""),
+ * its output in out; the run must succeed. */
+static cJSON *bench_json(const char *prefix, const char *options, char *out, size_t size) {
+    char err[4096], cmd[512];
+    snprintf(cmd, sizeof cmd, "%s'%s' --json %s", prefix, CLFFN_BENCH_PATH, options);
+    cr_assert_eq(run_split(cmd, out, size, err, sizeof err), 0, "%s%s", out, err);
+    cJSON *o = cJSON_Parse(out);
+    cr_assert_not_null(o, "not JSON: %s%s", out, err);
+    return o;
+}
+
 /* OpenBLAS detecting an old core (as it does on a virtual CPU it does not know) is not the
  * measure: clffn-bench also runs the best core the CPU's flags allow, in a child, and keeps the
  * faster, naming both. */
 static void assert_fair_cpu(void) {
-    char out[16384], err[4096], cmd[512];
-    snprintf(cmd, sizeof cmd,
-             "OPENBLAS_CORETYPE=Prescott '%s' --json --tokens 9 --d-model 24 --d-ff 64 --reps 3 "
-             "--compare-cpu",
-             CLFFN_BENCH_PATH);
-    cr_assert_eq(run_split(cmd, out, sizeof out, err, sizeof err), 0, "%s%s", out, err);
-    cJSON *o = cJSON_Parse(out);
-    cr_assert_not_null(o, "%s%s", out, err);
+    char out[16384];
+    cJSON *o =
+        bench_json("OPENBLAS_CORETYPE=Prescott ",
+                   "--tokens 9 --d-model 24 --d-ff 64 --reps 3 --compare-cpu", out, sizeof out);
     const cJSON *c = cJSON_GetObjectItemCaseSensitive(o, "cpu_blas");
     const cJSON *det = cJSON_GetObjectItemCaseSensitive(c, "detected_core");
     const cJSON *forced = cJSON_GetObjectItemCaseSensitive(c, "forced_core");
-    cr_assert(cJSON_IsString(det) && !strcmp(det->valuestring, "Prescott"), "%s%s", out, err);
+    cr_assert(cJSON_IsString(det) && !strcmp(det->valuestring, "Prescott"), "%s", out);
     if (forced) { /* an x86-64 CPU with AVX2 or better */
         const double d = json_num(c, "detected_best_s"), f = json_num(c, "forced_best_s");
-        cr_assert(strcmp(forced->valuestring, "Prescott") != 0, "%s%s", out, err);
-        cr_assert_eq(json_num(c, "best_s"), d < f ? d : f, "%s%s", out, err);
+        cr_assert(strcmp(forced->valuestring, "Prescott") != 0, "%s", out);
+        cr_assert_eq(json_num(c, "best_s"), d < f ? d : f, "%s", out);
         cr_assert_str_eq(cJSON_GetObjectItemCaseSensitive(c, "core")->valuestring,
                          d < f ? "Prescott" : forced->valuestring);
     }
@@ -384,18 +391,15 @@ static void assert_fair_cpu(void) {
 
 Test(clffn_bench, json_report, .timeout = 120) {
     char out[16384], err[4096], cmd[512];
-    snprintf(cmd, sizeof cmd,
-             "'%s' --json --tokens 7 --d-model 16 --d-ff 40 --activation swiglu --reps 3",
-             CLFFN_BENCH_PATH);
-    cr_assert_eq(run_split(cmd, out, sizeof out, err, sizeof err), 0, "%s%s", out, err);
-    cJSON *o = cJSON_Parse(out);
-    cr_assert_not_null(o, "not JSON: %s%s", out, err);
+    cJSON *o = bench_json("", "--tokens 7 --d-model 16 --d-ff 40 --activation swiglu --reps 3", out,
+                          sizeof out);
     cr_assert(cJSON_IsString(cJSON_GetObjectItemCaseSensitive(o, "device")));
     cr_assert_eq(json_num(o, "tokens"), 7);
     cr_assert_eq(json_num(o, "d_model"), 16);
     cr_assert_eq(json_num(o, "d_ff"), 40);
     cr_assert_str_eq(cJSON_GetObjectItemCaseSensitive(o, "activation")->valuestring, "silu");
     cr_assert(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "gated")));
+    cr_assert(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "bias")), "the seeds' biases");
     cr_assert(json_num(o, "best_s") > 0 && json_num(o, "best_s") <= json_num(o, "median_s"));
     /* gflops is the FFN's 2·T·D·F·3 flops over the best time */
     cr_assert(fabs(json_num(o, "gflops") - 2.0 * 7 * 16 * 40 * 3 / json_num(o, "best_s") * 1e-9) <=
@@ -451,6 +455,35 @@ Test(clffn_bench, json_report, .timeout = 120) {
     }
     snprintf(cmd, sizeof cmd, "'%s' --tokens 0", CLFFN_BENCH_PATH);
     cr_assert_eq(run(cmd, out, sizeof out), 2, "%s", out);
+}
+
+/* --bias off: the FFN without b1, bv and b2, as decoder models' FFNs (and ggml's peer programs)
+ * have it. Compressed weights are uploaded without biases, which the library refuses for an FFN
+ * configured with them, so the f16 run proves the configuration and the upload agree; the
+ * backward runs without the biases' gradients, and the CPU FFN beside it without its adds. */
+Test(clffn_bench, no_bias, .timeout = 120) {
+    char out[16384], err[4096], cmd[512];
+    cJSON *o = bench_json("",
+                          "--tokens 3 --d-model 32 --d-ff 40 --activation swiglu --reps 2 "
+                          "--weights-dtype f16 --bias off",
+                          out, sizeof out);
+    cr_assert(cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(o, "bias")), "%s", out);
+    cr_assert(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "gated")), "%s", out);
+    cr_assert(json_num(o, "best_s") > 0 && json_num(o, "backward_best_s") > 0, "%s", out);
+    cJSON_Delete(o);
+    snprintf(cmd, sizeof cmd, "'%s' --tokens 2 --d-model 16 --d-ff 24 --reps 2 --bias off",
+             CLFFN_BENCH_PATH);
+    cr_assert_eq(run_split(cmd, out, sizeof out, err, sizeof err), 0, "%s%s", out, err);
+    cr_assert(strstr(out, "relu, no biases\n") != NULL, "%s", out);
+    snprintf(cmd, sizeof cmd,
+             "'%s' --json --tokens 2 --d-model 16 --d-ff 24 --reps 2 --bias off "
+             "--compare-cpu",
+             CLFFN_BENCH_PATH);
+    const int rc = run_split(cmd, out, sizeof out, err, sizeof err);
+    cr_assert(rc == 0 || (rc == 2 && strstr(err, "needs a CBLAS") != NULL), "%s%s", out, err);
+    snprintf(cmd, sizeof cmd, "'%s' --bias sometimes", CLFFN_BENCH_PATH);
+    cr_assert_eq(run_split(cmd, out, sizeof out, err, sizeof err), 2, "%s%s", out, err);
+    cr_assert(strstr(err, "--bias takes on or off") != NULL, "%s", err);
 }
 
 /* The CSV is standard output alone: a driver may print to standard error as it compiles a kernel

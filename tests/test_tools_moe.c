@@ -721,6 +721,9 @@ Test(clffn_bench, experts_report, .timeout = 120) {
              CLFFN_BENCH_PATH);
     cr_assert_eq(run_split(cmd, out, sizeof out, err, sizeof err), 0, "%s%s", out, err);
     cr_assert(field(out, "contexts") == 3 && field(out, "experts_read") == 2, "%s", out);
+    cr_assert(strstr(out, "\"bias\": true,") != NULL, "the seeds' biases: %s", out);
+    /* experts without biases (Mixtral's, Qwen's), in f16: uploaded without them */
+    bench_moe_json("--bias off", "\"bias\": false,", out, sizeof out);
     snprintf(cmd, sizeof cmd, "'%s' --experts 2 --top-k 3 2>&1", CLFFN_BENCH_PATH);
     cr_assert_eq(run(cmd, out, sizeof out), 2, "%s", out);
     cr_assert(strstr(out, "--top-k from 1 to E") != NULL, "%s", out);

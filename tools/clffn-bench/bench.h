@@ -15,6 +15,7 @@ typedef struct args {
     size_t tokens, d_model, d_ff;
     clffn_activation act;
     int gated, reps, json, compare_cpu, sweep;
+    int no_bias; /* --bias off: no b1, b2 (nor bv), as LLaMA's, Mixtral's and Qwen's FFNs */
     const char *device;
     int set_k_block; /* --k-block given */
     size_t k_block;

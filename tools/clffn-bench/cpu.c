@@ -47,8 +47,9 @@ int cpu_setup(cpu_run *r, const args *a, size_t max_tokens) {
     for (size_t i = 0; i < max_tokens * D; ++i) { r->x[i] = (float)sin(0.01 * (double)i); }
     for (size_t i = 0; i < N1 * D; ++i) { r->w1[i] = (float)sin(0.37 * (double)i) * 0.04f; }
     for (size_t i = 0; i < D * F; ++i) { r->w2[i] = (float)cos(0.23 * (double)i) * 0.02f; }
-    for (size_t i = 0; i < N1; ++i) { r->b1[i] = 0.01f; }
-    for (size_t i = 0; i < D; ++i) { r->b2[i] = 0.01f; }
+    const float b = a->no_bias ? 0.0f : 0.01f; /* b1 zero with --bias off: the epilogue's add */
+    for (size_t i = 0; i < N1; ++i) { r->b1[i] = b; }
+    for (size_t i = 0; i < D; ++i) { r->b2[i] = b; }
     return 0;
 }
 
@@ -68,7 +69,7 @@ static void cpu_forward(cpu_run *r, const args *a, size_t T) {
     }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)T, (int)D, (int)F, 1.0f, r->h, (int)F,
                 r->w2, (int)F, 0.0f, r->y, (int)D);
-    for (size_t t = 0; t < T; ++t) {
+    for (size_t t = 0; t < T && !a->no_bias; ++t) {
         for (size_t i = 0; i < D; ++i) { r->y[t * D + i] += r->b2[i]; }
     }
 }
@@ -164,6 +165,8 @@ int cpu_time_core(const args *a, const char *core, size_t T, int reps, timing *o
                     (char *)clffn_activation_name(a->act),
                     "--reps",
                     rp,
+                    "--bias",
+                    a->no_bias ? "off" : "on",
                     a->gated ? "--gated" : NULL,
                     NULL};
     /* the environment with OPENBLAS_CORETYPE replaced */

@@ -55,7 +55,9 @@ static int device_buffers(device_run *r, const args *a, size_t max_tokens) {
      * up to eight times the weights' own memory */
     const int weights = clffn_ffn_weight_dtype(r->ffn) == CLFFN_DTYPE_F32;
     const size_t D = a->d_model, F = a->d_ff;
-    const size_t gsz[5] = {weights ? (a->gated ? 2 : 1) * D * F : 0, F, F, weights ? D * F : 0, D};
+    const size_t b = a->no_bias ? 0 : 1; /* no biases, no gradients of theirs */
+    const size_t gsz[5] = {weights ? (a->gated ? 2 : 1) * D * F : 0, b * F, b * F,
+                           weights ? D * F : 0, b * D};
     for (int i = 0; i < 5 && err == CL_SUCCESS; ++i) {
         if (!gsz[i]) { continue; }
         r->g[i] = clCreateBuffer(cx, CL_MEM_READ_WRITE, gsz[i] * sizeof(float), NULL, &err);
@@ -96,9 +98,13 @@ clffn_status bench_upload_weights(clffn_ffn *ffn, const args *a, const clffn_con
             st = clffn_convert_weights(a->dtype, m[i], n, q + i * bytes, bytes);
         }
     }
-    const clffn_typed_weights tw = {a->dtype,      q,    c->gated ? q + bytes : NULL,
-                                    q + 2 * bytes, w.b1, c->gated ? w.bv : NULL,
-                                    w.b2};
+    const clffn_typed_weights tw = {a->dtype,
+                                    q,
+                                    c->gated ? q + bytes : NULL,
+                                    q + 2 * bytes,
+                                    c->bias1 ? w.b1 : NULL,
+                                    c->bias_gate && c->gated ? w.bv : NULL,
+                                    c->bias2 ? w.b2 : NULL};
     if (st == CLFFN_SUCCESS) { st = clffn_ffn_upload_weights_typed(ffn, CLFFN_LAYOUT_OUT_IN, &tw); }
     if (st != CLFFN_SUCCESS && *clffn_ffn_error_message(ffn)) {
         fprintf(stderr, "clffn-bench: %s\n", clffn_ffn_error_message(ffn));
@@ -158,6 +164,7 @@ int device_setup(device_run *r, const args *a, size_t max_tokens, startup_times 
     clffn_config c = clffn_config_default(a->d_model, a->d_ff);
     c.activation = a->act;
     c.gated = a->gated;
+    c.bias1 = c.bias2 = c.bias_gate = !a->no_bias;
     double t0 = tool_now_s();
     cl_uint n_platforms = 0;
     clGetPlatformIDs(0, NULL, &n_platforms); /* timed alone; its result is the context's concern */

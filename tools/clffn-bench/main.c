@@ -1,6 +1,7 @@
 /* clffn-bench: how fast is the FFN on this device, and how does it compare with the host's BLAS.
  *
- *   clffn-bench --tokens T --d-model D --d-ff F --activation A [--gated] [--reps N] [--json]
+ *   clffn-bench --tokens T --d-model D --d-ff F --activation A [--gated] [--bias on|off]
+ *               [--reps N] [--json]
  *               [--compare-cpu] [--sweep] [--device SPEC] [--k-block N] [--gemv-max N]
  *               [--weight-layout out_in|in_out] [--weights-dtype TYPE] [--kernel-max N]
  *               [--quantized-inputs] [--experts E [--top-k K] [--expert-split N]
@@ -27,7 +28,9 @@
  * are bound by reading the weights, so both modes also report the weights' bytes over the
  * forward's time beside the device's copy bandwidth, measured here with a plain copy kernel
  * ((bytes read + bytes written) / time, as STREAM's copy counts them). --experts times a
- * mixture-of-experts layer of such FFNs instead (moe.c).
+ * mixture-of-experts layer of such FFNs instead (moe.c). --bias off drops b1 and b2, as the
+ * decoder models' FFNs and experts have none (ggml's peer programs in scripts/peers/ too), so
+ * that a comparison with them times the same work.
  *
  * Exit status: 0 success, 1 device or runtime failure, 2 usage. */
 #include "bench.h"
@@ -75,6 +78,7 @@ enum {
     OPT_D_FF,
     OPT_ACTIVATION,
     OPT_GATED,
+    OPT_BIAS,
     OPT_REPS,
     OPT_JSON,
     OPT_COMPARE_CPU,
@@ -105,6 +109,9 @@ static const tool_option OPTIONS[] = {
      "relu (default), gelu, gelu_tanh, silu, sigmoid, identity, or a\nGLU name (swiglu = silu "
      "+ --gated)"},
     {"gated", OPT_GATED, TOOL_FLAG, NULL, "the gated (GLU) FFN"},
+    {"bias", OPT_BIAS, TOOL_VALUE, "on|off",
+     "the layers' biases b1, b2 (on, the default, as the seeds'\nFFN has them) or none (off, as "
+     "LLaMA's, Mixtral's\nand Qwen's FFNs and their experts)"},
     {"reps", OPT_REPS, TOOL_VALUE, "N", "timed runs after two warm-ups (default 20)"},
     {"json", OPT_JSON, TOOL_FLAG, NULL, "one JSON document instead of the text"},
     {"compare-cpu", OPT_COMPARE_CPU, TOOL_FLAG, NULL,
@@ -230,6 +237,10 @@ static int take_option(int key, const char *name, const char *v, args *a) {
     case OPT_FUSED_EPILOGUES:
         if (take_on_off(name, v, &on) != 0) { return -1; }
         a->unfused = !on;
+        return 0;
+    case OPT_BIAS:
+        if (take_on_off(name, v, &on) != 0) { return -1; }
+        a->no_bias = !on;
         return 0;
     case OPT_DEQUANT_TILES: return take_on_off(name, v, &a->dequant_tiles);
     case OPT_ROW_GROUP_COLS:

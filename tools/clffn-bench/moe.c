@@ -26,6 +26,7 @@ static int moe_setup(moe_run *m, device_run *r, const args *a) {
     mc.expert = clffn_config_default(a->d_model, a->d_ff); /* the dense FFN's, as device.c's */
     mc.expert.activation = a->act;
     mc.expert.gated = a->gated;
+    mc.expert.bias1 = mc.expert.bias2 = mc.expert.bias_gate = !a->no_bias;
     clffn_context *group[65] = {r->ctx};
     const int count = a->split > 1 ? (int)a->split : 1;
     for (int i = 1; i < count; ++i) {
@@ -102,18 +103,21 @@ static void report(const args *a, const moe_run *m, size_t rows, const timing *t
     const double gflops = bench_flops(a, work) / tm->best_s * 1e-9;
     if (a->json) {
         printf("{\"experts\": %zu, \"top_k\": %zu, \"tokens\": %zu, \"d_model\": %zu, "
-               "\"d_ff\": %zu, \"weights_dtype\": \"%s\", \"best_s\": %.6g, \"median_s\": %.6g, "
+               "\"d_ff\": %zu, \"bias\": %s, \"weights_dtype\": \"%s\", \"best_s\": %.6g, "
+               "\"median_s\": %.6g, "
                "\"gflops\": %.6g, \"experts_read\": %zu, \"weights_read_bytes\": %.0f, "
                "\"dense_rows\": %zu, \"dense_best_s\": %.6g, \"speed_vs_dense\": %.4g, "
                "\"contexts\": %zu, \"counts\": \"%s\", \"grouped\": %s}\n",
-               a->experts, a->top_k, T, a->d_model, a->d_ff, clffn_dtype_name(a->dtype), tm->best_s,
-               tm->median_s, gflops, m->chosen, read, rows, td->best_s, ratio,
-               a->split > 1 ? a->split : (size_t)1, tool_moe_counts_name(a->counts),
+               a->experts, a->top_k, T, a->d_model, a->d_ff, a->no_bias ? "false" : "true",
+               clffn_dtype_name(a->dtype), tm->best_s, tm->median_s, gflops, m->chosen, read, rows,
+               td->best_s, ratio, a->split > 1 ? a->split : (size_t)1,
+               tool_moe_counts_name(a->counts),
                clffn_moe_experts_grouped(m->moe) ? "true" : "false");
         return;
     }
     printf("layer:         %zu experts, top-%zu, %zu tokens, %zu -> %zu, %s weights", a->experts,
            a->top_k, T, a->d_model, a->d_ff, clffn_dtype_name(a->dtype));
+    if (a->no_bias) { printf(", no biases"); }
     if (a->split > 1) { printf(", split over %zu contexts", a->split); }
     printf(", counts: %s%s\n", tool_moe_counts_name(a->counts),
            clffn_moe_experts_grouped(m->moe) ? ", experts grouped" : "");

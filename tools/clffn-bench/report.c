@@ -85,6 +85,7 @@ void bench_report_json(const args *a, device_run *r, const bench_result *res) {
     cJSON_AddNumberToObject(o, "d_ff", (double)a->d_ff);
     cJSON_AddStringToObject(o, "activation", clffn_activation_name(a->act));
     cJSON_AddBoolToObject(o, "gated", a->gated);
+    cJSON_AddBoolToObject(o, "bias", !a->no_bias);
     cJSON_AddNumberToObject(o, "reps", a->reps);
     json_choices(o, r->ctx);
     cJSON_AddStringToObject(o, "weights_dtype", clffn_dtype_name(a->dtype));
@@ -175,8 +176,9 @@ void bench_report_text(const args *a, device_run *r, const bench_result *res) {
     char name[256] = "?";
     clffn_context_device_name(r->ctx, name, sizeof name);
     printf("device:        %s\n", name);
-    printf("FFN:           %zu tokens, %zu -> %zu, %s%s\n", a->tokens, a->d_model, a->d_ff,
-           clffn_activation_name(a->act), a->gated ? ", gated" : "");
+    printf("FFN:           %zu tokens, %zu -> %zu, %s%s%s\n", a->tokens, a->d_model, a->d_ff,
+           clffn_activation_name(a->act), a->gated ? ", gated" : "",
+           a->no_bias ? ", no biases" : "");
     text_choices(a, r->ctx);
     printf("forward:       best %.3f ms, median %.3f ms over %d reps: %.1f GFLOP/s\n",
            res->fwd.best_s * 1e3, res->fwd.median_s * 1e3, a->reps,
