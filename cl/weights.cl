@@ -102,14 +102,21 @@
   #define CLFFN_BLOCK_BYTES 18
 #endif
 
-// Where several rows go to one work-item on a CPU (clffn_wgemv_rows2 and _rows4), each row's
-// block CLFFN_ROW_PREFETCH blocks ahead is prefetched into the cache as the block is read: a core
-// then has more lines in flight than its hardware prefetcher gives two or four streams. Clang
-// compiling for x86 (POCL's CPU device) turns __builtin_prefetch into prefetcht0; elsewhere it
-// is left out. 4096 -> 11008 SwiGLU at one token on an Intel Xeon (2 cores), three alternated
-// rounds: f16 9.7-10.5 -> 9.0-9.3 ms, q8_0 6.6-7.1 -> 6.3-6.4, bf16 9.8-10.1 -> 8.7-9.5.
+// Where several rows go to one work-item on a CPU (clffn_wgemv_rows2 and _rows4), the line
+// CLFFN_ROW_PREFETCH bytes ahead in each row is prefetched into the cache as a block is read: a
+// core then has more lines in flight than its hardware prefetcher gives two or four streams.
+// Clang compiling for x86 (POCL's CPU device) turns __builtin_prefetch into prefetcht0;
+// elsewhere it is left out. 4096 -> 11008 SwiGLU at one token on an Intel Xeon (2 cores), three
+// alternated rounds, 8 blocks ahead against none: f16 9.7-10.5 -> 9.0-9.3 ms, q8_0 6.6-7.1 ->
+// 6.3-6.4, bf16 9.8-10.1 -> 8.7-9.5. Eight blocks are 512 bytes of f16 and bf16 and 1024 of f32,
+// which stay; q8_0's and q4_0's blocks are smaller (272 and 144 bytes ahead), and 512 bytes
+// measured faster for both (docs/PERFORMANCE.md).
 #ifndef CLFFN_ROW_PREFETCH
-  #define CLFFN_ROW_PREFETCH 8 // blocks ahead; 0: none
+  #if CLFFN_WTYPE == CLFFN_WTYPE_F32
+    #define CLFFN_ROW_PREFETCH 1024 // bytes ahead; 0: none
+  #else
+    #define CLFFN_ROW_PREFETCH 512
+  #endif
 #endif
 #if CLFFN_QUANTIZED
   #define CLFFN_ROW_BLOCK_BYTES CLFFN_BLOCK_BYTES
@@ -120,7 +127,7 @@
 #endif
 #if CLFFN_ROW_PREFETCH > 0 && defined(__clang__) && defined(__SSE2__)
   #define CLFFN_ROW_AHEAD(row, b)                                                              \
-    __builtin_prefetch((row) + ((b) + CLFFN_ROW_PREFETCH) * CLFFN_ROW_BLOCK_BYTES)
+    __builtin_prefetch((row) + (b) * CLFFN_ROW_BLOCK_BYTES + CLFFN_ROW_PREFETCH)
 #else
   #define CLFFN_ROW_AHEAD(row, b)
 #endif
