@@ -2,8 +2,9 @@
 # The decoding shape (1 token, 4096 -> 11008, SwiGLU) in every weight type, side by side in one
 # run: clffn (clffn-bench), ggml's CPU backend (ggml_ffn from ggml-bench.sh) on the same number
 # of threads as the machine has cores, and OpenBLAS's f32 FFN (clffn-bench --compare-cpu, the
-# faster of its detected core and the best the CPU's flags allow). Each round runs every
-# contender once, in turn; the table gives the best of the rounds, in ms.
+# faster of its detected core and the best the CPU's flags allow), all without biases, as
+# ggml_ffn and the models of that shape have them. Each round runs every contender once, in
+# turn; the table gives the best of the rounds, in ms.
 #   scripts/peers/decode-compare.sh BUILD_DIR GGML_FFN [rounds] [reps]
 set -euo pipefail
 build=${1:?usage: decode-compare.sh BUILD_DIR GGML_FFN [rounds] [reps]}
@@ -11,7 +12,7 @@ ggml=${2:?usage: decode-compare.sh BUILD_DIR GGML_FFN [rounds] [reps]}
 rounds=${3:-3}
 reps=${4:-20}
 bench="$build/clffn-bench"
-shape=(--tokens 1 --d-model 4096 --d-ff 11008 --activation swiglu)
+shape=(--tokens 1 --d-model 4096 --d-ff 11008 --activation swiglu --bias off)
 threads=$(nproc)
 field() { awk -v k="\"$1\":" '{ for (i = 1; i <= NF; ++i) if ($i == k) { gsub(/[,"]/, "", $(i+1)); print $(i+1); exit } }'; }
 declare -A best
