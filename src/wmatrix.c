@@ -156,21 +156,27 @@ static cl_int wgemv_quantized_inputs(clffn_wkernels *wk, const clffn_context *ct
     }
     /* the 16-row form's are block-major, a slot for each of the program's tokens */
     const size_t per_group = (wide ? bucket_tokens[b] : tokens) * xs;
-    if (err == CL_SUCCESS) { err = need_scratch(wk, groups_of(count) * per_group); }
+    /* a grouped launch whose steps all read one x (a token's experts reading it where it lies)
+     * rounds it once, every token (a step's count only shortens what it reads), and each step
+     * reads that copy: one block a work-item, not one a step */
+    static const clffn_wcount alone = {NULL, 0, 0, 0, 0, 0, 0};
+    const bool one_x = groups_of(count) > 1 && count->x_stride == 0;
+    const clffn_wcount *qc = one_x ? &alone : count;
+    if (err == CL_SUCCESS) { err = need_scratch(wk, groups_of(qc) * per_group); }
     if (err != CL_SUCCESS || wk->planning) { return err; }
     const cl_ulong x_off = x.off, ldx = x.ld, cols = w->cols, XS = xs;
     const cl_uint t = (cl_uint)tokens;
     const cl_mem scratch = scratch_of(wk);
     clffn_args a = clffn__args(wk->xquant[b]);
     CLFFN_ARG(a, x.mem), CLFFN_ARG(a, x_off), CLFFN_ARG(a, ldx), CLFFN_ARG(a, cols);
-    CLFFN_ARG(a, t), CLFFN_ARG(a, count->mem), CLFFN_ARG(a, count->at);
+    CLFFN_ARG(a, t), CLFFN_ARG(a, qc->mem), CLFFN_ARG(a, qc->at);
     CLFFN_ARG(a, scratch), CLFFN_ARG(a, XS);
-    const cl_ulong8 qgrp = {{0, count->x_stride, per_group, 0, count->ids_at}};
-    const cl_mem xids = ids_of(count, x.mem);
+    const cl_ulong8 qgrp = {{0, qc->x_stride, per_group, 0, qc->ids_at}};
+    const cl_mem xids = ids_of(qc, x.mem);
     CLFFN_ARG(a, xids), CLFFN_ARG(a, qgrp);
     if ((err = clffn__args_end(&a)) != CL_SUCCESS) { return err; }
     const size_t qglobal[2] = {bf16 ? (w->cols + 31) / 32 : 2 * pairs, tokens};
-    err = enqueue_grouped(ctx, queue, wk->xquant[b], count, qglobal, NULL);
+    err = enqueue_grouped(ctx, queue, wk->xquant[b], qc, qglobal, NULL);
     if (err != CL_SUCCESS) { return err; }
     const cl_ulong w_off = w->offset, row_bytes = w->row_bytes, rows = w->rows;
     const cl_ulong y_off = y.off, ldy = y.ld;
@@ -179,7 +185,8 @@ static cl_int wgemv_quantized_inputs(clffn_wkernels *wk, const clffn_context *ct
     CLFFN_ARG(a, cols), CLFFN_ARG(a, scratch), CLFFN_ARG(a, XS), CLFFN_ARG(a, t);
     CLFFN_ARG(a, count->mem), CLFFN_ARG(a, count->at), CLFFN_ARG(a, y.mem), CLFFN_ARG(a, y_off);
     CLFFN_ARG(a, ldy), CLFFN_ARG(a, beta);
-    const cl_ulong8 grp = {{count->w_stride, per_group, count->y_stride, 0, count->ids_at}};
+    const cl_ulong8 grp = {
+        {count->w_stride, one_x ? 0 : per_group, count->y_stride, 0, count->ids_at}};
     const cl_mem ids = ids_of(count, w->mem);
     CLFFN_ARG(a, ids), CLFFN_ARG(a, grp);
     if ((err = clffn__args_end(&a)) != CL_SUCCESS) { return err; }

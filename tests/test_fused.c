@@ -382,8 +382,10 @@ Test(fused, setting_and_stage_times, .timeout = 120) {
 
 /* A mixture-of-experts layer's experts (4, top-2, gated, every bias) in type t, run grouped (a
  * launch a stage for all of them) and one at a time, on a fusing context and on one that does
- * not, at 1 and 3 tokens: all four give the same bits, and the double reference's values. */
-static void moe_case(clffn_dtype t, int sh) {
+ * not, at 1 and 3 tokens: all four give the same bits, and the double reference's values. With
+ * quantized inputs (qx) the same bits, which the products' own tests hold to the reference on
+ * the rounded inputs: at one token the grouped steps share one rounded copy of x. */
+static void moe_case(clffn_dtype t, int sh, int qx) {
     enum { E = 4, K = 2, D = 64, F = 96 };
     clffn_moe_config c = clffn_moe_config_default(D, F, E, K);
     c.expert = config_of(D, F, CLFFN_ACT_SILU, 1, 7);
@@ -398,6 +400,7 @@ static void moe_case(clffn_dtype t, int sh) {
         ref[e] = t != CLFFN_DTYPE_F32 ? ts[e].ref : w[e].host;
     }
     clffn_context *ctx = shaped_context(sh);
+    ASSERT_OK(clffn_context_set_quantized_inputs(ctx, qx));
     clffn_moe *moe[4];
     for (int i = 0; i < 4; ++i) { /* fused grouped, fused one at a time, then both unfused */
         ASSERT_OK(clffn_moe_create(ctx, &c, &moe[i]));
@@ -415,13 +418,15 @@ static void moe_case(clffn_dtype t, int sh) {
         double r[3 * D];
         fill_uniform(x, T * D, -1.0f, 1.0f, 7 + T);
         char what[96];
-        snprintf(what, sizeof what, "experts %s shape %d, %zu tokens", clffn_dtype_name(t), sh, T);
+        snprintf(what, sizeof what, "experts %s shape %d%s, %zu tokens", clffn_dtype_name(t), sh,
+                 qx ? ", quantized inputs" : "", T);
         for (int i = 0; i < 4; ++i) {
             ASSERT_OK(clffn_context_set_fused_epilogues(ctx, i < 2));
             ASSERT_OK(clffn_moe_forward_host(moe[i], T, x, T * D, y[i], T * D, NULL, NULL));
             cr_assert_eq(clffn_moe_experts_grouped(moe[i]), i % 2 == 0, "%s, layer %d", what, i);
             cr_assert(!memcmp(y[0], y[i], T * D * sizeof(float)), "%s: layer %d's bits", what, i);
         }
+        if (qx) { continue; }
         ASSERT_OK(clffn_moe_reference_forward(&c, CLFFN_LAYOUT_OUT_IN, router, NULL, ref, T, x, r,
                                               NULL, NULL));
         assert_close(y[0], r, T * D, TOL_RTOL, what);
@@ -439,8 +444,18 @@ static void moe_case(clffn_dtype t, int sh) {
  * shape, f16 also in the device's. */
 Test(fused, mixture_of_experts, .timeout = 300) {
     static const clffn_dtype types[] = {CLFFN_DTYPE_F32, CLFFN_DTYPE_F16, CLFFN_DTYPE_Q8_0};
-    for (size_t i = 0; i < sizeof types / sizeof types[0]; ++i) { moe_case(types[i], 1); }
-    moe_case(CLFFN_DTYPE_F16, 0);
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; ++i) { moe_case(types[i], 1, 0); }
+    moe_case(CLFFN_DTYPE_F16, 0, 0);
+}
+
+/* The grouped experts with quantized inputs give one at a time's bits, in both kernel shapes,
+ * q8_0 and q4_0 (whose one-token rows carry offset sums), and bf16 (x rounded to bf16). */
+Test(fused, mixture_of_experts_quantized_inputs, .timeout = 300) {
+    static const clffn_dtype types[] = {CLFFN_DTYPE_Q8_0, CLFFN_DTYPE_Q4_0, CLFFN_DTYPE_BF16};
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; ++i) {
+        moe_case(types[i], 0, 1);
+        moe_case(types[i], 1, 1);
+    }
 }
 
 /* A profile sets the default for its device: "FUSED_EPILOGUES" 1 or 0 whatever the device's
