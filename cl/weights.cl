@@ -1694,15 +1694,15 @@ CLFFN_ROWS_QX_KERNEL {
   CLFFN_ROWS_QX_SHIFT();
   CLFFN_PASS_TOKENS();
   const ulong r0 = get_global_id(1) * CLFFN_QX_R;
-  float sum[CLFFN_QX_R][CLFFN_WTOKENS];
+  float sum[CLFFN_QX_R * CLFFN_WTOKENS]; // row i's at i·CLFFN_WTOKENS (clffn_store_rows)
 #if CLFFN_ROW_SPLIT > 1
   const uint s = get_local_id(0);
-  for (uint t = 0; t < CLFFN_WTOKENS; ++t) { sum[0][t] = 0.0f; }
+  for (uint t = 0; t < CLFFN_WTOKENS; ++t) { sum[t] = 0.0f; }
   if (r0 < rows && live) {
-    clffn_qx_lanes(w + w_off + r0 * row_bytes, cols / CLFFN_QK, xq, xs, tokens, s, sum[0]);
+    clffn_qx_lanes(w + w_off + r0 * row_bytes, cols / CLFFN_QK, xq, xs, tokens, s, sum);
   }
   __local float part[CLFFN_ROW_ROWS][CLFFN_WTOKENS][CLFFN_ROW_SPLIT];
-  clffn_lanes_sum(part[get_local_id(1)], s, sum[0]);
+  clffn_lanes_sum(part[get_local_id(1)], s, sum);
 #elif CLFFN_QX_R16
   // stores its rows here, a token's 16 at a time, not through sum below: copied into sum, the
   // 4- and 16-token kernels measured 0-12% slower in three alternated rounds
@@ -1724,13 +1724,13 @@ CLFFN_ROWS_QX_KERNEL {
   const uint s = 0;
   for (uint i = 0; i < CLFFN_QX_R; ++i) {
     if (r0 + i < rows && live) {
-      clffn_qx_row(w + w_off + (r0 + i) * row_bytes, cols / CLFFN_QK, xq, xs, tokens, sum[i]);
+      clffn_qx_row(w + w_off + (r0 + i) * row_bytes, cols / CLFFN_QK, xq, xs, tokens,
+                   sum + i * CLFFN_WTOKENS);
     }
   }
 #endif
   if (s == 0 && live && r0 < rows) {
-    clffn_store_rows(y + y_off, ldy, r0, min((ulong)CLFFN_QX_R, rows - r0), tokens, beta,
-                     &sum[0][0]);
+    clffn_store_rows(y + y_off, ldy, r0, min((ulong)CLFFN_QX_R, rows - r0), tokens, beta, sum);
   }
 }
 
@@ -1854,7 +1854,7 @@ inline CLFFN_ALWAYS_INLINE CLFFN_BX_TARGET void clffn_bx_dot(clffn_v32hi wv,
 // chunk one by one.
 CLFFN_BX_ROW_INLINE void clffn_bx_rows(__global const uchar *row0, ulong row_bytes, uint rows,
                                        ulong cols, __global const uchar *xq, ulong xs,
-                                       uint tokens, float sum[CLFFN_BX_R][CLFFN_WTOKENS]) {
+                                       uint tokens, float *sum) {
   __global const ushort *wr[CLFFN_BX_R];
   for (uint i = 0; i < CLFFN_BX_R; ++i) {
     wr[i] = (__global const ushort *)(row0 + min(i, rows - 1) * row_bytes);
@@ -1877,7 +1877,7 @@ CLFFN_BX_ROW_INLINE void clffn_bx_rows(__global const uchar *row0, ulong row_byt
   for (; k < chunks; ++k) { clffn_bx_dot(clffn_bload32(wr[0] + 32 * k), xq, xs, k, tokens, acc); }
   for (uint t = 0; t < CLFFN_WTOKENS; ++t) {
     const float8 h = acc[t].lo + acc[t].hi;
-    sum[0][t] = dot(h.lo + h.hi, (float4)1.0f);
+    sum[t] = dot(h.lo + h.hi, (float4)1.0f);
   }
 #else
   // the tokens in groups of CLFFN_BX_TT, each group a pass over the rows (from the caches
@@ -1908,13 +1908,14 @@ CLFFN_BX_ROW_INLINE void clffn_bx_rows(__global const uchar *row0, ulong row_byt
     for (uint i = 0; i < CLFFN_BX_R; ++i) {
       for (uint j = 0; j < CLFFN_BX_TT; ++j) {
         const float8 h = acc[i][j].lo + acc[i][j].hi;
-        if (j < n) { sum[i][t0 + j] = dot(h.lo + h.hi, (float4)1.0f); }
+        if (j < n) { sum[i * CLFFN_WTOKENS + t0 + j] = dot(h.lo + h.hi, (float4)1.0f); }
       }
     }
   }
 #endif
   for (uint i = 0; i < CLFFN_BX_R; ++i) {
-    clffn_bx_tail((__global const uchar *)wr[i], chunks * 32, 1, cols, xq, xs, tokens, sum[i]);
+    clffn_bx_tail((__global const uchar *)wr[i], chunks * 32, 1, cols, xq, xs, tokens,
+                  sum + i * CLFFN_WTOKENS);
   }
 }
 #endif
@@ -1952,7 +1953,7 @@ CLFFN_ROWS_QX_KERNEL {
   CLFFN_PASS_TOKENS();
   const ulong g = get_global_id(1), r0 = g * CLFFN_BX_R;
   const uint s = get_local_id(0);
-  float sum[CLFFN_BX_R][CLFFN_WTOKENS];
+  float sum[CLFFN_BX_R * CLFFN_WTOKENS]; // row i's at i·CLFFN_WTOKENS
 #if CLFFN_BX_DPBF16
   if (r0 < rows && live) {
     clffn_bx_rows(w + w_off + r0 * row_bytes, row_bytes, (uint)min((ulong)CLFFN_BX_R, rows - r0),
@@ -1960,19 +1961,19 @@ CLFFN_ROWS_QX_KERNEL {
   }
 #else
   for (uint i = 0; i < CLFFN_BX_R; ++i) {
-    for (uint t = 0; t < CLFFN_WTOKENS; ++t) { sum[i][t] = 0.0f; }
+    for (uint t = 0; t < CLFFN_WTOKENS; ++t) { sum[i * CLFFN_WTOKENS + t] = 0.0f; }
     if (r0 + i < rows && live) {
-      clffn_bx_lanes(w + w_off + (r0 + i) * row_bytes, cols, xq, xs, tokens, s, sum[i]);
+      clffn_bx_lanes(w + w_off + (r0 + i) * row_bytes, cols, xq, xs, tokens, s,
+                     sum + i * CLFFN_WTOKENS);
     }
   }
   #if CLFFN_ROW_SPLIT > 1
   __local float part[CLFFN_ROW_ROWS][CLFFN_WTOKENS][CLFFN_ROW_SPLIT];
-  clffn_lanes_sum(part[get_local_id(1)], s, sum[0]);
+  clffn_lanes_sum(part[get_local_id(1)], s, sum);
   #endif
 #endif
   if (s == 0 && live && r0 < rows) {
-    clffn_store_rows(y + y_off, ldy, r0, min((ulong)CLFFN_BX_R, rows - r0), tokens, beta,
-                     &sum[0][0]);
+    clffn_store_rows(y + y_off, ldy, r0, min((ulong)CLFFN_BX_R, rows - r0), tokens, beta, sum);
   }
 }
 #endif
