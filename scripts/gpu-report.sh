@@ -184,7 +184,8 @@ for step in "$@"; do
         done
         ;;
     moe)
-        m=(--d-model 4096 --d-ff 14336 --activation swiglu --experts 8 --top-k 2)
+        # no biases, as Mixtral's experts and torch-moe-bench.py's
+        m=(--d-model 4096 --d-ff 14336 --activation swiglu --experts 8 --top-k 2 --bias off)
         for t in f32 f16 q8_0; do bench_text "MoE, 1 token, $t" --tokens 1 "${m[@]}" --weights-dtype $t; done
         for t in f32 f16; do bench_text "MoE, 512 tokens, $t" --tokens 512 "${m[@]}" --weights-dtype $t; done
         for t in fp32 fp16; do
@@ -297,8 +298,8 @@ PY
         ;;
     fused)
         d=(--tokens 1 --d-model 4096 --d-ff 11008 --activation swiglu)
-        mx=(--tokens 1 --d-model 4096 --d-ff 14336 --activation swiglu --experts 8 --top-k 2)
-        qw=(--tokens 1 --d-model 2048 --d-ff 768 --activation swiglu --experts 128 --top-k 8)
+        mx=(--tokens 1 --d-model 4096 --d-ff 14336 --activation swiglu --experts 8 --top-k 2 --bias off)
+        qw=(--tokens 1 --d-model 2048 --d-ff 768 --activation swiglu --experts 128 --top-k 8 --bias off)
         for ((r = 1; r <= ${ROUNDS:-3}; ++r)); do
             for f in on off; do
                 for t in f16 q8_0; do
@@ -316,7 +317,7 @@ PY
         ;;
     bars)
         d=(--tokens 1 --d-model 4096 --d-ff 11008 --activation swiglu)
-        mx=(--d-model 4096 --d-ff 14336 --activation swiglu --experts 8 --top-k 2)
+        mx=(--d-model 4096 --d-ff 14336 --activation swiglu --experts 8 --top-k 2 --bias off)
         for f in on off; do
             bench_text "decode f32 kernel, out_in, fused $f" "${d[@]}" --kernel-max 1 \
                 --weight-layout out_in --fused-epilogues $f
