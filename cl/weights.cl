@@ -125,12 +125,18 @@
 #else
   #define CLFFN_ROW_BLOCK_BYTES (2 * CLFFN_QK)
 #endif
-#if CLFFN_ROW_PREFETCH > 0 && defined(__clang__) && defined(__SSE2__)
-  #define CLFFN_ROW_AHEAD(row, b)                                                              \
-    __builtin_prefetch((row) + (b) * CLFFN_ROW_BLOCK_BYTES + CLFFN_ROW_PREFETCH)
+// The line `bytes` past p into the cache (no-op for 0 bytes, and where clang does not compile
+// for x86).
+#if defined(__clang__) && defined(__SSE2__)
+  #define CLFFN_PREFETCH_AHEAD(p, bytes)                                                       \
+    do {                                                                                       \
+      if ((bytes) > 0) { __builtin_prefetch((p) + (bytes)); }                                  \
+    } while (0)
 #else
-  #define CLFFN_ROW_AHEAD(row, b)
+  #define CLFFN_PREFETCH_AHEAD(p, bytes) do {} while (0)
 #endif
+#define CLFFN_ROW_AHEAD(row, b)                                                                \
+  CLFFN_PREFETCH_AHEAD((row) + (b) * CLFFN_ROW_BLOCK_BYTES, CLFFN_ROW_PREFETCH)
 
 // CLFFN_ROW_DIRECT 1 (the host's choice on CPU devices other than Mesa's llvmpipe): from 3 tokens
 // the row kernels scale a block's weights once and add each token's products straight into its
@@ -1498,11 +1504,6 @@ inline int clffn_qx_block_isum(__global const uchar *blk, __global const uchar *
 #ifndef CLFFN_QX_PREFETCH
   #define CLFFN_QX_PREFETCH 4096 // bytes ahead; 0: none
 #endif
-#if CLFFN_QX_PREFETCH > 0 && defined(__clang__) && defined(__SSE2__)
-  #define CLFFN_QX_AHEAD(p) __builtin_prefetch((p) + CLFFN_QX_PREFETCH)
-#else
-  #define CLFFN_QX_AHEAD(p)
-#endif
 
 // sum[t] (+)= row's products with the pass's quantized rows; the portable form adds each
 // block's sum in block order, the AVX-512 form pairs of blocks in 16 lanes.
@@ -1514,7 +1515,7 @@ CLFFN_QX_ROW_INLINE void clffn_qx_row(__global const uchar *row, ulong blocks,
   float16 acc[CLFFN_WTOKENS];
   for (uint t = 0; t < CLFFN_WTOKENS; ++t) { acc[t] = (float16)0.0f; }
   for (ulong p = 0; p < blocks / 2; ++p) {
-    CLFFN_QX_AHEAD(row + 2 * p * CLFFN_BLOCK_BYTES);
+    CLFFN_PREFETCH_AHEAD(row + 2 * p * CLFFN_BLOCK_BYTES, CLFFN_QX_PREFETCH);
     const clffn_qx_w pw = clffn_qx_pair(row + 2 * p * CLFFN_BLOCK_BYTES, 1);
     clffn_qx_dot(&pw, xq, xs, pairs, p, tokens, acc);
   }

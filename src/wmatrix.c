@@ -72,6 +72,9 @@ static cl_mem ids_of(const clffn_wcount *count, cl_mem other) {
     return count->mem ? count->mem : other;
 }
 
+/* A launch of one product, its token count the host's. */
+static const clffn_wcount no_count = {NULL, 0, 0, 0, 0, 0, 0};
+
 /* The experts a launch runs (the third dimension), 1 but for a grouped one. */
 static size_t groups_of(const clffn_wcount *count) { return count->groups ? count->groups : 1; }
 
@@ -159,9 +162,8 @@ static cl_int wgemv_quantized_inputs(clffn_wkernels *wk, const clffn_context *ct
     /* a grouped launch whose steps all read one x (a token's experts reading it where it lies)
      * rounds it once, every token (a step's count only shortens what it reads), and each step
      * reads that copy: one block a work-item, not one a step */
-    static const clffn_wcount alone = {NULL, 0, 0, 0, 0, 0, 0};
     const bool one_x = groups_of(count) > 1 && count->x_stride == 0;
-    const clffn_wcount *qc = one_x ? &alone : count;
+    const clffn_wcount *qc = one_x ? &no_count : count;
     if (err == CL_SUCCESS) { err = need_scratch(wk, groups_of(qc) * per_group); }
     if (err != CL_SUCCESS || wk->planning) { return err; }
     const cl_ulong x_off = x.off, ldx = x.ld, cols = w->cols, XS = xs;
@@ -270,7 +272,6 @@ static cl_int wgemv_passes(clffn_wkernels *wk, const clffn_context *ctx, const c
 cl_int clffn__wgemv(clffn_wkernels *wk, const clffn_context *ctx, const clffn_wmatrix *w,
                     bool along_rows, size_t tokens, size_t capacity, const clffn_wcount *count,
                     clffn_matrix x, float beta, clffn_matrix y, cl_command_queue queue) {
-    static const clffn_wcount none = {NULL, 0, 0, 0, 0, 0, 0};
     const bool qx = along_rows && clffn__quantizes_inputs(ctx, w->dtype);
     /* the row kernels take every pass in one launch (cl/weights.cl, CLFFN_ROW_PASS_TOKENS);
      * their token count is a cl_uint */
@@ -281,7 +282,7 @@ cl_int clffn__wgemv(clffn_wkernels *wk, const clffn_context *ctx, const clffn_wm
     if (tokens > CLFFN_MAX_KERNEL_TOKENS && !count && passes == 1) {
         return wgemv_passes(wk, ctx, w, along_rows, tokens, x, beta, y, queue);
     }
-    if (!count) { count = &none; }
+    if (!count) { count = &no_count; }
     refresh(wk, ctx, w->dtype);
     const int b = passes > 1 ? CLFFN_WTOKEN_BUCKETS - 1 : bucket_of(tokens, capacity);
     if (b < 0) { return (cl_int)CLFFN_ERROR_INVALID_SIZE; }
@@ -356,12 +357,11 @@ cl_int clffn__wgemv_ep(clffn_wkernels *wk, const clffn_context *ctx, const clffn
                        size_t tokens, size_t capacity, const clffn_wcount *count, clffn_matrix x,
                        clffn_matrix y, const clffn_wepi *ep, cl_command_queue queue,
                        cl_event *event) {
-    static const clffn_wcount none = {NULL, 0, 0, 0, 0, 0, 0};
     const bool pairs = (ep->flags & CLFFN_EP_PAIRS) != 0;
     if (!clffn__wgemv_takes_ep(ctx, w, tokens, capacity, pairs)) {
         return (cl_int)CLFFN_ERROR_INVALID_ARGUMENT;
     }
-    if (!count) { count = &none; }
+    if (!count) { count = &no_count; }
     refresh(wk, ctx, w->dtype);
     const int b = bucket_of(tokens, capacity);
     const bool hidden = (ep->flags & CLFFN_EP_HIDDEN) != 0;

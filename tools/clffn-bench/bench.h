@@ -83,6 +83,9 @@ typedef struct device_run {
     const char *no_stages; /* why the device's profiling timestamps give no stage times, or NULL */
 } device_run;
 
+/* The FFN the options describe: d_model, d_ff, activation, gating and biases (the dense FFN's
+ * and each --experts expert's). */
+clffn_config bench_ffn_config(const args *a);
 /* The FFN's weights, nn.Linear's initialisation from seed, uploaded as f32 or converted on the
  * host to --weights-dtype (GGUF's rounding for the quantized ones) and kept in it. */
 clffn_status bench_upload_weights(clffn_ffn *ffn, const args *a, const clffn_config *c,

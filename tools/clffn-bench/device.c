@@ -77,6 +77,14 @@ static int device_buffers(device_run *r, const args *a, size_t max_tokens) {
     return 0;
 }
 
+clffn_config bench_ffn_config(const args *a) {
+    clffn_config c = clffn_config_default(a->d_model, a->d_ff);
+    c.activation = a->act;
+    c.gated = a->gated;
+    c.bias1 = c.bias2 = c.bias_gate = !a->no_bias;
+    return c;
+}
+
 clffn_status bench_upload_weights(clffn_ffn *ffn, const args *a, const clffn_config *c,
                                   uint64_t seed) {
     if (a->dtype == CLFFN_DTYPE_F32) {
@@ -161,10 +169,7 @@ int bench_open_context(const args *a, clffn_context **ctx) {
 int device_setup(device_run *r, const args *a, size_t max_tokens, startup_times *st_out) {
     memset(r, 0, sizeof *r);
     startup_times tm = {0};
-    clffn_config c = clffn_config_default(a->d_model, a->d_ff);
-    c.activation = a->act;
-    c.gated = a->gated;
-    c.bias1 = c.bias2 = c.bias_gate = !a->no_bias;
+    clffn_config c = bench_ffn_config(a);
     double t0 = tool_now_s();
     cl_uint n_platforms = 0;
     clGetPlatformIDs(0, NULL, &n_platforms); /* timed alone; its result is the context's concern */

@@ -23,10 +23,7 @@ typedef struct moe_run {
  * seed in --weights-dtype. */
 static int moe_setup(moe_run *m, device_run *r, const args *a) {
     clffn_moe_config mc = clffn_moe_config_default(a->d_model, a->d_ff, a->experts, a->top_k);
-    mc.expert = clffn_config_default(a->d_model, a->d_ff); /* the dense FFN's, as device.c's */
-    mc.expert.activation = a->act;
-    mc.expert.gated = a->gated;
-    mc.expert.bias1 = mc.expert.bias2 = mc.expert.bias_gate = !a->no_bias;
+    mc.expert = bench_ffn_config(a); /* the dense FFN's */
     clffn_context *group[65] = {r->ctx};
     const int count = a->split > 1 ? (int)a->split : 1;
     for (int i = 1; i < count; ++i) {
