@@ -20,6 +20,7 @@ INVALID_ACTIVATION = -4101
 INVALID_LAYOUT = -4102
 INVALID_ARGUMENT = -4103
 NO_FORWARD = -4109
+COMPRESSED_WEIGHTS = -4113
 
 
 class Error(Exception):
@@ -280,6 +281,7 @@ class FFN:
         self.preset = "labml" if gated else "annotated"
         self._grads = None
         self._last_shape = None
+        self._enc = None
         if not _init_weights:  # clffn.load() sets them from the file
             return
         D, F = int(d_model), int(d_ff)
@@ -348,7 +350,8 @@ class FFN:
         return (f"clffn.FFN(d_model={c.d_model}, d_ff={c.d_ff}, activation={self.activation!r}, "
                 f"gated={self.gated}, bias1={bool(c.bias1)}, bias2={bool(c.bias2)}, "
                 f"bias_gate={bool(c.bias_gate)}, dropout={c.dropout:g}, "
-                f"residual={bool(c.residual)}) on {self.device_name()!r}")
+                f"residual={bool(c.residual)}, weight_dtype={self.weight_dtype!r}) on "
+                f"{self.device_name()!r}")
 
     def __del__(self):
         if getattr(self, "_handle", None) and _lib is not None:
@@ -413,15 +416,16 @@ class FFN:
         if self._dtype == 0:
             hw = _lib.Weights(_ptr(w1), _ptr(b1), _ptr(v), _ptr(bv), _ptr(w2), _ptr(b2))
             _check(_lib.ffn_upload_weights(self._handle, 0, ctypes.byref(hw)), "uploading weights")
-            self._w = dict(w1=w1, b1=b1, v=v, bv=bv, w2=w2, b2=b2)
+            self._w, self._enc = dict(w1=w1, b1=b1, v=v, bv=bv, w2=w2, b2=b2), None
             return
         self._set_stored(self._dtype, *(_encode(self._dtype, m, self.weight_dtype, name)
                                         for m, name in ((w1, "w1"), (v, "v"), (w2, "w2"))),
                          b1, bv, b2)
 
     def _set_stored(self, dtype, w1, v, w2, b1, bv, b2):
-        """Matrices as (bytes, shape) in dtype, [out, in], onto the device as they are; the
-        values the device then holds are kept as float32 for state_dict()."""
+        """Matrices as (bytes, shape) in dtype, [out, in], onto the device as they are. The bytes
+        stay here, not their float32 values (up to eight times the size): state_dict() decodes
+        them, and _set_biases() uploads them again with other biases."""
         tw = _lib.TypedWeights(dtype, w1[0].ctypes.data, v[0].ctypes.data if v else None,
                                w2[0].ctypes.data, _ptr(b1), _ptr(bv), _ptr(b2))
         st = _lib.ffn_upload_weights_typed(self._handle, 0, ctypes.byref(tw))
@@ -431,8 +435,25 @@ class FFN:
                 raise ArgumentError(st, detail)
             _check(st, "uploading weights")
         self._dtype = dtype
-        self._w = dict(w1=_decode(dtype, *w1), b1=b1, v=_decode(dtype, *v) if v else None,
-                       bv=bv, w2=_decode(dtype, *w2), b2=b2)
+        self._enc = dict(w1=w1, v=v, w2=w2)
+        self._w = dict(w1=None, b1=b1, v=None, bv=bv, w2=None, b2=b2)
+
+    def _set_biases(self, b1, bv, b2):
+        """New biases beside the matrices already on the device (float32 arrays, None where the
+        FFN has none): for compressed weights, their stored bytes uploaded again, not
+        converted again."""
+        if self._enc is None:
+            w = self._w
+            return self._set(w["w1"], b1, w["w2"], b2, w["v"], bv)
+        return self._set_stored(self._dtype, self._enc["w1"], self._enc["v"], self._enc["w2"],
+                                b1, bv, b2)
+
+    def _values(self):
+        """The weights as float32 arrays (None where the FFN has none), compressed matrices
+        decoded to the values the device holds."""
+        enc = self._enc or {}
+        return {k: _decode(self._dtype, *enc[k]) if enc.get(k) else a
+                for k, a in self._w.items()}
 
     def set_weights(self, w1, b1, w2, b2, v=None, bv=None, layout="out_in"):
         """Sets every weight from arrays (copied). layout "out_in": W1 and V [d_ff, d_model], W2
@@ -469,7 +490,7 @@ class FFN:
         preset last loaded ("annotated", nn.Linear's w_1.weight …, by default)."""
         names, layout = self._names()
         out = {}
-        for k, a in self._w.items():
+        for k, a in self._values().items():
             if a is None:
                 continue
             out[names[k]] = (a.T if layout == "in_out" and a.ndim == 2 else a).copy()

@@ -20,6 +20,7 @@ class _Expert(FFN):
         self._layer, self._ctx, self._cfg, self._dtype = layer, layer._ctx, cfg, dtype
         self._handle = ctypes.c_void_p(handle)
         self.training, self._grads, self._last_shape, self._w = False, None, None, None
+        self._enc = None
         self.preset = "labml" if cfg.gated else "annotated"
 
     def __del__(self):
@@ -186,7 +187,7 @@ class MoE:
         and shared_expert_gate.weight (.bias) with shared_gate."""
         out = {k: a.copy() for k, a in zip(_ROUTER, self._router) if a is not None}
         for name, ex in self._named_experts():
-            for k, a in ex._w.items():
+            for k, a in ex._values().items():
                 if a is not None:
                     out[f"{name}.{_MIXTRAL[k]}"] = a.copy()
         return out

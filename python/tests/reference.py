@@ -82,3 +82,39 @@ def close(got, ref, rtol=1e-5, atol=1e-6):
     err = np.abs(np.asarray(got, np.float64) - ref).max()
     tol = rtol * np.abs(ref).max() + atol
     assert err <= tol, f"max error {err:.3g} > tolerance {tol:.3g}"
+
+
+# The weight types as GGUF rounds them: numpy ports of ggml's quantize_row_q8_0_ref and
+# quantize_row_q4_0_ref, and bf16 to nearest even; each returns the values the device holds.
+def q8_0(w):
+    """GGUF's q8_0 of an [out, in] float32 matrix, dequantized (the values the device holds)."""
+    b = w.astype(np.float32).reshape(-1, 32)
+    amax = np.abs(b).max(axis=1)
+    d = (amax / np.float32(127)).astype(np.float32)
+    idv = np.where(d != 0, np.float32(1) / np.where(d != 0, d, 1), 0).astype(np.float32)
+    v = (b * idv[:, None]).astype(np.float32).astype(np.float64)
+    q = np.sign(v) * np.floor(np.abs(v) + 0.5)  # roundf: halves away from zero
+    d16 = d.astype(np.float16).astype(np.float32)
+    return (q.astype(np.float32) * d16[:, None]).reshape(w.shape)
+
+
+def q4_0(w):
+    b = w.astype(np.float32).reshape(-1, 32)
+    i = np.abs(b).argmax(axis=1)  # the first of equal magnitudes, as the reference keeps
+    mx = b[np.arange(len(b)), i]
+    d = (mx / np.float32(-8)).astype(np.float32)
+    idv = np.where(d != 0, np.float32(1) / np.where(d != 0, d, 1), 0).astype(np.float32)
+    v = ((b * idv[:, None]).astype(np.float32) + np.float32(8.5)).astype(np.float32)
+    q = np.minimum(15, np.trunc(v)).astype(np.float32)
+    d16 = d.astype(np.float16).astype(np.float32)
+    return ((q - 8) * d16[:, None]).reshape(w.shape)
+
+
+def bf16(w):
+    u = w.astype(np.float32).view(np.uint32).astype(np.uint64)
+    r = ((u + 0x7fff + ((u >> 16) & 1)) >> 16).astype(np.uint32) << 16
+    return r.view(np.float32).reshape(w.shape)
+
+
+DEQUANT = {"f32": lambda w: w.astype(np.float32), "f16": lambda w: w.astype(np.float16)
+           .astype(np.float32), "bf16": bf16, "q8_0": q8_0, "q4_0": q4_0}

@@ -98,6 +98,7 @@ def test_aux_loss_is_k_for_a_tied_router():
 
 torch = pytest.importorskip("torch")
 import clffn.torch as ct  # noqa: E402
+from reference import DEQUANT  # noqa: E402
 
 
 class MixtralBlock(torch.nn.Module):
@@ -141,6 +142,9 @@ def matches_module(mine, ref, tokens, seed):
                                atol=1e-5 * xr.grad.abs().max().item())
     theirs = dict(ref.named_parameters())
     for name, p in mine.named_parameters():
+        if not p.requires_grad:  # an expert's matrix kept compressed: frozen
+            assert p.grad is None, name
+            continue
         g = theirs[name].grad
         want = np.zeros(p.shape) if g is None else g.numpy()
         assert p.grad is not None, name
@@ -189,6 +193,48 @@ class Qwen2MoeBlock(torch.nn.Module):
                 y = y + mask * w[:, j:j + 1] * self.run(ex, x)
         s = torch.sigmoid(self.shared_expert_gate(x))
         return y + s * self.run(self.shared_expert, x)
+
+
+def round_experts(block, dtype):
+    """The float64 block's experts' matrices rounded to dtype as GGUF rounds them (reference.py's
+    ports): the values the device computes with."""
+    with torch.no_grad():
+        for name, m in block.named_modules():
+            if isinstance(m, torch.nn.Linear) and name not in ("gate", "shared_expert_gate"):
+                w = DEQUANT[dtype](m.weight.float().numpy()).astype(np.float64)
+                m.weight.copy_(torch.from_numpy(w))
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16", "q8_0", "q4_0"])
+@pytest.mark.parametrize("tokens", [1, 9])
+def test_torch_moe_with_compressed_experts_matches_the_rounded_block(dtype, tokens):
+    """Experts kept compressed and frozen: y, dx and the router's gradient are those of the
+    float64 block whose experts' matrices are rounded to the type; the experts get none."""
+    torch.manual_seed(3)
+    fq = 64  # W2's input dimension: a multiple of 32
+    ref = MixtralBlock(D, fq, E, 2).double()
+    with torch.no_grad():
+        ref.gate.weight.copy_(torch.from_numpy(dyadic(np.random.default_rng(13), (E, D), 16, 64)))
+    mine = ct.MoE(D, fq, experts=E, top_k=2, weight_dtype=dtype)
+    mine.load_state_dict({k: v.float() for k, v in ref.state_dict().items()})
+    round_experts(ref, dtype)
+    assert mine.gate.weight.requires_grad and not mine.experts[0].w3.weight.requires_grad
+    matches_module(mine, ref, tokens, 14)
+    assert np.abs(mine.gate.weight.grad.numpy()).max() > 0
+
+
+def test_torch_qwen2_moe_with_q8_0_experts_matches_the_rounded_block():
+    torch.manual_seed(4)
+    fq = 64
+    ref = Qwen2MoeBlock(D, fq, E, 2, 2 * fq).double()
+    with torch.no_grad():
+        ref.gate.weight.copy_(torch.from_numpy(dyadic(np.random.default_rng(15), (E, D), 16, 64)))
+    mine = ct.Qwen2MoE(D, fq, experts=E, top_k=2, shared_d_ff=2 * fq, weight_dtype="q8_0")
+    mine.load_state_dict({k: v.float() for k, v in ref.state_dict().items()})
+    round_experts(ref, "q8_0")
+    assert not mine.shared_expert.down_proj.weight.requires_grad
+    matches_module(mine, ref, 5, 16)
+    assert np.abs(mine.shared_expert_gate.weight.grad.numpy()).max() > 0
 
 
 def test_torch_qwen2_moe_loads_the_blocks_state_dict_and_matches_its_gradients():

@@ -1,7 +1,7 @@
 """Weights kept in their stored type from Python: FFN(weight_dtype=…) converts as GGUF's
-reference does (checked here against numpy ports of quantize_row_q8_0_ref / q4_0_ref), the
-forward and dx match the numpy reference on the dequantized weights, and clffn.load() reads a
-GGUF file written here."""
+reference does (checked against reference.py's numpy ports of quantize_row_q8_0_ref and
+q4_0_ref), the forward and dx match the numpy reference on the dequantized weights, and
+clffn.load() reads a GGUF file written here."""
 import struct
 
 import numpy as np
@@ -9,42 +9,9 @@ import pytest
 
 import clffn
 import reference as ref
+from reference import DEQUANT, bf16, q8_0
 
 D, F = 64, 96
-
-
-def q8_0(w):
-    """GGUF's q8_0 of an [out, in] float32 matrix, dequantized (the values the device holds)."""
-    b = w.astype(np.float32).reshape(-1, 32)
-    amax = np.abs(b).max(axis=1)
-    d = (amax / np.float32(127)).astype(np.float32)
-    idv = np.where(d != 0, np.float32(1) / np.where(d != 0, d, 1), 0).astype(np.float32)
-    v = (b * idv[:, None]).astype(np.float32).astype(np.float64)
-    q = np.sign(v) * np.floor(np.abs(v) + 0.5)  # roundf: halves away from zero
-    d16 = d.astype(np.float16).astype(np.float32)
-    return (q.astype(np.float32) * d16[:, None]).reshape(w.shape)
-
-
-def q4_0(w):
-    b = w.astype(np.float32).reshape(-1, 32)
-    i = np.abs(b).argmax(axis=1)  # the first of equal magnitudes, as the reference keeps
-    mx = b[np.arange(len(b)), i]
-    d = (mx / np.float32(-8)).astype(np.float32)
-    idv = np.where(d != 0, np.float32(1) / np.where(d != 0, d, 1), 0).astype(np.float32)
-    v = ((b * idv[:, None]).astype(np.float32) + np.float32(8.5)).astype(np.float32)
-    q = np.minimum(15, np.trunc(v)).astype(np.float32)
-    d16 = d.astype(np.float16).astype(np.float32)
-    return ((q - 8) * d16[:, None]).reshape(w.shape)
-
-
-def bf16(w):
-    u = w.astype(np.float32).view(np.uint32).astype(np.uint64)
-    r = ((u + 0x7fff + ((u >> 16) & 1)) >> 16).astype(np.uint32) << 16
-    return r.view(np.float32).reshape(w.shape)
-
-
-DEQUANT = {"f32": lambda w: w.astype(np.float32), "f16": lambda w: w.astype(np.float16)
-           .astype(np.float32), "bf16": bf16, "q8_0": q8_0, "q4_0": q4_0}
 
 
 def weights(seed=1, gated=True):
@@ -146,9 +113,9 @@ def test_load_gguf(tmp_path):
 
 @pytest.mark.parametrize("dtype", ["q8_0", "q4_0", "bf16"])
 def test_quantized_inputs(dtype):
-    """quantized_inputs=True: the hidden layer is the reference's on x rounded to q8_0 (numpy's
-    port of GGUF's rounding above; bf16 for bf16 weights), y the second product over the
-    device's own hidden layer rounded so; the rounding moves y well past the tolerance; an FFN
+    """quantized_inputs=True: the hidden layer is the reference's on x rounded to q8_0
+    (reference.py's port of GGUF's rounding; bf16 for bf16 weights), y the second product over
+    the device's own hidden layer rounded so; the rounding moves y well past the tolerance; an FFN
     without it on the same device keeps x exact."""
     rounded = bf16 if dtype == "bf16" else q8_0
     w = weights(5)
