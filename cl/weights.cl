@@ -2237,11 +2237,18 @@ clffn_strip_group(__global const uchar *row0, ulong row_bytes, uint m, ulong c0,
 // 11008 SwiGLU on an Intel Xeon (2 cores), two alternated rounds, 8 rows ahead against none, ms:
 // f16 at 1 token 16.0-16.3 -> 11.2-11.5, at 4 31.5-33.4 -> 18.1-19.3, at 16 60.7-61.2 -> 45.9;
 // q8_0 at 2 16.2-16.6 -> 12.2-13.0, at 16 73.3-74.4 -> 51.2-52.8; q4_0 at 8 35.1-37.9 ->
-// 24.7-26.4, at 16 59.2-61.8 -> 56.3-57.3 (docs/PERFORMANCE.md).
+// 24.7-26.4, at 16 59.2-61.8 -> 56.3-57.3. The forward through f32 weights kept [in, out] runs
+// down the same strips: 2 and 4 tokens 23.8-24.7 -> 20.9-21.4 and 33.7-36.0 -> 22.2-23.6 ms, but
+// one token, whose strips are 4 KB of each row, a stream the hardware follows, 18.4-18.5 ->
+// 22.5-25.2, so strips of more than 2 KB are left to the hardware (docs/PERFORMANCE.md).
 #define CLFFN_STRIP_BYTES (CLFFN_STRIP_BLOCKS * CLFFN_ROW_BLOCK_BYTES)
 #define CLFFN_STRIP_LINES (CLFFN_STRIP_BYTES / 64 + 1) // an unaligned strip's lines, at most
 #ifndef CLFFN_STRIP_AHEAD
-  #define CLFFN_STRIP_AHEAD 8 // rows; 0: none
+  #if CLFFN_STRIP_BYTES <= 2048
+    #define CLFFN_STRIP_AHEAD 8 // rows; 0: none
+  #else
+    #define CLFFN_STRIP_AHEAD 0
+  #endif
 #endif
 
 // Four rows at a time: four streams for the prefetchers, a quarter of the sums' traffic. The
