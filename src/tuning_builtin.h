@@ -20,10 +20,10 @@
  * XGEMM_MIN_INDIRECT_SIZE 1 (was 102, found before K-blocking): every product on the tiled
  * kernel; with 256-long K-blocks the direct kernel took GEMM 2 up to 8 tokens and ran it 2-4x
  * slower (clffn-bench --gemv-max 0 at 2, 4, 8, 16 tokens, one sitting).
- * WEIGHT_LAYOUT 1 ([in, out]), 2026-11-22 on the AMD EPYC host: with the weights kept [in, out]
- * nothing is transposed per call. The tokens are then padded to the tile's NWG, so few tokens
- * want a narrow tile and many a wide one: two Xgemm sets, the search's 128 x 32 (KWG 32) and,
- * below XGEMM_FEW_ROWS 128 tokens, 128 x 8 (NDIMC 1, NDIMB 1, MDIMA 4, KWG 64; the forward at
+ * WEIGHT_LAYOUT 1 ([in, out]; Intel's below), 2026-11-22 on the AMD EPYC host: with the weights
+ * kept [in, out] nothing is transposed per call. The tokens are then padded to the tile's NWG, so
+ * few tokens want a narrow tile and many a wide one: two Xgemm sets, the search's 128 x 32 (KWG 32)
+ * and, below XGEMM_FEW_ROWS 128 tokens, 128 x 8 (NDIMC 1, NDIMB 1, MDIMA 4, KWG 64; the forward at
  * 8 tokens 1.5-1.9 -> 0.45-0.8 ms against 128 x 32). One 128 x 8 tile for everything made the
  * BERT and SwiGLU shapes 2-29% slower forward and 3-20% backward in three alternated rounds;
  * the two sets against it, three more: the large shapes' backwards faster in eight of nine, the
@@ -62,13 +62,13 @@
  * by the count (384 and 640 tokens SGEMM ahead by 8-20%, 512 and 1024 the kernels). Mixtral's
  * layer at 512 tokens in f16 (experts of 61 to 234 rows), best of 2, two alternated rounds:
  * 2701, 2726 ms against 3164, 3131 with 192 and 3361, 3357 with 128 for every size.
- * KERNEL_MAX_TOKENS_F32 4: with the weights kept [in, out] the forward runs down the columns,
- * which the column kernel's strips of 64 did no faster than CLBlast; clffn_wgemv_strip (a
- * kilobyte-wide strip per work-item, four rows at a time) does, 2026-11-25 on the AMD EPYC host,
+ * KERNEL_MAX_TOKENS_F32 4 (Intel's below): with the weights kept [in, out] the forward runs down
+ * the columns, which the column kernel's strips of 64 did no faster than CLBlast; clffn_wgemv_strip
+ * (a kilobyte-wide strip per work-item, four rows at a time) does, 2026-11-25 on the AMD EPYC host,
  * alternated rounds, f32 4096 -> 11008 SwiGLU: 1 token 12-17 against 14-18 ms, 2 tokens 17-20
- * against 25-28, 4 tokens 17-19 against 23-28, 8 tokens level (25-27 against 24-26), 16 slower
- * on the seed shape (1.0-1.4 against 0.6-0.7 ms), and the backward through the kernels (dx along
- * the rows) 2-2.3x faster at 2 to 8 tokens (docs/PERFORMANCE.md). */
+ * against 25-28, 4 tokens 17-19 against 23-28, 8 tokens level (25-27 against 24-26), 16 slower on
+ * the seed shape (1.0-1.4 against 0.6-0.7 ms), and the backward through the kernels (dx along the
+ * rows) 2-2.3x faster at 2 to 8 tokens (docs/PERFORMANCE.md). */
 // clang-format off: the JSON stays in the lines clffn-tune printed
 #define CLFFN_POCL_AVX512_HEAD                                                                    \
     "{\"clblast\":{"                                                                              \
@@ -87,11 +87,11 @@
     "\"NDIMB\":1,\"NDIMC\":1,\"NWG\":8,\"SA\":0,\"SB\":0,\"STRM\":0,\"STRN\":1,\"VWM\":16,"       \
     "\"VWN\":8}},"                                                                                \
     "\"clffn\":{\"GEMM_K_BLOCK\":256,\"GEMM_K_BLOCK_MIN_ROWS\":512,\"GEMV_MAX_TOKENS\":1,"        \
-    "\"WEIGHT_LAYOUT\":1,\"XGEMM_FEW_ROWS\":128,"
-#define CLFFN_POCL_AVX512_TAIL                                                               \
-    "\"KERNEL_LARGE_WEIGHTS\":45088768,"                                                     \
-    "\"KERNEL_MAX_TOKENS_QX\":1073741824,\"KERNEL_MAX_TOKENS_F32\":4,\"WGEMV_ROW_SPLIT\":1," \
-    "\"WGEMV_ROW_ROWS\":8,\"WGEMV_COL_WIDTH\":64,\"WGEMV_COL_SPLIT\":1,\"WGEMV_COL_GROUPS\":4"
+    "\"XGEMM_FEW_ROWS\":128,"
+#define CLFFN_POCL_AVX512_TAIL                                                                 \
+    "\"KERNEL_LARGE_WEIGHTS\":45088768,\"KERNEL_MAX_TOKENS_QX\":1073741824,"                   \
+    "\"WGEMV_ROW_SPLIT\":1,\"WGEMV_ROW_ROWS\":8,\"WGEMV_COL_WIDTH\":64,\"WGEMV_COL_SPLIT\":1," \
+    "\"WGEMV_COL_GROUPS\":4"
 
 /* The same on AMD's cores, whose one stream a core read faster than four where x fits the
  * first-level cache, and on Intel's, whose four streams read faster. The row kernels group rows
@@ -113,12 +113,28 @@
  * against 50.5; 512 -> 2048 f16 24.1 against 21.3, q8_0 level (21.8 against 22.0); at 384 512
  * -> 2048 17.3 against 15.2 and 1024 -> 2816 46.6 against 36.6. Past 512 the smallest shape
  * turns (512 -> 2048 at 768 tokens: q4_0 31.1 against 33.4) where 1024 -> 2816 does not (f16
- * 89.9 against 72.5). */
-#define CLFFN_POCL_AVX512_PROFILE \
-    CLFFN_POCL_AVX512_HEAD        \
+ * 89.9 against 72.5).
+ * WEIGHT_LAYOUT 0 ([out, in]) and KERNEL_MAX_TOKENS_F32 512 on Intel's (1 and 4 on AMD's, above):
+ * CLBlast's f32 products below 512 rows (where they take no K-blocks) ran at 30-45 GFLOP/s on
+ * 4096 -> 11008 there, and the row kernels over f32 weights kept [out, in], in passes past 16
+ * tokens, ran 1.2-6x faster from 8 tokens to 512 (2026-11-27, Intel Xeon, 2 cores, two
+ * alternated rounds, the profile before against --weight-layout out_in --kernel-max 512,
+ * forward, ms): 4096 -> 11008 SwiGLU at 8 tokens 71.1-71.3 -> 22.7-23.0, 16 156-159 -> 34-37,
+ * 64 631-653 -> 104, 256 1511-1635 -> 394-405, 512 1131-1161 -> 736-779; 1024 -> 2816 at 128
+ * 27.2-27.3 -> 12.4-14.1; 512 -> 2048 at 128 4.7-5.0 -> 3.0-3.6; one and two tokens level, and
+ * the backward level or faster (4096 -> 11008 at 16 tokens 509-514 -> 173-183). The cost: the
+ * seed shape at 8 tokens 0.48-0.53 -> 0.56-0.58 ms, and past 512 tokens CLBlast multiplies the
+ * weights transposed, copying them each call (the seed shape at 640 tokens 16.1-16.8 -> 17.9-18.9
+ * forward, its backward 36.1-37.5 -> 34.0-36.8). The strips over weights kept [in, out] with
+ * the kernels to 512 tokens ran 1.4-2x slower than the rows and behind CLBlast on 512 -> 2048
+ * (docs/PERFORMANCE.md, "f32 weights on the Intel host"). */
+#define CLFFN_POCL_AVX512_PROFILE                      \
+    CLFFN_POCL_AVX512_HEAD                             \
+    "\"WEIGHT_LAYOUT\":1,\"KERNEL_MAX_TOKENS_F32\":4," \
     "\"KERNEL_MAX_TOKENS\":128,\"KERNEL_MAX_TOKENS_LARGE\":256," CLFFN_POCL_AVX512_TAIL "}}"
 #define CLFFN_POCL_AVX512_INTEL_PROFILE                                                 \
     CLFFN_POCL_AVX512_HEAD                                                              \
+    "\"WEIGHT_LAYOUT\":0,\"KERNEL_MAX_TOKENS_F32\":512,"                                \
     "\"KERNEL_MAX_TOKENS\":512,\"KERNEL_MAX_TOKENS_LARGE\":512," CLFFN_POCL_AVX512_TAIL \
     ",\"WGEMV_ROW_GROUP_COLS\":512}}"
 

@@ -95,6 +95,12 @@ clffn_context *test_context(void) {
     return ctx;
 }
 
+clffn_context *test_clblast_context(void) {
+    clffn_context *ctx = test_context();
+    ASSERT_OK(clffn_context_set_kernel_max_tokens(ctx, CLFFN_KERNELS_F32, 0));
+    return ctx;
+}
+
 void test_profile_dir(char *dir, char *path, size_t size) {
     cr_assert(mkdtemp(dir));
     setenv("CLFFN_TUNE_DIR", dir, 1);

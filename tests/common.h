@@ -64,6 +64,11 @@ void assert_rounding_shows(const double *rounded, const double *plain, size_t n,
                            const char *what);
 
 clffn_context *test_context(void);
+/* test_context() with every f32 product on CLBlast (its GEMV and SGEMM, by the GEMV crossover),
+ * whatever the device's profile gives clffn's own kernels: for the tests of CLBlast's side, which
+ * a profile that runs f32 through the kernels would otherwise leave untested (the kernels have
+ * tests of their own, test_compressed.c). */
+clffn_context *test_clblast_context(void);
 /* A fresh folder of tuning profiles made from the template dir ("/tmp/…-XXXXXX") and set as
  * CLFFN_TUNE_DIR (CLFFN_NO_TUNING unset), and in path the profile file the test device reads
  * there; test_profile_dir_end removes both and unsets CLFFN_TUNE_DIR. */

@@ -210,7 +210,7 @@ ParameterizedTestParameters(backward_device, variants) {
 }
 
 ParameterizedTest(bvariant *v, backward_device, variants, .timeout = 120) {
-    clffn_context *ctx = test_context();
+    clffn_context *ctx = test_clblast_context();
     for (size_t k = 0; k < 2 * sizeof bshapes / sizeof bshapes[0]; ++k) {
         const size_t s = k / 2;
         const int side = (int)(k % 2);
@@ -238,7 +238,7 @@ ParameterizedTest(bvariant *v, backward_device, variants, .timeout = 120) {
  * gemv_fast_kernels says why these sizes): 2 tokens, plain and gated, every handed-over × kept
  * layout. */
 Test(backward_device, gemv_fast_kernels) {
-    clffn_context *ctx = test_context();
+    clffn_context *ctx = test_clblast_context();
     ASSERT_OK(clffn_context_set_gemv_max_tokens(ctx, 2));
     for (int k = 0; k < 8; ++k) {
         const int gated = k / 4, layout = (k / 2) % 2, kept = k % 2;
@@ -258,7 +258,7 @@ Test(backward_device, gemv_fast_kernels) {
  * crossing, never within a pass (the weight gradients go by their token count too) and never
  * while the count stays on one side. */
 Test(backward_device, xgemm_sets_by_tokens, .timeout = 180) {
-    clffn_context *ctx = test_context();
+    clffn_context *ctx = test_clblast_context();
     ASSERT_OK(clffn_context_set_gemv_max_tokens(ctx, 0));
     ASSERT_OK(clffn_context_set_gemm_k_block(ctx, 64)); /* blocks of both sets' KWG */
     ASSERT_OK(clffn_context_set_weight_layout(ctx, CLFFN_LAYOUT_OUT_IN));
@@ -285,7 +285,7 @@ Test(backward_device, xgemm_sets_by_tokens, .timeout = 180) {
 
 /* Dropout's backward uses exactly the forward's mask; the residual passes dy through. */
 Test(backward_device, dropout_and_residual) {
-    clffn_context *ctx = test_context();
+    clffn_context *ctx = test_clblast_context();
     for (int k = 0; k < 4; ++k) {
         const int gated = k / 2, side = k % 2;
         ASSERT_OK(clffn_context_set_gemv_max_tokens(ctx, test_gemv_sides[side]));
@@ -372,7 +372,7 @@ static void separate_gate_case(clffn_context *ctx, size_t T, size_t D, size_t F)
 }
 
 Test(backward_device, device_level_separate_gate) {
-    clffn_context *ctx = test_context();
+    clffn_context *ctx = test_clblast_context();
     for (int side = 0; side < 2; ++side) {
         ASSERT_OK(clffn_context_set_gemv_max_tokens(ctx, test_gemv_sides[side]));
         separate_gate_case(ctx, 6, 12, 20);
@@ -384,7 +384,7 @@ Test(backward_device, device_level_separate_gate) {
  * caller's beta, so accumulate mode and the residual's dy must survive the split), stacked and
  * separate gate, both layouts. */
 Test(backward_device, k_blocked_gemms, .timeout = 180) {
-    clffn_context *ctx = test_context();
+    clffn_context *ctx = test_clblast_context();
     ASSERT_OK(clffn_context_set_gemm_k_block(ctx, 64));
     ASSERT_OK(clffn_context_set_gemm_k_block_min_rows(ctx, 0)); /* every product */
     const size_t T = 150, D = 131, F = 200;
@@ -404,7 +404,7 @@ Test(backward_device, k_blocked_gemms, .timeout = 180) {
  * adapter is), then dW2 and db2 alone, against the reference; the buffers not asked for keep
  * what they held. dV without dW1 is refused. */
 Test(backward_device, null_gradient_buffers_are_skipped) {
-    clffn_context *ctx = test_context();
+    clffn_context *ctx = test_clblast_context();
     const size_t T = 5, D = 12, F = 20;
     clffn_config c = clffn_config_default(D, F);
     c.activation = CLFFN_ACT_SILU, c.gated = 1, c.dropout = 0.3f, c.residual = 1;

@@ -90,7 +90,7 @@ static void run_case(clffn_context *ctx, const variant *v, const size_t shape[3]
 }
 
 static void run_variant(const variant *v) {
-    clffn_context *ctx = test_context();
+    clffn_context *ctx = test_clblast_context();
     for (int k = 0; k < 4; ++k) { /* the GEMV side × the layout the weights are kept in */
         const int side = k / 2;
         ASSERT_OK(clffn_context_set_gemv_max_tokens(ctx, test_gemv_sides[side]));
@@ -111,7 +111,7 @@ static void run_variant(const variant *v) {
  * 1024-wide first layer), every handed-over × kept layout, so both XgemvFast and XgemvFastRot
  * run the forward. */
 Test(forward, gemv_fast_kernels) {
-    clffn_context *ctx = test_context();
+    clffn_context *ctx = test_clblast_context();
     const variant vs[] = {{CLFFN_ACT_SILU, 0, 1, 1, 1}, {CLFFN_ACT_SILU, 1, 1, 1, 1}};
     const size_t fshapes[][3] = {{1, 256, 512}, {2, 256, 512}};
     ASSERT_OK(clffn_context_set_gemv_max_tokens(ctx, 2));
@@ -146,7 +146,7 @@ ParameterizedTest(variant *v, forward, variants, .timeout = 120) { run_variant(v
  * shapes runs as 2-3 CLBlast calls summed into the output, the last one short; both layouts (so
  * both transposes of the weights), plain and gated. Unsplit shapes would not test it. */
 Test(forward, k_blocked_gemms, .timeout = 180) {
-    clffn_context *ctx = test_context();
+    clffn_context *ctx = test_clblast_context();
     ASSERT_OK(clffn_context_set_gemm_k_block(ctx, 64));
     ASSERT_OK(clffn_context_set_gemm_k_block_min_rows(ctx, 0)); /* every product */
     const size_t kshapes[][3] = {{37, 200, 333}, {5, 131, 200}};
@@ -163,7 +163,7 @@ Test(forward, k_blocked_gemms, .timeout = 180) {
 
 /* The seed tutorials' example, 64 × 10 × 512 → 2048, in the variants users start from. */
 static void seed_example(clffn_activation act, int gated, clffn_layout layout, int training) {
-    clffn_context *ctx = test_context();
+    clffn_context *ctx = test_clblast_context();
     clffn_config c = clffn_config_default(512, 2048);
     c.activation = act;
     c.gated = gated;
@@ -211,7 +211,7 @@ static double wall_s(void) {
  * four positive spans that add up to the total, within the host's span around the forward;
  * profiling changes no bit of y; a forward run without it leaves no stale times behind. */
 Test(forward, stage_times, .timeout = 120) {
-    clffn_context *ctx = test_context();
+    clffn_context *ctx = test_clblast_context();
     const int ordered = test_timestamps_ordered(ctx);
     clffn_config c = clffn_config_default(64, 256);
     c.activation = CLFFN_ACT_SILU;

@@ -202,8 +202,8 @@ Test(settings, builtin_profile_of_the_device) {
 
 /* Which built-in profile a device's names pick: POCL names an AMD EPYC with AVX-512 after the
  * Skylake target it compiles for, so the vendor in the name, not the target, tells Intel's
- * cores (rows grouped from 1024 floats, the kernels to 512 tokens on every product) from
- * AMD's (128 tokens, 256 on large products). */
+ * cores (rows grouped from 512 floats, the kernels to 512 tokens on every product, f32
+ * included) from AMD's (128 tokens, 256 on large products, 4 on f32). */
 Test(settings, builtin_profile_by_name) {
     static const struct {
         const char *name;
@@ -228,6 +228,11 @@ Test(settings, builtin_profile_by_name) {
                                      ? "\"KERNEL_MAX_TOKENS\":512,\"KERNEL_MAX_TOKENS_LARGE\":512,"
                                      : "\"KERNEL_MAX_TOKENS\":128,\"KERNEL_MAX_TOKENS_LARGE\":256,";
         cr_assert(strstr(json, crossovers) != NULL, "%s: %s", cases[i].name, json);
+        /* f32 weights: Intel's kept [out, in] through the row kernels to 512 tokens, AMD's kept
+         * [in, out] with the strips to 4 */
+        const char *f32 = cases[i].intel ? "\"WEIGHT_LAYOUT\":0,\"KERNEL_MAX_TOKENS_F32\":512,"
+                                         : "\"WEIGHT_LAYOUT\":1,\"KERNEL_MAX_TOKENS_F32\":4,";
+        cr_assert(strstr(json, f32) != NULL, "%s: %s", cases[i].name, json);
     }
     cr_assert_null(clffn__builtin_profile_for("rusticl", "llvmpipe (LLVM 15.0.6, 256 bits)"));
 }
@@ -266,6 +271,9 @@ Test(settings, every_builtin_profile_computes_here, .timeout = 300) {
         ctx = test_context(); /* opens the device again: the file is applied now */
         cr_assert(strncmp(clffn_context_tuning(ctx), "profile", 7) == 0,
                   "built-in profile %zu was not applied: %s", i, clffn_context_tuning(ctx));
+        /* the profile's CLBlast parameters at every count, where its f32 crossover would hand
+         * 37 and 130 tokens to clffn's kernels */
+        ASSERT_OK(clffn_context_set_kernel_max_tokens(ctx, CLFFN_KERNELS_F32, 0));
         clffn_ffn *ffn = NULL;
         ASSERT_OK(clffn_ffn_create(ctx, &c, &ffn));
         ASSERT_OK(clffn_ffn_upload_weights(ffn, CLFFN_LAYOUT_OUT_IN, &w.host));

@@ -107,8 +107,8 @@ static void *flush_loop(void *arg) {
 static void run(int device_level, int two_sets) {
     shared *s = calloc(1, sizeof *s);
     cr_assert(s);
-    s->ctx[0] = test_context();
-    s->ctx[1] = two_sets ? test_context() : s->ctx[0];
+    s->ctx[0] = test_clblast_context();
+    s->ctx[1] = two_sets ? test_clblast_context() : s->ctx[0];
     for (int k = 0; two_sets && k < 2; ++k) {
         ASSERT_OK(clffn_context_set_xgemm(s->ctx[k], 16, test_xgemm_names, test_xgemm_wide,
                                           test_xgemm_narrow, k ? 64 : 1));
