@@ -114,27 +114,30 @@
  * -> 2048 17.3 against 15.2 and 1024 -> 2816 46.6 against 36.6. Past 512 the smallest shape
  * turns (512 -> 2048 at 768 tokens: q4_0 31.1 against 33.4) where 1024 -> 2816 does not (f16
  * 89.9 against 72.5).
- * WEIGHT_LAYOUT 0 ([out, in]) and KERNEL_MAX_TOKENS_F32 512 on Intel's (1 and 4 on AMD's, above):
- * CLBlast's f32 products below 512 rows (where they take no K-blocks) ran at 30-45 GFLOP/s on
- * 4096 -> 11008 there, and the row kernels over f32 weights kept [out, in], in passes past 16
- * tokens, ran 1.2-6x faster from 8 tokens to 512 (2026-11-27, Intel Xeon, 2 cores, two
- * alternated rounds, the profile before against --weight-layout out_in --kernel-max 512,
- * forward, ms): 4096 -> 11008 SwiGLU at 8 tokens 71.1-71.3 -> 22.7-23.0, 16 156-159 -> 34-37,
- * 64 631-653 -> 104, 256 1511-1635 -> 394-405, 512 1131-1161 -> 736-779; 1024 -> 2816 at 128
- * 27.2-27.3 -> 12.4-14.1; 512 -> 2048 at 128 4.7-5.0 -> 3.0-3.6; one and two tokens level, and
- * the backward level or faster (4096 -> 11008 at 16 tokens 509-514 -> 173-183). The cost: the
- * seed shape at 8 tokens 0.48-0.53 -> 0.56-0.58 ms, and past 512 tokens CLBlast multiplies the
- * weights transposed, copying them each call (the seed shape at 640 tokens 16.1-16.8 -> 17.9-18.9
- * forward, its backward 36.1-37.5 -> 34.0-36.8). The strips over weights kept [in, out] with
- * the kernels to 512 tokens ran 1.4-2x slower than the rows and behind CLBlast on 512 -> 2048
- * (docs/PERFORMANCE.md, "f32 weights on the Intel host"). */
+ * WEIGHT_LAYOUT 0 ([out, in]) and KERNEL_MAX_TOKENS_F32 1073741824 (every count) on Intel's (1
+ * and 4 on AMD's, above): CLBlast's f32 products below 512 rows (where they take no K-blocks) ran
+ * at 30-45 GFLOP/s on 4096 -> 11008 there, and the row kernels over f32 weights kept [out, in],
+ * in passes past 16 tokens, ran 1.2-6x faster from 8 tokens to 512 (2026-11-27, Intel Xeon, 2
+ * cores, two alternated rounds, the profile before against --weight-layout out_in --kernel-max
+ * 512, forward, ms): 4096 -> 11008 SwiGLU at 8 tokens 71.1-71.3 -> 22.7-23.0, 16 156-159 ->
+ * 34-37, 64 631-653 -> 104, 256 1511-1635 -> 394-405, 512 1131-1161 -> 736-779; 1024 -> 2816 at
+ * 128 27.2-27.3 -> 12.4-14.1; 512 -> 2048 at 128 4.7-5.0 -> 3.0-3.6; one and two tokens level,
+ * the backward level or faster, the seed shape at 8 tokens 0.48-0.53 -> 0.56-0.58 ms. Past 512
+ * tokens the kernels stayed level or ahead too (the same host, --kernel-max 100000 against 512,
+ * two rounds): the seed shape at 640 tokens 15.3-16.3 against 17.1-18.5 ms (16.1-17.0 with the
+ * profile before; CLBlast multiplies weights kept [out, in] transposed, copying them each call),
+ * at 4096 level; 768 -> 3072 GELU at 2048 tokens 123-126 against 141-143; 1024 -> 2816 at 2048
+ * 216-220 against 245-266, at 640 67 against 82-87; 4096 -> 11008 at 640 930 against 1438-1527;
+ * the backwards (CLBlast's weight gradients, clffn's strips for dx) level, within 5%. The strips
+ * over weights kept [in, out] with the kernels to 512 tokens ran 1.4-2x slower than the rows and
+ * behind CLBlast on 512 -> 2048 (docs/PERFORMANCE.md, "f32 weights on the Intel host"). */
 #define CLFFN_POCL_AVX512_PROFILE                      \
     CLFFN_POCL_AVX512_HEAD                             \
     "\"WEIGHT_LAYOUT\":1,\"KERNEL_MAX_TOKENS_F32\":4," \
     "\"KERNEL_MAX_TOKENS\":128,\"KERNEL_MAX_TOKENS_LARGE\":256," CLFFN_POCL_AVX512_TAIL "}}"
 #define CLFFN_POCL_AVX512_INTEL_PROFILE                                                 \
     CLFFN_POCL_AVX512_HEAD                                                              \
-    "\"WEIGHT_LAYOUT\":0,\"KERNEL_MAX_TOKENS_F32\":512,"                                \
+    "\"WEIGHT_LAYOUT\":0,\"KERNEL_MAX_TOKENS_F32\":1073741824,"                         \
     "\"KERNEL_MAX_TOKENS\":512,\"KERNEL_MAX_TOKENS_LARGE\":512," CLFFN_POCL_AVX512_TAIL \
     ",\"WGEMV_ROW_GROUP_COLS\":512}}"
 

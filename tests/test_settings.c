@@ -202,8 +202,8 @@ Test(settings, builtin_profile_of_the_device) {
 
 /* Which built-in profile a device's names pick: POCL names an AMD EPYC with AVX-512 after the
  * Skylake target it compiles for, so the vendor in the name, not the target, tells Intel's
- * cores (rows grouped from 512 floats, the kernels to 512 tokens on every product, f32
- * included) from AMD's (128 tokens, 256 on large products, 4 on f32). */
+ * cores (rows grouped from 512 floats, the kernels to 512 tokens on every product, f32 at
+ * every count) from AMD's (128 tokens, 256 on large products, 4 on f32). */
 Test(settings, builtin_profile_by_name) {
     static const struct {
         const char *name;
@@ -228,10 +228,11 @@ Test(settings, builtin_profile_by_name) {
                                      ? "\"KERNEL_MAX_TOKENS\":512,\"KERNEL_MAX_TOKENS_LARGE\":512,"
                                      : "\"KERNEL_MAX_TOKENS\":128,\"KERNEL_MAX_TOKENS_LARGE\":256,";
         cr_assert(strstr(json, crossovers) != NULL, "%s: %s", cases[i].name, json);
-        /* f32 weights: Intel's kept [out, in] through the row kernels to 512 tokens, AMD's kept
-         * [in, out] with the strips to 4 */
-        const char *f32 = cases[i].intel ? "\"WEIGHT_LAYOUT\":0,\"KERNEL_MAX_TOKENS_F32\":512,"
-                                         : "\"WEIGHT_LAYOUT\":1,\"KERNEL_MAX_TOKENS_F32\":4,";
+        /* f32 weights: Intel's kept [out, in] through the row kernels at every count, AMD's
+         * kept [in, out] with the strips to 4 */
+        const char *f32 = cases[i].intel
+                              ? "\"WEIGHT_LAYOUT\":0,\"KERNEL_MAX_TOKENS_F32\":1073741824,"
+                              : "\"WEIGHT_LAYOUT\":1,\"KERNEL_MAX_TOKENS_F32\":4,";
         cr_assert(strstr(json, f32) != NULL, "%s: %s", cases[i].name, json);
     }
     cr_assert_null(clffn__builtin_profile_for("rusticl", "llvmpipe (LLVM 15.0.6, 256 bits)"));
