@@ -27,7 +27,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ._ffn import FFN, ArgumentError, COMPRESSED_WEIGHTS, INVALID_ARGUMENT
-from ._moe import MoE as _NpMoE, _ROUTER, mixtral_name as _mixtral_name
+from ._moe import MoE as _NpMoE, mixtral_name as _mixtral_name
 
 _FUNCS = {F.relu: "relu", F.gelu: "gelu", F.silu: "silu", torch.sigmoid: "sigmoid",
           torch.relu: "relu", F.sigmoid: "sigmoid"}
@@ -306,8 +306,10 @@ class MoE(nn.Module):
         return out
 
     def _upload(self, force=False):
-        sd = self.state_dict(keep_vars=True)
-        self._moe.set_router(*(_np(sd.get(k)) for k in _ROUTER))
+        sg = getattr(self, "shared_expert_gate", None)  # Qwen2-MoE's
+        self._moe.set_router(_np(self.gate.weight), _np(self.gate.bias),
+                             _np(sg.weight) if sg is not None else None,
+                             _np(sg.bias) if sg is not None else None)
         layer = dict(self._moe._named_experts())
         for prefix, m in self._expert_modules().items():
             mats = {_mixtral_name(f"{prefix}.{n}.weight"): lin.weight
