@@ -103,17 +103,26 @@
  * Qwen3's layer at one token in f16 2.01-2.27 -> 1.81-1.91 ms, its experts' second products
  * (rows of 768 values) 12-17% less device time; in q8_0, and the 512 -> 2048, 768 -> 3072 and
  * 2048 -> 768 FFNs at 1-2 tokens, level within the host's spread.
- * KERNEL_MAX_TOKENS and KERNEL_MAX_TOKENS_LARGE 512 on Intel's (128 and 256 on AMD's, measured
- * there): dequantized SGEMM runs at about half the EPYC's rate there (118 GFLOP/s on 4096 ->
- * 11008 at 512 tokens), and the row kernels in passes (16-wide direct sums, rows walked once a
- * part of 8 tokens: cl/weights.cl's CLFFN_ROW_DIRECT) stay ahead of it to 512 tokens on every
- * shape measured (the same host, --kernel-max 0 against 1024, best of 3, ms): at 512 tokens
- * 4096 -> 11008 f16 1173.9 against 741.3, q4_0 1063.8 against 655.9; 2048 -> 5632 f16 270.8
- * against 192.3, q8_0 261.2 against 172.7; 1024 -> 2816 f16 65.3 against 50.6, q8_0 60.2
- * against 50.5; 512 -> 2048 f16 24.1 against 21.3, q8_0 level (21.8 against 22.0); at 384 512
- * -> 2048 17.3 against 15.2 and 1024 -> 2816 46.6 against 36.6. Past 512 the smallest shape
- * turns (512 -> 2048 at 768 tokens: q4_0 31.1 against 33.4) where 1024 -> 2816 does not (f16
- * 89.9 against 72.5).
+ * KERNEL_MAX_TOKENS and KERNEL_MAX_TOKENS_LARGE 1073741824 (every count) on Intel's (128 and 256 on
+ * AMD's, measured there), first 512: dequantized SGEMM runs at about half the EPYC's rate there
+ * (118 GFLOP/s on 4096 -> 11008 at 512 tokens), and the row kernels in passes (16-wide direct sums,
+ * rows walked once a part of 8 tokens: cl/weights.cl's CLFFN_ROW_DIRECT) stay ahead of it to 512
+ * tokens on every shape measured (the same host, --kernel-max 0 against 1024, best of 3, ms): at
+ * 512 tokens 4096 -> 11008 f16 1173.9 against 741.3, q4_0 1063.8 against 655.9; 2048 -> 5632 f16
+ * 270.8 against 192.3, q8_0 261.2 against 172.7; 1024 -> 2816 f16 65.3 against 50.6, q8_0 60.2
+ * against 50.5; 512 -> 2048 f16 24.1 against 21.3, q8_0 level (21.8 against 22.0); at 384 512 ->
+ * 2048 17.3 against 15.2 and 1024 -> 2816 46.6 against 36.6. Past 512 the smallest shape turns (512
+ * -> 2048 at 768 tokens: q4_0 31.1 against 33.4) where 1024 -> 2816 does not (f16 89.9 against
+ * 72.5). Every count since the f32 forward runs the row kernels too (below), which left the
+ * dequantized products at up to 1.25x f32's time at 2048 tokens: the kernels in passes ran ahead of
+ * them past 512 on every shape measured, forward, the backward level (the same host, later, two
+ * alternated rounds, --kernel-max 100000 against the profile, best of 2-5, ms): 1024 -> 2816 at 768
+ * tokens f16 65-74 against 82-87, q8_0 61 against 82-87; 768 -> 3072 GELU at 2048 f16 103-112
+ * against 123-137, q4_0 93 against 127-132; 4096 -> 11008 at 1024 f16 1165-1234 against 2055-2180,
+ * q8_0 1270-1274 against 2164-2209; 512 -> 2048 at 4096 q8_0 86 against 108-112, f16 101-109
+ * against 108-112, at 768 q4_0 16.5-19.8 against 18.9-19.9; the 8-expert 1024 -> 2816 layer at 2048
+ * tokens (counts then kept on the device) f16 369-392 against 521-523, q8_0 334-364 against
+ * 498-530, level at 512.
  * WEIGHT_LAYOUT 0 ([out, in]) and KERNEL_MAX_TOKENS_F32 1073741824 (every count) on Intel's (1
  * and 4 on AMD's, above): CLBlast's f32 products below 512 rows (where they take no K-blocks) ran
  * at 30-45 GFLOP/s on 4096 -> 11008 there, and the row kernels over f32 weights kept [out, in],
@@ -135,11 +144,11 @@
     CLFFN_POCL_AVX512_HEAD                             \
     "\"WEIGHT_LAYOUT\":1,\"KERNEL_MAX_TOKENS_F32\":4," \
     "\"KERNEL_MAX_TOKENS\":128,\"KERNEL_MAX_TOKENS_LARGE\":256," CLFFN_POCL_AVX512_TAIL "}}"
-#define CLFFN_POCL_AVX512_INTEL_PROFILE                                                 \
-    CLFFN_POCL_AVX512_HEAD                                                              \
-    "\"WEIGHT_LAYOUT\":0,\"KERNEL_MAX_TOKENS_F32\":1073741824,"                         \
-    "\"KERNEL_MAX_TOKENS\":512,\"KERNEL_MAX_TOKENS_LARGE\":512," CLFFN_POCL_AVX512_TAIL \
-    ",\"WGEMV_ROW_GROUP_COLS\":512}}"
+#define CLFFN_POCL_AVX512_INTEL_PROFILE                             \
+    CLFFN_POCL_AVX512_HEAD                                          \
+    "\"WEIGHT_LAYOUT\":0,\"KERNEL_MAX_TOKENS_F32\":1073741824,"     \
+    "\"KERNEL_MAX_TOKENS\":1073741824,\"KERNEL_MAX_TOKENS_LARGE\":" \
+    "1073741824," CLFFN_POCL_AVX512_TAIL ",\"WGEMV_ROW_GROUP_COLS\":512}}"
 
 /* NVIDIA H100 through NVIDIA's OpenCL driver (580.159.04, "NVIDIA CUDA" platform):
  * `clffn-tune --budget 210 --tokens 4096 --d-model 768 --d-ff 3072` on 2026-11-22 on an H100 80GB

@@ -202,8 +202,8 @@ Test(settings, builtin_profile_of_the_device) {
 
 /* Which built-in profile a device's names pick: POCL names an AMD EPYC with AVX-512 after the
  * Skylake target it compiles for, so the vendor in the name, not the target, tells Intel's
- * cores (rows grouped from 512 floats, the kernels to 512 tokens on every product, f32 at
- * every count) from AMD's (128 tokens, 256 on large products, 4 on f32). */
+ * cores (rows grouped from 512 floats, the kernels at every count, f32's too) from AMD's (128
+ * tokens, 256 on large products, 4 on f32). */
 Test(settings, builtin_profile_by_name) {
     static const struct {
         const char *name;
@@ -224,9 +224,10 @@ Test(settings, builtin_profile_by_name) {
         cr_assert_not_null(json, "%s", cases[i].name);
         const int grouped = strstr(json, "\"WGEMV_ROW_GROUP_COLS\":512") != NULL;
         cr_assert_eq(grouped, cases[i].intel, "%s", cases[i].name);
-        const char *crossovers = cases[i].intel
-                                     ? "\"KERNEL_MAX_TOKENS\":512,\"KERNEL_MAX_TOKENS_LARGE\":512,"
-                                     : "\"KERNEL_MAX_TOKENS\":128,\"KERNEL_MAX_TOKENS_LARGE\":256,";
+        const char *crossovers =
+            cases[i].intel
+                ? "\"KERNEL_MAX_TOKENS\":1073741824,\"KERNEL_MAX_TOKENS_LARGE\":1073741824,"
+                : "\"KERNEL_MAX_TOKENS\":128,\"KERNEL_MAX_TOKENS_LARGE\":256,";
         cr_assert(strstr(json, crossovers) != NULL, "%s: %s", cases[i].name, json);
         /* f32 weights: Intel's kept [out, in] through the row kernels at every count, AMD's
          * kept [in, out] with the strips to 4 */
