@@ -39,9 +39,9 @@
  * columns × tokens sums in registers, so many tokens get fewer columns each, down to 8, instead
  * of sums that spill to memory. */
 #define CLFFN_WCOL_VALUES 128
-#define CLFFN_WCOL_WIDTH(width, tokens)                                                         \
-    ((width) * (tokens) <= CLFFN_WCOL_VALUES                                                    \
-         ? (width)                                                                              \
+#define CLFFN_WCOL_WIDTH(width, tokens)      \
+    ((width) * (tokens) <= CLFFN_WCOL_VALUES \
+         ? (width)                           \
          : (CLFFN_WCOL_VALUES / (tokens) >= 8 ? CLFFN_WCOL_VALUES / (tokens) : 8))
 
 /* The column GEMV on a CPU device (cl/weights.cl, clffn_wgemv_strip): a work-item keeps the
@@ -52,7 +52,7 @@
  * 4096 -> 11008 SwiGLU on an Intel Xeon, f16 at 16 tokens 80.6 -> 70.9 ms, but q4_0 56.4 ->
  * 61.6, q4_0 at 8 tokens 31.9 -> 41.8 and both at 2 tokens 6-20% slower. */
 #define CLFFN_WCOL_STRIP_VALUES 1024
-#define CLFFN_WCOL_STRIP(tokens)                                                                \
+#define CLFFN_WCOL_STRIP(tokens) \
     (CLFFN_WCOL_STRIP_VALUES / (tokens) >= 32 ? CLFFN_WCOL_STRIP_VALUES / (tokens) / 32 * 32 : 32)
 
 /* clffn_wdequant_tl's tile (cl/weights.cl): W's rows by W's columns a work-group stages in local
@@ -64,14 +64,19 @@
 /* Bytes of one token's row of quantized inputs for rows of `blocks` q8_0 blocks (clffn_xquant in
  * cl/weights.cl): the quants of ⌈blocks / 2⌉ pairs (64 bytes a pair) and a scale a block,
  * padded to a multiple of 64 bytes. */
-#define CLFFN_XQ_BYTES(blocks)                                                                  \
+#define CLFFN_XQ_BYTES(blocks) \
     (64 * (((blocks) + 1) / 2) + (8 * (((blocks) + 1) / 2) + 63) / 64 * 64)
 
 /* Whether q8_0's and q4_0's quantized-input rows go sixteen to a work-item (cl/weights.cl,
- * clffn_qx_rows16): where a row has one lane (split 1, CPUs) and from 4 tokens on; at 2 tokens
- * the form measured no faster. Their input rows then carry each block's -Σq, as q4_0's do at one
- * token (CLFFN_XQ_C). */
-#define CLFFN_QX_WIDE(split, tokens) ((split) == 1 && (tokens) >= 4)
+ * clffn_qx_rows16): where a row has one lane (split 1, CPUs), q8_0's from 4 tokens on and q4_0's
+ * at every count. One row a work-item decodes each of q4_0's blocks for that row alone (nibbles
+ * split, scale converted, a sum per block), which bound its one- and two-token products; sixteen
+ * rows share those steps, and their transposition costs less than the decoding it spares (q4_0,
+ * 4096 -> 11008 SwiGLU, one token 2.5-2.6 -> 2.1-2.2 ms, two 4.0-4.2 -> 2.3-2.4). q8_0's bytes
+ * are its quants, so its one row a work-item reads them as they lie; at 2 tokens the wide form
+ * was slower on the smaller shapes (2048 -> 6144 0.89-0.92 -> 0.95-0.97 ms). Their input rows
+ * then carry each block's -Σq, as q4_0's do at one token everywhere (CLFFN_XQ_C). */
+#define CLFFN_QX_WIDE(split, tokens, q4_0) ((split) == 1 && (tokens) >= ((q4_0) ? 1 : 4))
 #define CLFFN_QX_WIDE_ROWS 16 /* the rows a work-item of that form takes */
 
 /* Bytes of one token's row of bf16-rounded inputs for rows of `cols` bf16 weights (clffn_xquant

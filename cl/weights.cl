@@ -1262,14 +1262,16 @@ void clffn_wgemv_rows4(CLFFN_ROWS_PARAMS, const float beta, __global const uint 
   #define CLFFN_QX_ROW_INLINE inline CLFFN_ALWAYS_INLINE
 #endif
 
-  // the 16-row form (clffn_qx_rows16): where a row has one lane, from 4 tokens on
-  #if CLFFN_QX_DPBUSD && CLFFN_QX_WIDE(CLFFN_ROW_SPLIT, CLFFN_WTOKENS)
+  // this program's rows sixteen to a work-item (CLFFN_QX_WIDE), and in the 16-row form
+  // (clffn_qx_rows16) where the CPU has VNNI
+  #define CLFFN_QX_WIDE_HERE \
+    CLFFN_QX_WIDE(CLFFN_ROW_SPLIT, CLFFN_WTOKENS, CLFFN_WTYPE == CLFFN_WTYPE_Q4_0)
+  #if CLFFN_QX_DPBUSD && CLFFN_QX_WIDE_HERE
     #define CLFFN_QX_R16 1
   #else
     #define CLFFN_QX_R16 0
   #endif
-  #if (CLFFN_WTYPE == CLFFN_WTYPE_Q4_0 && CLFFN_WTOKENS == 1) || \
-      CLFFN_QX_WIDE(CLFFN_ROW_SPLIT, CLFFN_WTOKENS)
+  #if (CLFFN_WTYPE == CLFFN_WTYPE_Q4_0 && CLFFN_WTOKENS == 1) || CLFFN_QX_WIDE_HERE
     #define CLFFN_XQ_C 1
   #else
     #define CLFFN_XQ_C 0
@@ -1546,7 +1548,7 @@ CLFFN_QX_ROW_INLINE void clffn_qx_row(__global const uchar *row, ulong blocks,
 #endif
 }
 
-#if CLFFN_QX_WIDE(CLFFN_ROW_SPLIT, CLFFN_WTOKENS)
+#if CLFFN_QX_WIDE_HERE
   #define CLFFN_QX_R CLFFN_QX_WIDE_ROWS // rows a work-item (the host launches alike)
 #else
   #define CLFFN_QX_R 1
@@ -1687,11 +1689,11 @@ inline void clffn_qx_lanes(__global const uchar *row, ulong blocks, __global con
 // y[t, r] = Σ_b dw[r, b]·dx[t, b]·Σ_j q_w[r, b, j]·q_x[t, b, j] (+ β·y) for the pass's tokens,
 // from clffn_xquant's rows (xq, xs bytes apart; block-major in the 16-row form). NDRange
 // (CLFFN_ROW_SPLIT, ⌈⌈rows / CLFFN_QX_R⌉ / CLFFN_ROW_ROWS⌉·CLFFN_ROW_ROWS), work-group
-// (CLFFN_ROW_SPLIT, CLFFN_ROW_ROWS). On a CPU one row a work-item up to 2 tokens: the quantized
-// rows fit the first-level cache, and four rows side by side measured slower there (4096 ->
-// 11008, one token, 22016 rows of 4096: 2.4-2.6 ms against 1.2-1.3 one by one); from 4 tokens
-// sixteen, transposed (clffn_qx_rows16, CLFFN_QX_WIDE). On a GPU the row's lanes share it
-// (clffn_qx_lanes).
+// (CLFFN_ROW_SPLIT, CLFFN_ROW_ROWS). On a CPU q8_0 goes one row a work-item up to 2 tokens: the
+// quantized rows fit the first-level cache, and four rows side by side measured slower there
+// (4096 -> 11008, one token, 22016 rows of 4096: 2.4-2.6 ms against 1.2-1.3 one by one); from 4
+// tokens, and q4_0 at every count, sixteen, transposed (clffn_qx_rows16, CLFFN_QX_WIDE). On a GPU
+// the row's lanes share it (clffn_qx_lanes).
 CLFFN_ROWS_QX_KERNEL {
   CLFFN_ROWS_QX_SHIFT();
   CLFFN_PASS_TOKENS();

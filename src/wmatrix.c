@@ -146,11 +146,12 @@ static cl_int wgemv_quantized_inputs(clffn_wkernels *wk, const clffn_context *ct
                                      clffn_matrix y, cl_command_queue queue) {
     const bool bf16 = w->dtype == CLFFN_DTYPE_BF16;
     const size_t split = ctx->wgemv[0], group = ctx->wgemv[1];
-    const bool wide = !bf16 && CLFFN_QX_WIDE(split, bucket_tokens[b]);
+    const bool q4_0 = w->dtype == CLFFN_DTYPE_Q4_0;
+    const bool wide = !bf16 && CLFFN_QX_WIDE(split, bucket_tokens[b], q4_0);
     const size_t blocks = w->cols / 32, pairs = (blocks + 1) / 2;
     /* the rows end in their offset sums for q4_0 at one token and in the 16-row form
      * (CLFFN_XQ_C) */
-    const int c = (w->dtype == CLFFN_DTYPE_Q4_0 && bucket_tokens[b] == 1) || wide;
+    const int c = (q4_0 && bucket_tokens[b] == 1) || wide;
     const size_t xs = bf16 ? CLFFN_XB_BYTES(w->cols)
                            : CLFFN_XQ_BYTES(blocks) + (c ? (8 * pairs + 63) / 64 * 64 : 0);
     cl_int err = kernel_for(ctx, w->dtype, bucket_tokens[b], "clffn_xquant", &wk->xquant[b]);
