@@ -98,6 +98,27 @@ static void assert_row_groups(const char *out) {
     }
 }
 
+/* Phase 9 measured the weight kernels either way, and the large products' crossover on the
+ * shape the search below gives, whose W2 has 131072 weights; and chose f32's layout with its
+ * crossover after the forward in both: the layout's value (a clffn_layout) and the crossover. */
+static void phase9_lines(const char *out, double *layout_value, long *f32_most) {
+    cr_assert(strstr(out, "q4_0     1 tokens: kernels") != NULL, "%s", out);
+    cr_assert(strstr(out, "q8_0     1 tokens, quantized inputs: kernels") != NULL, "%s", out);
+    cr_assert(strstr(out, "f32      1 tokens: kernels") != NULL, "%s", out);
+    cr_assert(strstr(out, "large products: 256 -> 512 gated, from 131072 weights") != NULL, "%s",
+              out);
+    assert_row_groups(out);
+    const char *chosen = strstr(out, "f32   weights kept ");
+    cr_assert(strstr(out, "f32   with the weights kept ") != NULL, "%s", out);
+    cr_assert(strstr(out, "f32      1 tokens: weights kept [out, in] (kernels to ") ||
+                  strstr(out, "f32      1 tokens: weights kept [in, out] (kernels to "),
+              "%s", out);
+    cr_assert(chosen &&
+                  sscanf(chosen, "f32   weights kept [%*[^]]], kernels to %ld", f32_most) == 1,
+              "%s", out);
+    *layout_value = strncmp(chosen, "f32   weights kept [in, out]", 28) ? 0.0 : 1.0;
+}
+
 /* A short search runs its phases and either writes a profile that beats what was applied
  * or says that it found nothing better; a written one holds all three kernels. */
 Test(clffn_tune, short_search, .timeout = 400) {
@@ -110,18 +131,17 @@ Test(clffn_tune, short_search, .timeout = 400) {
         dir, CLFFN_TUNE_PATH);
     cr_assert_eq(run(cmd, out, sizeof out), 0, "%s", out);
     char *at = strstr(out, "profile: ");
-    /* phase 9 measured the weight kernels either way, and the large products' crossover on
-     * the shape given, whose W2 has 131072 weights */
-    cr_assert(strstr(out, "q4_0     1 tokens: kernels") != NULL, "%s", out);
-    cr_assert(strstr(out, "q8_0     1 tokens, quantized inputs: kernels") != NULL, "%s", out);
-    cr_assert(strstr(out, "f32      1 tokens: kernels") != NULL, "%s", out);
-    cr_assert(strstr(out, "large products: 256 -> 512 gated, from 131072 weights") != NULL, "%s",
-              out);
-    assert_row_groups(out);
+    double layout_value;
+    long f32_most;
+    phase9_lines(out, &layout_value, &f32_most);
     if (!at) {
         cr_assert(strstr(out, "nothing found beats") != NULL, "%s", out);
         cr_assert(strstr(out, "\"KERNEL_MAX_TOKENS\":") != NULL, "%s", out);
         cr_assert(strstr(out, "\"KERNEL_LARGE_WEIGHTS\":131072") != NULL, "%s", out);
+        char want[96];
+        snprintf(want, sizeof want, "\"KERNEL_MAX_TOKENS_F32\":%ld,\"WEIGHT_LAYOUT\":%d", f32_most,
+                 (int)layout_value);
+        cr_assert(strstr(out, want) != NULL, "%s\n%s", want, out);
     } else {
         char path[1300];
         cr_assert(sscanf(at, "profile: %1299s", path) == 1);
@@ -172,6 +192,8 @@ Test(clffn_tune, short_search, .timeout = 400) {
                       "%s", text);
         }
         cr_assert_eq(json_num(own, "KERNEL_LARGE_WEIGHTS"), 131072.0, "%s", text);
+        cr_assert_eq(json_num(own, "WEIGHT_LAYOUT"), layout_value, "%s", text);
+        cr_assert_eq(json_num(own, "KERNEL_MAX_TOKENS_F32"), (double)f32_most, "%s", text);
         const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "tuned_for");
         cr_assert(json_num(t, "gemm_gflops") > json_num(t, "gemm_gflops_before"));
         cJSON_Delete(o);

@@ -219,6 +219,57 @@ static void large_crossover(kernel_env *e, kernel_result *k) {
     k->large_weights = large;
 }
 
+/* f32's layout and crossover, chosen together: the layout phase 6 chose scores CLBlast's
+ * products, but the row kernels read weights kept [out, in] along their rows and the strips
+ * read [in, out] ones down their columns, so the kernels may win further in the other layout,
+ * far enough to make it the faster one (on POCL on Intel's cores [out, in] with the kernels at
+ * every count, where [in, out] took the strips to 4 tokens and CLBlast past them). The other
+ * layout's crossover is measured as the first's was; then each pair's forward at the token
+ * counts up to the tuned shape's (and 1 to 16 below that), in children of their own. The
+ * other layout wins when its times are at least 3% shorter on average, as ratios, as phase 6
+ * scores; a failing child keeps phase 6's layout and its crossover. */
+static void f32_layout(kernel_env *e, clffn_layout kept, long f32, kernel_result *k) {
+    const clffn_layout other =
+        kept == CLFFN_LAYOUT_OUT_IN ? CLFFN_LAYOUT_IN_OUT : CLFFN_LAYOUT_OUT_IN;
+    k->layout = kept, k->max_tokens_f32 = (size_t)f32;
+    if (interrupted) { return; }
+    kernel_env oe = *e;
+    oe.o.kept = (int)other;
+    printf("f32   with the weights kept %s:\n",
+           other == CLFFN_LAYOUT_OUT_IN ? "[out, in]" : "[in, out]");
+    const long f32_other = crossover(&oe, "f32", "cross", k->shape);
+    if (f32_other < 0) { return; }
+    char list[256], shape[64];
+    shape_text(k->shape, shape, sizeof shape);
+    int n = 0;
+    const size_t top = e->o.T > 16 ? e->o.T : 16;
+    while (n < N_TOKEN_COUNTS && TOKEN_COUNTS[n] <= top) { ++n; }
+    double t[2][N_TOKEN_COUNTS];
+    const long most[2] = {f32, f32_other};
+    for (int l = 0; l < 2; ++l) {
+        char arg[64];
+        snprintf(list, sizeof list, "%s;%ld;", shape, most[l]);
+        for (int i = 0; i < n; ++i) {
+            snprintf(arg, sizeof arg, "%s%zu", i ? "," : "", TOKEN_COUNTS[i]);
+            snprintf(list + strlen(list), sizeof list - strlen(list), "%s", arg);
+        }
+        if (child_times(l ? &oe : e, "f32", "times", list, t[l], n) != n) { return; }
+    }
+    const char *name[2] = {kept == CLFFN_LAYOUT_OUT_IN ? "[out, in]" : "[in, out]",
+                           kept == CLFFN_LAYOUT_OUT_IN ? "[in, out]" : "[out, in]"};
+    double ratio_sum = 0;
+    for (int i = 0; i < n; ++i) {
+        printf("f32   %4zu tokens: weights kept %s (kernels to %ld) %.3f ms, %s (to %ld) %.3f "
+               "ms\n",
+               TOKEN_COUNTS[i], name[0], f32, t[0][i] * 1e3, name[1], f32_other, t[1][i] * 1e3);
+        ratio_sum += t[1][i] / t[0][i];
+    }
+    if (ratio_sum < 0.97 * n) { k->layout = other, k->max_tokens_f32 = (size_t)f32_other; }
+    printf("f32   weights kept %s, kernels to %zu\n",
+           k->layout == CLFFN_LAYOUT_OUT_IN ? "[out, in]" : "[in, out]", k->max_tokens_f32);
+    fflush(stdout);
+}
+
 /* Phase 9. The quantized types need d_model and d_ff in multiples of 32; without them the shapes
  * and the compressed crossover are measured on f16 alone. Not resumable: it is short. */
 void phase_kernels(search *r, size_t min_indirect, size_t k_block, size_t k_min_rows,
@@ -257,8 +308,8 @@ void phase_kernels(search *r, size_t min_indirect, size_t k_block, size_t k_min_
     if (f32 < 0) { return; }
     k->max_tokens = (size_t)compressed;
     k->max_tokens_qx = (size_t)qx;
-    k->max_tokens_f32 = (size_t)f32;
     k->max_tokens_large = (size_t)compressed;
+    f32_layout(&e, kept, f32, k);
     k->have = 1;
     large_crossover(&e, k);
 }
@@ -272,6 +323,7 @@ void kernels_json(cJSON *own, const kernel_result *k) {
     cJSON_AddNumberToObject(own, "KERNEL_MAX_TOKENS", (double)k->max_tokens);
     cJSON_AddNumberToObject(own, "KERNEL_MAX_TOKENS_QX", (double)k->max_tokens_qx);
     cJSON_AddNumberToObject(own, "KERNEL_MAX_TOKENS_F32", (double)k->max_tokens_f32);
+    cJSON_AddNumberToObject(own, "WEIGHT_LAYOUT", (double)k->layout);
     if (k->have_row_group) {
         cJSON_AddNumberToObject(own, "WGEMV_ROW_GROUP_COLS", (double)k->row_group_cols);
     }

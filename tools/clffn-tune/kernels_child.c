@@ -163,6 +163,40 @@ static int groups_measure(kbench *b, char *spec) {
     return 0;
 }
 
+/* "S;M;T1,T2,…" (mode times): the best forward at each count with shape S, the kernels up to M
+ * tokens (clffn_context_set_kernel_max_tokens) and the context's path past them, in turns
+ * over two rounds, printed in the counts' order. */
+static int times_measure(kbench *b, char *spec) {
+    char *m = strchr(spec, ';'), *list = m ? strchr(m + 1, ';') : NULL;
+    size_t p[CLFFN_WGEMV_PARAMS], most, counts[N_TOKEN_COUNTS];
+    double best[N_TOKEN_COUNTS], t;
+    if (!list) { return 1; }
+    *m++ = '\0', *list++ = '\0';
+    if (parse_shape(spec, p) != 0 || clffn_context_set_wgemv(b->ctx, p) != CLFFN_SUCCESS ||
+        tool_parse_size(m, 0, SIZE_MAX, &most) != 0) {
+        return 1;
+    }
+    int n = 0;
+    for (char *save = NULL, *s = strtok_r(list, ",", &save); s;
+         s = strtok_r(NULL, ",", &save), ++n) {
+        if (n == N_TOKEN_COUNTS || tool_parse_size(s, 1, MOST_TOKENS, &counts[n]) != 0) {
+            return 1;
+        }
+        best[n] = INFINITY;
+    }
+    if (n == 0) { return 1; }
+    if (paths_agree(b, 3, 0) != 0) { return 3; }
+    for (int round = 0; round < 2; ++round) {
+        for (int i = 0; i < n; ++i) {
+            if (forward_time(b, counts[i], most, &t) != 0) { return 1; }
+            if (t < best[i]) { best[i] = t; }
+        }
+    }
+    for (int i = 0; i < n; ++i) { printf("%.9g ", best[i]); }
+    printf("\n");
+    return 0;
+}
+
 /* The measurement opts.kernels asks for, printed on one line. */
 static int kernels_measure(kbench *b, const char *mode, const char *rest) {
     char buf[1024];
@@ -170,6 +204,7 @@ static int kernels_measure(kbench *b, const char *mode, const char *rest) {
     size_t p[CLFFN_WGEMV_PARAMS];
     double t, t0;
     if (!strcmp(mode, "groups")) { return groups_measure(b, buf); }
+    if (!strcmp(mode, "times")) { return times_measure(b, buf); }
     if (!strcmp(mode, "shapes")) { /* in turns, so a noisy moment costs every shape alike */
         size_t shapes[8][CLFFN_WGEMV_PARAMS];
         double best[8];

@@ -32,9 +32,12 @@
  *      KERNEL_MAX_TOKENS, KERNEL_MAX_TOKENS_QX and KERNEL_MAX_TOKENS_F32, the most tokens (up
  *      to 1024, in passes of 16 past 16) up to which they beat dequantized blocks through SGEMM
  *      (compressed weights, with f32 inputs and with quantized ones) and CLBlast's path (f32);
- *      then KERNEL_MAX_TOKENS_LARGE, the compressed crossover in f16 on --large-shape (4096 ->
- *      11008 gated), for products of at least its W2's weights (KERNEL_LARGE_WEIGHTS), where
- *      that outgrows the tuned shape's products.
+ *      then f32's crossover in the other layout too, and the layout and crossover whose forward
+ *      is faster at the counts up to the tuned shape's, which may overrule phase 6 (the row
+ *      kernels read [out, in] weights along their rows); then KERNEL_MAX_TOKENS_LARGE, the
+ *      compressed crossover in f16 on --large-shape (4096 -> 11008 gated), for products of at
+ *      least its W2's weights (KERNEL_LARGE_WEIGHTS), where that outgrows the tuned shape's
+ *      products.
  * Phases 1-3 run the GEMMs split along K as the library would with a first guess of the block
  * (256 on CPUs, where it pays, none on GPUs); phase 4 then tries every block with the winners.
  * Times come from OpenCL profiling events around each GEMM. Progress is saved after every

@@ -177,7 +177,7 @@ int write_profile(const search *r, size_t min_indirect, size_t k_block, size_t k
     cJSON_AddNumberToObject(own, "GEMM_K_BLOCK", (double)k_block);
     cJSON_AddNumberToObject(own, "GEMM_K_BLOCK_MIN_ROWS", (double)k_min_rows);
     cJSON_AddNumberToObject(own, "GEMV_MAX_TOKENS", (double)g->max_tokens);
-    cJSON_AddNumberToObject(own, "WEIGHT_LAYOUT", (double)kept);
+    if (!kr->have) { cJSON_AddNumberToObject(own, "WEIGHT_LAYOUT", (double)kept); }
     if (few->rows) { cJSON_AddNumberToObject(own, "XGEMM_FEW_ROWS", (double)few->rows); }
     kernels_json(own, kr);
     char *text = cJSON_Print(root);
@@ -198,7 +198,8 @@ int write_profile(const search *r, size_t min_indirect, size_t k_block, size_t k
     printf("direct kernel below m*n*k = %zu^3; K-block %zu from %zu tokens; GEMVs up to %zu "
            "tokens; weights kept %s; a few-tokens Xgemm set below %zu tokens\n",
            min_indirect, k_block, k_min_rows, g->max_tokens,
-           kept == CLFFN_LAYOUT_IN_OUT ? "[in, out]" : "[out, in]", few->rows);
+           (kr->have ? kr->layout : kept) == CLFFN_LAYOUT_IN_OUT ? "[in, out]" : "[out, in]",
+           few->rows);
     if (kr->have) {
         char large[96] = "";
         if (kr->large_weights) {

@@ -195,6 +195,8 @@ typedef struct kernel_result {
     int have;
     size_t shape[CLFFN_WGEMV_PARAMS];
     size_t max_tokens, max_tokens_qx, max_tokens_f32;
+    /* WEIGHT_LAYOUT, chosen with KERNEL_MAX_TOKENS_F32 (phase 6's where the other loses) */
+    clffn_layout layout;
     /* KERNEL_MAX_TOKENS_LARGE from KERNEL_LARGE_WEIGHTS: large_weights 0 where not measured */
     size_t max_tokens_large, large_weights;
     /* WGEMV_ROW_GROUP_COLS, where have_row_group (CPU devices, a work-item a row) */
@@ -220,7 +222,8 @@ void phase_kernels(search *r, size_t min_indirect, size_t k_block, size_t k_min_
 /* Child: phase 9's measurement (opts.kernels); prints one line of seconds. Exit 0, 3 for the
  * kernels disagreeing with the path they replace, 1 otherwise. */
 int kernels_main(const opts *o, const candidate *c);
-/* The phase's findings into a profile's "clffn" object (nothing when it found none). */
+/* The phase's findings into a profile's "clffn" object (nothing when it found none),
+ * WEIGHT_LAYOUT included. */
 void kernels_json(cJSON *own, const kernel_result *k);
 /* The small-batch spec of phase 5's winners up to max_tokens (phases.c). */
 const char *gemv_spec(char *buf, size_t size, size_t max_tokens, const gemv_result *g);
