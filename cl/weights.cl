@@ -147,14 +147,15 @@
 // layer in f16 1.53-1.63 -> 1.48-1.50. Two and three rows a work-item (8 and 16 tokens, where
 // the multiply-adds bound the products): q8_0 at 8 tokens 13.4-14.5 -> 12.1-12.9, the others
 // within the rounds' spread. f32's rows (1024 bytes ahead) lost 4-8% so, and keep theirs.
+// The line `at` bytes into row, one of a work-item's n adjacent rows (row_bytes apart); past
+// the row's end, the same place in the same row of the next work-item's n.
+#define CLFFN_PREFETCH_NEXT(row, at, row_bytes, n)                                             \
+  CLFFN_PREFETCH((row) + ((at) < (row_bytes) ? (at) : (at) + ((n) - 1) * (row_bytes)))
 #if CLFFN_WTYPE == CLFFN_WTYPE_F32 || CLFFN_ROW_PREFETCH == 0
   #define CLFFN_ROW_AHEAD_N(row, b, row_bytes, n) CLFFN_ROW_AHEAD(row, b)
 #else
   #define CLFFN_ROW_AHEAD_N(row, b, row_bytes, n)                                              \
-    do {                                                                                       \
-      const ulong at_ = (b) * CLFFN_ROW_BLOCK_BYTES + CLFFN_ROW_PREFETCH;                      \
-      CLFFN_PREFETCH((row) + (at_ < (row_bytes) ? at_ : at_ + ((n) - 1) * (row_bytes)));       \
-    } while (0)
+    CLFFN_PREFETCH_NEXT(row, (b) * CLFFN_ROW_BLOCK_BYTES + CLFFN_ROW_PREFETCH, row_bytes, n)
 #endif
 
 // CLFFN_ROW_DIRECT 1 (the host's choice on CPU devices other than Mesa's llvmpipe): from 3 tokens
@@ -877,9 +878,10 @@ void clffn_wgemv_rows_glu(CLFFN_ROWS_EP_PARAMS) {
 #endif
 #if CLFFN_ROW_PARTS > 1
 // acc[t] and acc2[t] += rows row and row2's sums for tokens t0 + t, t < CLFFN_ROW_PART; the
-// first walk (ahead) prefetches.
+// first walk (ahead) prefetches (rows row_bytes apart).
 inline CLFFN_ALWAYS_INLINE void clffn_rows2_part(__global const uchar *row,
-                                                 __global const uchar *row2, ulong blocks,
+                                                 __global const uchar *row2, ulong row_bytes,
+                                                 ulong blocks,
                                                  __global const float *xr, ulong ldx, uint t0,
                                                  uint tokens, int ahead,
                                                  floatRV acc[CLFFN_ROW_PART],
@@ -893,8 +895,8 @@ inline CLFFN_ALWAYS_INLINE void clffn_rows2_part(__global const uchar *row,
     float d, d2;
     floatRV v[CLFFN_NV], v2[CLFFN_NV];
     if (ahead) {
-      CLFFN_ROW_AHEAD_N(row, b, (ulong)(row2 - row), 2);
-      CLFFN_ROW_AHEAD_N(row2, b, (ulong)(row2 - row), 2);
+      CLFFN_ROW_AHEAD_N(row, b, row_bytes, 2);
+      CLFFN_ROW_AHEAD_N(row2, b, row_bytes, 2);
     }
     clffn_wload_block(row, c, &d, v);
     clffn_wload_block(row2, c, &d2, v2);
@@ -984,7 +986,7 @@ void clffn_wgemv_rows2(CLFFN_ROWS_PARAMS, const float beta, __global const uint 
     #pragma unroll
     for (uint p = 0; p < CLFFN_ROW_PARTS; ++p) {
       if (p * CLFFN_ROW_PART >= tokens) { break; } // a short pass's empty parts read nothing
-      clffn_rows2_part(row, row2, blocks, xr, ldx, p * CLFFN_ROW_PART, tokens, p == 0,
+      clffn_rows2_part(row, row2, row_bytes, blocks, xr, ldx, p * CLFFN_ROW_PART, tokens, p == 0,
                        acc + p * CLFFN_ROW_PART, acc2 + p * CLFFN_ROW_PART);
     }
 #else
@@ -992,8 +994,8 @@ void clffn_wgemv_rows2(CLFFN_ROWS_PARAMS, const float beta, __global const uint 
       const ulong c = b * CLFFN_QK;
       float d, d2;
       floatRV v[CLFFN_NV], v2[CLFFN_NV];
-      CLFFN_ROW_AHEAD_N(row, b, (ulong)(row2 - row), 2);
-      CLFFN_ROW_AHEAD_N(row2, b, (ulong)(row2 - row), 2);
+      CLFFN_ROW_AHEAD_N(row, b, row_bytes, 2);
+      CLFFN_ROW_AHEAD_N(row2, b, row_bytes, 2);
       clffn_wload_block(row, c, &d, v);
       clffn_wload_block(row2, c, &d2, v2);
       clffn_block_dot(v, d, xr, ldx, c, tokens, acc);
@@ -1046,7 +1048,8 @@ void clffn_wgemv_rows2(CLFFN_ROWS_PARAMS, const float beta, __global const uint 
   #define CLFFN_ROW3_PARTS (CLFFN_WTOKENS / CLFFN_ROW3_PART)
 inline CLFFN_ALWAYS_INLINE void clffn_rows3_part(__global const uchar *row0,
                                                  __global const uchar *row1,
-                                                 __global const uchar *row2, ulong blocks,
+                                                 __global const uchar *row2, ulong row_bytes,
+                                                 ulong blocks,
                                                  __global const float *xr, ulong ldx, uint t0,
                                                  uint tokens, int ahead,
                                                  floatRV acc0[CLFFN_ROW3_PART],
@@ -1061,9 +1064,9 @@ inline CLFFN_ALWAYS_INLINE void clffn_rows3_part(__global const uchar *row0,
     float d0, d1, d2;
     floatRV v0[CLFFN_NV], v1[CLFFN_NV], v2[CLFFN_NV];
     if (ahead) {
-      CLFFN_ROW_AHEAD_N(row0, b, (ulong)(row1 - row0), 3);
-      CLFFN_ROW_AHEAD_N(row1, b, (ulong)(row1 - row0), 3);
-      CLFFN_ROW_AHEAD_N(row2, b, (ulong)(row1 - row0), 3);
+      CLFFN_ROW_AHEAD_N(row0, b, row_bytes, 3);
+      CLFFN_ROW_AHEAD_N(row1, b, row_bytes, 3);
+      CLFFN_ROW_AHEAD_N(row2, b, row_bytes, 3);
     }
     clffn_wload_block(row0, c, &d0, v0);
     clffn_wload_block(row1, c, &d1, v1);
@@ -1109,7 +1112,8 @@ void clffn_wgemv_rows3(CLFFN_ROWS_PARAMS, const float beta, __global const uint 
     #pragma unroll
     for (uint p = 0; p < CLFFN_ROW3_PARTS; ++p) {
       if (p * CLFFN_ROW3_PART >= tokens) { break; }
-      clffn_rows3_part(row0, row1, row2, blocks, xr, ldx, p * CLFFN_ROW3_PART, tokens, p == 0,
+      clffn_rows3_part(row0, row1, row2, row_bytes, blocks, xr, ldx, p * CLFFN_ROW3_PART, tokens,
+                       p == 0,
                        acc[0] + p * CLFFN_ROW3_PART, acc[1] + p * CLFFN_ROW3_PART,
                        acc[2] + p * CLFFN_ROW3_PART);
     }
@@ -1606,10 +1610,10 @@ CLFFN_QX_ROW_INLINE void clffn_qx_rows16(__global const uchar *row0, ulong row_b
   for (ulong b = 0; b < blocks; ++b) {
     const ulong o = b * CLFFN_BLOCK_BYTES;
     if (CLFFN_QX_R16_PREFETCH > 0 && b % (64 / CLFFN_BLOCK_BYTES) == 0) {
-      const ulong at = o + CLFFN_QX_R16_PREFETCH;
-      const ulong to = at < row_bytes ? at : at + 15 * row_bytes;
   #pragma unroll
-      for (uint i = 0; i < 16; ++i) { CLFFN_PREFETCH(rp[i] + to); }
+      for (uint i = 0; i < 16; ++i) {
+        CLFFN_PREFETCH_NEXT(rp[i], o + CLFFN_QX_R16_PREFETCH, row_bytes, 16);
+      }
     }
     ushort sc[16];
     uint4 a[16];

@@ -235,8 +235,7 @@ static void f32_layout(kernel_env *e, clffn_layout kept, long f32, kernel_result
     if (interrupted) { return; }
     kernel_env oe = *e;
     oe.o.kept = (int)other;
-    printf("f32   with the weights kept %s:\n",
-           other == CLFFN_LAYOUT_OUT_IN ? "[out, in]" : "[in, out]");
+    printf("f32   with the weights kept %s:\n", layout_text(other));
     const long f32_other = crossover(&oe, "f32", "cross", k->shape);
     if (f32_other < 0) { return; }
     char list[256], shape[64];
@@ -255,18 +254,16 @@ static void f32_layout(kernel_env *e, clffn_layout kept, long f32, kernel_result
         }
         if (child_times(l ? &oe : e, "f32", "times", list, t[l], n) != n) { return; }
     }
-    const char *name[2] = {kept == CLFFN_LAYOUT_OUT_IN ? "[out, in]" : "[in, out]",
-                           kept == CLFFN_LAYOUT_OUT_IN ? "[in, out]" : "[out, in]"};
     double ratio_sum = 0;
     for (int i = 0; i < n; ++i) {
         printf("f32   %4zu tokens: weights kept %s (kernels to %ld) %.3f ms, %s (to %ld) %.3f "
                "ms\n",
-               TOKEN_COUNTS[i], name[0], f32, t[0][i] * 1e3, name[1], f32_other, t[1][i] * 1e3);
+               TOKEN_COUNTS[i], layout_text(kept), f32, t[0][i] * 1e3, layout_text(other),
+               f32_other, t[1][i] * 1e3);
         ratio_sum += t[1][i] / t[0][i];
     }
     if (ratio_sum < 0.97 * n) { k->layout = other, k->max_tokens_f32 = (size_t)f32_other; }
-    printf("f32   weights kept %s, kernels to %zu\n",
-           k->layout == CLFFN_LAYOUT_OUT_IN ? "[out, in]" : "[in, out]", k->max_tokens_f32);
+    printf("f32   weights kept %s, kernels to %zu\n", layout_text(k->layout), k->max_tokens_f32);
     fflush(stdout);
 }
 

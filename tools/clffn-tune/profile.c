@@ -198,8 +198,7 @@ int write_profile(const search *r, size_t min_indirect, size_t k_block, size_t k
     printf("direct kernel below m*n*k = %zu^3; K-block %zu from %zu tokens; GEMVs up to %zu "
            "tokens; weights kept %s; a few-tokens Xgemm set below %zu tokens\n",
            min_indirect, k_block, k_min_rows, g->max_tokens,
-           (kr->have ? kr->layout : kept) == CLFFN_LAYOUT_IN_OUT ? "[in, out]" : "[out, in]",
-           few->rows);
+           layout_text(kr->have ? kr->layout : kept), few->rows);
     if (kr->have) {
         char large[96] = "";
         if (kr->large_weights) {
@@ -217,6 +216,10 @@ int write_profile(const search *r, size_t min_indirect, size_t k_block, size_t k
     printf("profile: %s\n%s\n", r->path, text);
     free(text);
     return 0;
+}
+
+const char *layout_text(clffn_layout l) {
+    return l == CLFFN_LAYOUT_IN_OUT ? "[in, out]" : "[out, in]";
 }
 
 void state_init(state *s, const char *progress_path, int fresh) {

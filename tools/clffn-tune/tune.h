@@ -229,6 +229,8 @@ void kernels_json(cJSON *own, const kernel_result *k);
 const char *gemv_spec(char *buf, size_t size, size_t max_tokens, const gemv_result *g);
 
 /* profile.c */
+/* "[out, in]" or "[in, out]", for the lines that report a layout */
+const char *layout_text(clffn_layout l);
 /* Opens the device once to learn its names, limits and profile path; the parent only plans,
  * children measure. With print_only, prints the profile instead. Returns -1 to go on, else the
  * exit status. */
