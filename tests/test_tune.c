@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* A profile file (the format clffn-tune writes) is applied when a context opens the device,
  * and FFN results under its parameters stay right through both GEMM kernels. */
@@ -119,8 +120,97 @@ static void phase9_lines(const char *out, double *layout_value, long *f32_most) 
     *layout_value = strncmp(chosen, "f32   weights kept [in, out]", 28) ? 0.0 : 1.0;
 }
 
-/* A short search runs its phases and either writes a profile that beats what was applied
- * or says that it found nothing better; a written one holds all three kernels. */
+/* The profile file at path, its text in text[size] and parsed. */
+static cJSON *read_profile(const char *path, char *text, size_t size) {
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f, "%s", path);
+    const size_t n = fread(text, 1, size - 1, f);
+    text[n] = '\0';
+    fclose(f);
+    cJSON *o = cJSON_Parse(text);
+    cr_assert_not_null(o, "%s", text);
+    return o;
+}
+
+/* A written profile's GEMM sections: every kernel CLBlast's GEMMs run, clffn's block and
+ * thresholds within the tuned shape's 48 tokens, and the search's GEMMs faster than before. */
+static void assert_gemm_sections(const cJSON *o, const char *text) {
+    const cJSON *k = cJSON_GetObjectItemCaseSensitive(o, "clblast");
+    const cJSON *own = cJSON_GetObjectItemCaseSensitive(o, "clffn");
+    cr_assert(cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(k, "Xgemm")), "%s", text);
+    cr_assert(cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(k, "XgemmDirect")), "%s", text);
+    cr_assert(cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(k, "GemmRoutine")), "%s", text);
+    const double kb = json_num(own, "GEMM_K_BLOCK"), rows = json_num(own, "GEMM_K_BLOCK_MIN_ROWS");
+    cr_assert(kb >= 0, "%s", text);
+    /* blocked from some row count up to the tuned shape's, or never blocked */
+    cr_assert(rows >= 0 && rows <= 48 && (kb > 0 || rows == 0), "%s", text);
+    const double gv = json_num(own, "GEMV_MAX_TOKENS");
+    cr_assert(gv >= 0 && gv <= 48, "%s", text);
+    /* a few-tokens Xgemm set comes with its threshold, or neither is written */
+    const cJSON *few = cJSON_GetObjectItemCaseSensitive(o, "clblast_few_rows");
+    const cJSON *fr = cJSON_GetObjectItemCaseSensitive(own, "XGEMM_FEW_ROWS");
+    cr_assert((few == NULL) == (fr == NULL), "%s", text);
+    cr_assert(!few || (cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(few, "Xgemm")) &&
+                       cJSON_IsNumber(fr) && fr->valuedouble > 1),
+              "%s", text);
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "tuned_for");
+    cr_assert(json_num(t, "gemm_gflops") > json_num(t, "gemm_gflops_before"), "%s", text);
+}
+
+/* The kernels' findings in a written profile: each shape and crossover in range, the large
+ * products' size the search's, and f32's layout and crossover as phase 9 chose them. */
+static void assert_kernel_keys(const cJSON *own, const char *text, double layout_value,
+                               long f32_most) {
+    static const char *const kernel_keys[] = {
+        "WGEMV_ROW_SPLIT",       "WGEMV_ROW_ROWS",       "WGEMV_COL_WIDTH",
+        "WGEMV_COL_SPLIT",       "WGEMV_COL_GROUPS",     "KERNEL_MAX_TOKENS",
+        "KERNEL_MAX_TOKENS_F32", "KERNEL_MAX_TOKENS_QX", "KERNEL_MAX_TOKENS_LARGE"};
+    for (size_t i = 0; i < sizeof kernel_keys / sizeof kernel_keys[0]; ++i) {
+        const double v = json_num(own, kernel_keys[i]); /* crossovers: a count measured, or all */
+        cr_assert(v >= (i < 5 ? 1 : 0) && (v <= (i < 5 ? 256 : 1024) || v == 1073741824.0), "%s",
+                  text);
+    }
+    cr_assert_eq(json_num(own, "KERNEL_LARGE_WEIGHTS"), 131072.0, "%s", text);
+    cr_assert_eq(json_num(own, "WEIGHT_LAYOUT"), layout_value, "%s", text);
+    cr_assert_eq(json_num(own, "KERNEL_MAX_TOKENS_F32"), (double)f32_most, "%s", text);
+}
+
+/* Where the GEMMs found lose to what is applied, the profile written (o) is the one the library
+ * would apply without it (the built-in one, or CLBlast's defaults) with the kernels' findings
+ * (the line clffn-tune printed, in out) over its "clffn" section: every other section and key
+ * as there. */
+static void assert_kept_gemms(const cJSON *o, const char *out) {
+    clffn_context *ctx = test_context();
+    const char *builtin = clffn_tuning_builtin_profile(clffn_context_cl_device(ctx));
+    cJSON *base = cJSON_Parse(builtin ? builtin : "{\"clblast\":{}}");
+    const char *line = strstr(out, "clffn's kernels: {");
+    cr_assert(base && line, "%s", out);
+    cJSON *found = cJSON_Parse(line + strlen("clffn's kernels: "));
+    cr_assert(cJSON_IsObject(found) && cJSON_GetArraySize(found) >= 8, "%s", out);
+    const cJSON *mine = cJSON_GetObjectItemCaseSensitive(o, "clffn"), *sec, *key;
+    cJSON_ArrayForEach(sec, base) {
+        if (strcmp(sec->string, "clffn") != 0) {
+            cr_assert(cJSON_Compare(sec, cJSON_GetObjectItemCaseSensitive(o, sec->string), 1),
+                      "%s: %s", sec->string, out);
+            continue;
+        }
+        cJSON_ArrayForEach(key, sec) {
+            if (!cJSON_GetObjectItemCaseSensitive(found, key->string)) {
+                cr_assert_eq(json_num(mine, key->string), key->valuedouble, "%s", key->string);
+            }
+        }
+    }
+    cJSON_ArrayForEach(key, found) {
+        cr_assert_eq(json_num(mine, key->string), key->valuedouble, "%s: %s", key->string, out);
+    }
+    cJSON_Delete(found);
+    cJSON_Delete(base);
+    clffn_context_destroy(ctx);
+}
+
+/* A short search runs its phases and either writes a profile whose GEMMs beat what was applied,
+ * or keeps those and writes the kernels' findings into the profile that stays, or says that it
+ * holds them already. */
 Test(clffn_tune, short_search, .timeout = 400) {
     make_dir();
     char cmd[1024], out[16384];
@@ -131,73 +221,73 @@ Test(clffn_tune, short_search, .timeout = 400) {
         dir, CLFFN_TUNE_PATH);
     cr_assert_eq(run(cmd, out, sizeof out), 0, "%s", out);
     char *at = strstr(out, "profile: ");
+    const bool kept = strstr(out, "nothing found beats the GEMMs' parameters") != NULL;
     double layout_value;
     long f32_most;
     phase9_lines(out, &layout_value, &f32_most);
     if (!at) {
-        cr_assert(strstr(out, "nothing found beats") != NULL, "%s", out);
-        cr_assert(strstr(out, "\"KERNEL_MAX_TOKENS\":") != NULL, "%s", out);
+        cr_assert(kept && strstr(out, "holds them already; nothing written") != NULL, "%s", out);
         cr_assert(strstr(out, "\"KERNEL_LARGE_WEIGHTS\":131072") != NULL, "%s", out);
         char want[96];
         snprintf(want, sizeof want, "\"KERNEL_MAX_TOKENS_F32\":%ld,\"WEIGHT_LAYOUT\":%d", f32_most,
                  (int)layout_value);
         cr_assert(strstr(out, want) != NULL, "%s\n%s", want, out);
-    } else {
-        char path[1300];
-        cr_assert(sscanf(at, "profile: %1299s", path) == 1);
-        FILE *f = fopen(path, "r");
-        cr_assert_not_null(f, "%s", path);
-        char text[8192];
-        const size_t n = fread(text, 1, sizeof text - 1, f);
-        text[n] = '\0';
-        fclose(f);
-        cJSON *o = cJSON_Parse(text);
-        cr_assert_not_null(o);
-        const cJSON *k = cJSON_GetObjectItemCaseSensitive(o, "clblast");
-        cr_assert(cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(k, "Xgemm")));
-        cr_assert(cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(k, "XgemmDirect")));
-        cr_assert(cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(k, "GemmRoutine")));
-        const cJSON *kb = cJSON_GetObjectItemCaseSensitive(
-            cJSON_GetObjectItemCaseSensitive(o, "clffn"), "GEMM_K_BLOCK");
-        cr_assert(cJSON_IsNumber(kb) && kb->valuedouble >= 0, "%s", text);
-        /* blocked from some row count up to the tuned shape's, or never blocked */
-        const cJSON *rows = cJSON_GetObjectItemCaseSensitive(
-            cJSON_GetObjectItemCaseSensitive(o, "clffn"), "GEMM_K_BLOCK_MIN_ROWS");
-        cr_assert(cJSON_IsNumber(rows) && rows->valuedouble >= 0 && rows->valuedouble <= 48 &&
-                      (kb->valuedouble > 0 || rows->valuedouble == 0),
-                  "%s", text);
-        const cJSON *gv = cJSON_GetObjectItemCaseSensitive(
-            cJSON_GetObjectItemCaseSensitive(o, "clffn"), "GEMV_MAX_TOKENS");
-        cr_assert(cJSON_IsNumber(gv) && gv->valuedouble >= 0 && gv->valuedouble <= 48, "%s", text);
-        const cJSON *wl = cJSON_GetObjectItemCaseSensitive(
-            cJSON_GetObjectItemCaseSensitive(o, "clffn"), "WEIGHT_LAYOUT");
-        cr_assert(cJSON_IsNumber(wl) && (wl->valuedouble == 0 || wl->valuedouble == 1), "%s", text);
-        /* a few-tokens Xgemm set comes with its threshold, or neither is written */
-        const cJSON *few = cJSON_GetObjectItemCaseSensitive(o, "clblast_few_rows");
-        const cJSON *fr = cJSON_GetObjectItemCaseSensitive(
-            cJSON_GetObjectItemCaseSensitive(o, "clffn"), "XGEMM_FEW_ROWS");
-        cr_assert((few == NULL) == (fr == NULL), "%s", text);
-        cr_assert(!few || (cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(few, "Xgemm")) &&
-                           cJSON_IsNumber(fr) && fr->valuedouble > 1),
-                  "%s", text);
-        const cJSON *own = cJSON_GetObjectItemCaseSensitive(o, "clffn");
-        static const char *const kernel_keys[] = {
-            "WGEMV_ROW_SPLIT",       "WGEMV_ROW_ROWS",       "WGEMV_COL_WIDTH",
-            "WGEMV_COL_SPLIT",       "WGEMV_COL_GROUPS",     "KERNEL_MAX_TOKENS",
-            "KERNEL_MAX_TOKENS_F32", "KERNEL_MAX_TOKENS_QX", "KERNEL_MAX_TOKENS_LARGE"};
-        for (size_t i = 0; i < sizeof kernel_keys / sizeof kernel_keys[0]; ++i) {
-            const double v =
-                json_num(own, kernel_keys[i]); /* crossovers: a count measured, or all */
-            cr_assert(v >= (i < 5 ? 1 : 0) && (v <= (i < 5 ? 256 : 1024) || v == 1073741824.0),
-                      "%s", text);
-        }
-        cr_assert_eq(json_num(own, "KERNEL_LARGE_WEIGHTS"), 131072.0, "%s", text);
-        cr_assert_eq(json_num(own, "WEIGHT_LAYOUT"), layout_value, "%s", text);
-        cr_assert_eq(json_num(own, "KERNEL_MAX_TOKENS_F32"), (double)f32_most, "%s", text);
-        const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "tuned_for");
-        cr_assert(json_num(t, "gemm_gflops") > json_num(t, "gemm_gflops_before"));
-        cJSON_Delete(o);
+        remove_dir();
+        return;
     }
+    char path[1300], text[8192];
+    cr_assert(sscanf(at, "profile: %1299s", path) == 1);
+    cJSON *o = read_profile(path, text, sizeof text);
+    if (kept) {
+        cr_assert(strstr(out, "clffn's kernels written over ") != NULL, "%s", out);
+        assert_kept_gemms(o, out);
+    } else {
+        assert_gemm_sections(o, text);
+    }
+    assert_kernel_keys(cJSON_GetObjectItemCaseSensitive(o, "clffn"), text, layout_value, f32_most);
+    cJSON_Delete(o);
+    remove_dir();
+}
+
+/* A search whose GEMMs lose to the built-in profile (resumed, past the GEMM phases, from a
+ * progress file holding a set of 16 x 16 tiles one output a work-item, several times slower)
+ * keeps that profile's GEMM parameters and writes the kernels' findings into it. Devices with no
+ * built-in profile compare against CLBlast's defaults, which that set need not lose to: skipped
+ * there. */
+Test(clffn_tune, kernels_written_where_the_gemms_lose, .timeout = 600) {
+    make_dir();
+    setenv("CLFFN_TUNE_DIR", dir, 1);
+    clffn_context *ctx = test_context();
+    char path[1300], progress[1400], cmd[2048], out[16384];
+    const int builtin = clffn_tuning_builtin_profile(clffn_context_cl_device(ctx)) != NULL;
+    ASSERT_OK(clffn_tuning_profile_path(clffn_context_cl_device(ctx), path, sizeof path));
+    clffn_context_destroy(ctx);
+    if (!builtin) {
+        remove_dir();
+        cr_skip_test("no built-in profile for this device");
+    }
+    snprintf(progress, sizeof progress, "%s.progress", path);
+    FILE *f = fopen(progress, "w");
+    cr_assert_not_null(f);
+    fputs("{\"phase\":3,\"index\":0,\"spent_s\":0,\"xgemm\":{\"GEMMK\":0,\"KREG\":1,"
+          "\"KWG\":16,\"KWI\":2,\"MDIMA\":16,\"MDIMC\":16,\"MWG\":16,\"NDIMB\":16,\"NDIMC\":16,"
+          "\"NWG\":16,\"SA\":0,\"SB\":0,\"STRM\":0,\"STRN\":0,\"VWM\":1,\"VWN\":1},\"xgemm_s\":1,"
+          "\"direct\":{\"KWID\":2,\"MDIMAD\":8,\"MDIMCD\":8,\"NDIMBD\":16,\"NDIMCD\":16,"
+          "\"PADA\":0,\"PADB\":1,\"VWMD\":1,\"VWND\":1,\"WGD\":64},\"direct_s\":1}",
+          f);
+    fclose(f);
+    snprintf(cmd, sizeof cmd,
+             "env -u CLFFN_NO_TUNING CLFFN_TUNE_DIR='%s' '%s' --budget 1 --tokens 48 --d-model 64"
+             " --d-ff 128 --large-shape none",
+             dir, CLFFN_TUNE_PATH);
+    cr_assert_eq(run(cmd, out, sizeof out), 0, "%s", out);
+    cr_assert(strstr(out, "nothing found beats the GEMMs' parameters") != NULL, "%s", out);
+    cr_assert(strstr(out, "clffn's kernels written over the built-in profile") != NULL, "%s", out);
+    cr_assert(access(progress, F_OK) != 0, "the progress file is gone once written");
+    char text[8192];
+    cJSON *o = read_profile(path, text, sizeof text);
+    assert_kept_gemms(o, out);
+    cJSON_Delete(o);
     remove_dir();
 }
 

@@ -209,7 +209,8 @@ static int parse_options(int argc, char **argv, search *r, request *q) {
 /* The search */
 
 /* Phases 3 to 9, then the winners together, checked (each child verifies its path), timed
- * against what was applied before, and written only if they are faster. */
+ * against what was applied before, and written only if they are faster; else phase 9's
+ * findings alone, into the profile that stays (write_kernels_only). */
 static int finish(search *r, size_t small_t, int have_before, double before_s) {
     const size_t min_indirect = phase_crossover(r);
     const size_t k_block = phase_k_block(r, min_indirect);
@@ -234,19 +235,13 @@ static int finish(search *r, size_t small_t, int have_before, double before_s) {
         return 1;
     }
     if (have_before && after_s >= before_s) { /* a profile must never make things slower */
-        printf("clffn-tune: nothing found beats what is applied now (%.1f vs %.1f GFLOP/s); "
-               "no profile written. A larger --budget searches further.\n",
+        printf("clffn-tune: nothing found beats the GEMMs' parameters applied now (%.1f vs %.1f "
+               "GFLOP/s); they stay. A larger --budget searches further.\n",
                r->flops / after_s * 1e-9, r->flops / before_s * 1e-9);
-        cJSON *own = kr.have ? cJSON_CreateObject() : NULL;
-        if (own) { /* these hold whatever the GEMMs: worth adding to a profile by hand */
-            kernels_json(own, &kr);
-            char *text = cJSON_PrintUnformatted(own);
-            if (text) { printf("clffn's kernels: %s\n", text); }
-            cJSON_free(text);
-            cJSON_Delete(own);
-        }
-        remove(r->progress);
-        return 0;
+        /* the kernels' crossovers hold whatever the GEMMs' parameters: kept where found */
+        const int rc = kr.have ? write_kernels_only(r, &kr) : 0;
+        if (rc == 0) { remove(r->progress); }
+        return rc;
     }
     return write_profile(r, min_indirect, k_block, k_min_rows, &g, &few, kept, &kr, after_s,
                          have_before, before_s);

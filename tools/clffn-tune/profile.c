@@ -110,6 +110,7 @@ int device_facts(search *r, int print_only) {
         return 0;
     }
     snprintf(r->progress, sizeof r->progress, "%s.progress", r->path);
+    r->builtin = clffn_tuning_builtin_profile(dev);
     clffn_context_device_name(cctx, r->name, sizeof r->name);
     r->row_group_cols = clffn_context_row_group_cols(cctx);
     cl_device_type type = 0;
@@ -141,6 +142,80 @@ int make_dirs(const char *dir) {
     }
     struct stat st;
     return stat(buf, &st) == 0 && S_ISDIR(st.st_mode) ? 0 : -1;
+}
+
+/* The profile a file at r->path replaces, parsed: that file, else the built-in one, else an
+ * empty one (CLBlast's defaults), *from naming which; NULL where the file cannot be read or
+ * parsed. */
+static cJSON *base_profile(const search *r, const char **from) {
+    FILE *f = fopen(r->path, "rb");
+    if (!f) {
+        *from = r->builtin ? "the built-in profile" : "CLBlast's defaults";
+        return cJSON_Parse(r->builtin ? r->builtin : "{\"clblast\":{}}");
+    }
+    *from = "the profile file";
+    static char text[1 << 16];
+    const size_t n = fread(text, 1, sizeof text - 1, f);
+    const int whole = !ferror(f) && feof(f);
+    fclose(f);
+    text[n] = '\0';
+    return whole ? cJSON_Parse(text) : NULL;
+}
+
+/* kr's keys into the "clffn" section of root (made where it has none): how many changed. */
+static int merge_kernels(cJSON *root, const kernel_result *kr, cJSON *found) {
+    cJSON *own = cJSON_GetObjectItemCaseSensitive(root, "clffn");
+    if (!cJSON_IsObject(own)) {
+        cJSON_DeleteItemFromObjectCaseSensitive(root, "clffn");
+        own = cJSON_AddObjectToObject(root, "clffn");
+    }
+    kernels_json(found, kr);
+    int changed = 0;
+    const cJSON *item;
+    cJSON_ArrayForEach(item, found) {
+        const cJSON *had = cJSON_GetObjectItemCaseSensitive(own, item->string);
+        if (cJSON_IsNumber(had) && had->valuedouble == item->valuedouble) { continue; }
+        cJSON_DeleteItemFromObjectCaseSensitive(own, item->string);
+        cJSON_AddNumberToObject(own, item->string, item->valuedouble);
+        ++changed;
+    }
+    return changed;
+}
+
+int write_kernels_only(const search *r, const kernel_result *kr) {
+    const char *from = "";
+    cJSON *root = base_profile(r, &from), *found = cJSON_CreateObject();
+    char *text = NULL, *line = NULL;
+    int changed = -1;
+    if (root && found && kr->have) {
+        changed = merge_kernels(root, kr, found);
+        line = cJSON_PrintUnformatted(found);
+        text = changed > 0 ? cJSON_Print(root) : NULL;
+    }
+    int rc = 1;
+    if (line) { printf("clffn's kernels: %s\n", line); }
+    if (changed == 0) {
+        printf("the profile applied holds them already; nothing written\n");
+        rc = 0;
+    } else if (text) {
+        char err[CLFFN_IO_ERR] = "";
+        const void *parts[1] = {text};
+        const size_t lens[1] = {strlen(text)};
+        rc = clffn_write_atomic(r->path, parts, lens, 1, err) != 0;
+        if (rc) {
+            fprintf(stderr, "clffn-tune: cannot write %s: %s\n", r->path, err);
+        } else {
+            printf("clffn's kernels written over %s, its GEMMs' parameters kept (%d value%s "
+                   "changed)\nprofile: %s\n%s\n",
+                   from, changed, changed == 1 ? "" : "s", r->path, text);
+        }
+    } else if (kr->have) {
+        fprintf(stderr, "clffn-tune: %s could not be read as a profile; nothing written\n",
+                r->path);
+    }
+    cJSON_free(text), cJSON_free(line);
+    cJSON_Delete(root), cJSON_Delete(found);
+    return rc;
 }
 
 /* The winners as a profile, written atomically. */

@@ -153,6 +153,7 @@ typedef struct search {
     size_t row_group_cols; /* the row-grouping boundary the device has before the search */
     char path[1200], progress[1300], dir[1024];
     char name[256], platform[256], driver[256];
+    const char *builtin; /* the device's built-in profile (static text), or NULL */
     state s;
 } search;
 
@@ -242,6 +243,10 @@ void save_state(const char *path, const state *s);
 /* A progress bar on stderr when it is a terminal. */
 void show_progress(int tty, double spent_s, double budget, const char *phase, int tried,
                    double best_gflops);
+/* Where the GEMM search found nothing faster than what is applied: clffn's kernels' findings
+ * written into the profile that the library would apply (the device's file, else its built-in
+ * one), the rest of it kept. 0 when written or when it already holds them, else 1. */
+int write_kernels_only(const search *r, const kernel_result *kr);
 /* The winners as a profile, written atomically; the exit status. */
 int write_profile(const search *r, size_t min_indirect, size_t k_block, size_t k_min_rows,
                   const gemv_result *g, const few_result *few, clffn_layout kept,
