@@ -20,8 +20,9 @@
  * XGEMM_MIN_INDIRECT_SIZE 1 (was 102, found before K-blocking): every product on the tiled
  * kernel; with 256-long K-blocks the direct kernel took GEMM 2 up to 8 tokens and ran it 2-4x
  * slower (clffn-bench --gemv-max 0 at 2, 4, 8, 16 tokens, one sitting).
- * WEIGHT_LAYOUT 1 ([in, out]; Intel's below), 2026-11-22 on the AMD EPYC host: with the weights
- * kept [in, out] nothing is transposed per call. The tokens are then padded to the tile's NWG, so
+ * The two Xgemm sets, 2026-11-22 on the AMD EPYC host with the weights kept [in, out] then, where
+ * nothing is transposed per call (CLBlast still runs the backward's weight gradients, and
+ * products where a context's crossovers send them): the tokens are padded to the tile's NWG, so
  * few tokens want a narrow tile and many a wide one: two Xgemm sets, the search's 128 x 32 (KWG 32)
  * and, below XGEMM_FEW_ROWS 128 tokens, 128 x 8 (NDIMC 1, NDIMB 1, MDIMA 4, KWG 64; the forward at
  * 8 tokens 1.5-1.9 -> 0.45-0.8 ms against 128 x 32). One 128 x 8 tile for everything made the
@@ -36,39 +37,30 @@
  * strips of 32 to 128 within 5%), so the defaults stay. Compressed weights through clffn's
  * kernels beat dequantized blocks through SGEMM at every count up to 16 there (q4_0 at 16
  * tokens 60 against 206 ms, f16 74 against 240 ms on the larger shape).
- * KERNEL_MAX_TOKENS 128 and KERNEL_MAX_TOKENS_QX 1073741824 (every count): past 16 tokens the
- * kernels run in passes of 16, 2026-11-26 on the AMD EPYC host, clffn-bench --kernel-max
- * against the profile's 16, 4096 -> 11008 SwiGLU, forward, ms. With f32 inputs: 64 tokens f16
- * 119 against 325, q8_0 145 against 345; 128 tokens 259 against 427 and 451 against 532;
- * 192 tokens 491 against 500 and 396 against 503; 256 mixed (478 against 551, 564 against
- * 548); 384 behind (916 against 695 in f16). Smaller shapes stop sooner: at 192 tokens
- * 1024 -> 2816 took 21.5-22.8 against 16.5-18.3 ms and 512 -> 2048 8.3-8.4 against 6.2-6.9,
- * level at 128 (two rounds, the host faster that hour, where 4096 -> 11008 still won at 192:
- * 336-364 against 389-468), so 128. With quantized inputs, which multiply in
- * integers and convert no weights: 640 tokens q8_0 283 against 1262, q4_0 277 against 1173,
+ * KERNEL_MAX_TOKENS_QX 1073741824 (every count): inputs rounded to q8_0 multiply in integers and
+ * convert no weights, 2026-11-26 on the AMD EPYC host, clffn-bench --kernel-max against 16,
+ * 4096 -> 11008 SwiGLU, forward: 640 tokens q8_0 283 against 1262 ms, q4_0 277 against 1173,
  * bf16 479 against 1148; 2048 tokens 1424 against 4443, 802 against 4199, 1575 against 5033.
- * Past a few hundred tokens both paths cost the same per token whatever the count, so the
- * kernels stay ahead at every count.
- * KERNEL_MAX_TOKENS_LARGE 256 from KERNEL_LARGE_WEIGHTS 45088768 (4096 x 11008, W2 of
- * clffn-tune's large shape): the kernels' time per token is the same on every shape (about 150
- * GFLOP/s), dequantized SGEMM's falls as the product grows (206 GFLOP/s at 256 tokens on 1024 ->
- * 2816, 182 on 2048 -> 5632, 154 on 4096 -> 11008), so large products keep the kernels further.
- * 2026-11-26 on the AMD EPYC host, kernels in passes against SGEMM (--kernel-max 100000 and 0),
- * two alternated rounds, ms: 2048 -> 5632 60.8, 60.4 against 69.0, 66.8 at 128 tokens, 89.8,
- * 90.0 against 83.3, 81.8 at 192; 4096 -> 11008 at 192 tokens f16 368, 367 against 395, 415,
- * q4_0 372, 345 against 410, 402; at 240 f16 447, 436 against 588, 580; at 256 f16 level in one
- * sitting (501, 501 against 509, 495) and ahead in a later one (467, 475 against 486, 487; q8_0
- * 499, 484 against 560, 562; q4_0 468, 499 against 606, 491); past 256 the paths trade places
- * by the count (384 and 640 tokens SGEMM ahead by 8-20%, 512 and 1024 the kernels). Mixtral's
- * layer at 512 tokens in f16 (experts of 61 to 234 rows), best of 2, two alternated rounds:
- * 2701, 2726 ms against 3164, 3131 with 192 and 3361, 3357 with 128 for every size.
- * KERNEL_MAX_TOKENS_F32 4 (Intel's below): with the weights kept [in, out] the forward runs down
- * the columns, which the column kernel's strips of 64 did no faster than CLBlast; clffn_wgemv_strip
- * (a kilobyte-wide strip per work-item, four rows at a time) does, 2026-11-25 on the AMD EPYC host,
- * alternated rounds, f32 4096 -> 11008 SwiGLU: 1 token 12-17 against 14-18 ms, 2 tokens 17-20
- * against 25-28, 4 tokens 17-19 against 23-28, 8 tokens level (25-27 against 24-26), 16 slower on
- * the seed shape (1.0-1.4 against 0.6-0.7 ms), and the backward through the kernels (dx along the
- * rows) 2-2.3x faster at 2 to 8 tokens (docs/PERFORMANCE.md). */
+ * KERNEL_MAX_TOKENS, KERNEL_MAX_TOKENS_LARGE and KERNEL_MAX_TOKENS_F32 1073741824 (every count),
+ * WEIGHT_LAYOUT 0 ([out, in]), as on Intel's cores (below). These were 128, 256, 4 and [in, out]
+ * (measured 2026-11-25/26) until the row kernels' direct sums (cl/weights.cl's CLFFN_ROW_DIRECT)
+ * and prefetches; since, on the AMD EPYC host (2026-11-28, two alternated rounds, the profile
+ * before against --kernel-max 100000, with --weight-layout out_in for f32, forward, ms), the
+ * kernels are ahead on every shape but the smallest. Compressed: 4096 -> 11008 SwiGLU at 384
+ * tokens f16 832-849 -> 439-498, at 640 q8_0 1321-1510 -> 814-847, q4_0 1260-1495 -> 802-809;
+ * 1024 -> 2816 at 512 f16 67.6-71.6 -> 39.6-46.5, at 2048 q8_0 202-210 -> 163-171; 512 -> 2048
+ * at 640 f16 16.6-17.7 -> 14.0-14.7, q4_0 16.2-17.1 -> 12.6-13.6; 768 -> 3072 GELU at 2048 bf16
+ * 112-114 -> 99-108; the 8-expert 1024 -> 2816 layer (its counts now kept on the device) at 512
+ * tokens f16 148-173 -> 80-83, at 2048 q8_0 501-505 -> 340-357. f32: 4096 -> 11008 at 8 tokens
+ * 24.0-25.1 -> 20.6-21.6 (backward 301-305 -> 139-147), at 64 249-259 -> 88.6-89.5 (backward
+ * 538-567 -> 362-377), at 256 907-958 -> 320-390, at 640 1245-1275 -> 948-955; 1024 -> 2816 at
+ * 128 18.8-19.0 -> 11.1-11.7, at 2048 216-217 -> 205; 768 -> 3072 GELU at 2048 120-124 ->
+ * 112-115. The seed shape (512 -> 2048) at 8 tokens 0.34-0.47 -> 0.32-0.39, level at 16, behind
+ * at 64 (1.42-1.53 -> 1.67-1.75, its backward 4.5-4.9 -> 2.8-3.1) and at 640 by up to a fifth in
+ * one pair of rounds (13.8-15.6 -> 16.3-17.8), level in another (15.1-15.9 with CLBlast over
+ * [out, in], 15.3-15.9). The backwards past 16 tokens run the same products either way.
+ * clffn-tune's phase 9 found the same on that host (its kernels ahead at every count measured,
+ * [out, in]). */
 // clang-format off: the JSON stays in the lines clffn-tune printed
 #define CLFFN_POCL_AVX512_HEAD                                                                    \
     "{\"clblast\":{"                                                                              \
@@ -103,8 +95,8 @@
  * Qwen3's layer at one token in f16 2.01-2.27 -> 1.81-1.91 ms, its experts' second products
  * (rows of 768 values) 12-17% less device time; in q8_0, and the 512 -> 2048, 768 -> 3072 and
  * 2048 -> 768 FFNs at 1-2 tokens, level within the host's spread.
- * KERNEL_MAX_TOKENS and KERNEL_MAX_TOKENS_LARGE 1073741824 (every count) on Intel's (128 and 256 on
- * AMD's, measured there), first 512: dequantized SGEMM runs at about half the EPYC's rate there
+ * KERNEL_MAX_TOKENS and KERNEL_MAX_TOKENS_LARGE 1073741824 (every count) on Intel's (AMD's since,
+ * above), first 512: dequantized SGEMM runs at about half the EPYC's rate there
  * (118 GFLOP/s on 4096 -> 11008 at 512 tokens), and the row kernels in passes (16-wide direct sums,
  * rows walked once a part of 8 tokens: cl/weights.cl's CLFFN_ROW_DIRECT) stay ahead of it to 512
  * tokens on every shape measured (the same host, --kernel-max 0 against 1024, best of 3, ms): at
@@ -123,8 +115,8 @@
  * against 108-112, at 768 q4_0 16.5-19.8 against 18.9-19.9; the 8-expert 1024 -> 2816 layer at 2048
  * tokens (counts then kept on the device) f16 369-392 against 521-523, q8_0 334-364 against
  * 498-530, level at 512.
- * WEIGHT_LAYOUT 0 ([out, in]) and KERNEL_MAX_TOKENS_F32 1073741824 (every count) on Intel's (1
- * and 4 on AMD's, above): CLBlast's f32 products below 512 rows (where they take no K-blocks) ran
+ * WEIGHT_LAYOUT 0 ([out, in]) and KERNEL_MAX_TOKENS_F32 1073741824 (every count) on Intel's (AMD's
+ * since, above): CLBlast's f32 products below 512 rows (where they take no K-blocks) ran
  * at 30-45 GFLOP/s on 4096 -> 11008 there, and the row kernels over f32 weights kept [out, in],
  * in passes past 16 tokens, ran 1.2-6x faster from 8 tokens to 512 (2026-11-27, Intel Xeon, 2
  * cores, two alternated rounds, the profile before against --weight-layout out_in --kernel-max
@@ -140,15 +132,15 @@
  * the backwards (CLBlast's weight gradients, clffn's strips for dx) level, within 5%. The strips
  * over weights kept [in, out] with the kernels to 512 tokens ran 1.4-2x slower than the rows and
  * behind CLBlast on 512 -> 2048 (docs/PERFORMANCE.md, "f32 weights on the Intel host"). */
-#define CLFFN_POCL_AVX512_PROFILE                      \
-    CLFFN_POCL_AVX512_HEAD                             \
-    "\"WEIGHT_LAYOUT\":1,\"KERNEL_MAX_TOKENS_F32\":4," \
-    "\"KERNEL_MAX_TOKENS\":128,\"KERNEL_MAX_TOKENS_LARGE\":256," CLFFN_POCL_AVX512_TAIL "}}"
-#define CLFFN_POCL_AVX512_INTEL_PROFILE                             \
-    CLFFN_POCL_AVX512_HEAD                                          \
+#define CLFFN_POCL_AVX512_EVERY_COUNT                               \
     "\"WEIGHT_LAYOUT\":0,\"KERNEL_MAX_TOKENS_F32\":1073741824,"     \
     "\"KERNEL_MAX_TOKENS\":1073741824,\"KERNEL_MAX_TOKENS_LARGE\":" \
-    "1073741824," CLFFN_POCL_AVX512_TAIL ",\"WGEMV_ROW_GROUP_COLS\":512}}"
+    "1073741824,"
+#define CLFFN_POCL_AVX512_PROFILE \
+    CLFFN_POCL_AVX512_HEAD CLFFN_POCL_AVX512_EVERY_COUNT CLFFN_POCL_AVX512_TAIL "}}"
+#define CLFFN_POCL_AVX512_INTEL_PROFILE                                         \
+    CLFFN_POCL_AVX512_HEAD CLFFN_POCL_AVX512_EVERY_COUNT CLFFN_POCL_AVX512_TAIL \
+        ",\"WGEMV_ROW_GROUP_COLS\":512}}"
 
 /* NVIDIA H100 through NVIDIA's OpenCL driver (580.159.04, "NVIDIA CUDA" platform):
  * `clffn-tune --budget 210 --tokens 4096 --d-model 768 --d-ff 3072` on 2026-11-22 on an H100 80GB
