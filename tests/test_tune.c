@@ -227,6 +227,7 @@ Test(clffn_tune, short_search, .timeout = 400) {
     phase9_lines(out, &layout_value, &f32_most);
     if (!at) {
         cr_assert(kept && strstr(out, "holds them already; nothing written") != NULL, "%s", out);
+        cr_assert(strstr(out, "\"KERNEL_MAX_TOKENS\":") != NULL, "%s", out);
         cr_assert(strstr(out, "\"KERNEL_LARGE_WEIGHTS\":131072") != NULL, "%s", out);
         char want[96];
         snprintf(want, sizeof want, "\"KERNEL_MAX_TOKENS_F32\":%ld,\"WEIGHT_LAYOUT\":%d", f32_most,

@@ -145,10 +145,11 @@ int make_dirs(const char *dir) {
 }
 
 /* The profile a file at r->path replaces, parsed: that file, else the built-in one, else an
- * empty one (CLBlast's defaults), *from naming which; NULL where the file cannot be read or
- * parsed. */
+ * empty one (CLBlast's defaults), *from naming which; NULL where the file is there but cannot be
+ * read or parsed. */
 static cJSON *base_profile(const search *r, const char **from) {
     FILE *f = fopen(r->path, "rb");
+    if (!f && errno != ENOENT) { return NULL; }
     if (!f) {
         *from = r->builtin ? "the built-in profile" : "CLBlast's defaults";
         return cJSON_Parse(r->builtin ? r->builtin : "{\"clblast\":{}}");
@@ -162,14 +163,13 @@ static cJSON *base_profile(const search *r, const char **from) {
     return whole ? cJSON_Parse(text) : NULL;
 }
 
-/* kr's keys into the "clffn" section of root (made where it has none): how many changed. */
-static int merge_kernels(cJSON *root, const kernel_result *kr, cJSON *found) {
+/* found's keys into the "clffn" section of root (made where it has none): how many changed. */
+static int merge_kernels(cJSON *root, const cJSON *found) {
     cJSON *own = cJSON_GetObjectItemCaseSensitive(root, "clffn");
     if (!cJSON_IsObject(own)) {
         cJSON_DeleteItemFromObjectCaseSensitive(root, "clffn");
         own = cJSON_AddObjectToObject(root, "clffn");
     }
-    kernels_json(found, kr);
     int changed = 0;
     const cJSON *item;
     cJSON_ArrayForEach(item, found) {
@@ -185,19 +185,18 @@ static int merge_kernels(cJSON *root, const kernel_result *kr, cJSON *found) {
 int write_kernels_only(const search *r, const kernel_result *kr) {
     const char *from = "";
     cJSON *root = base_profile(r, &from), *found = cJSON_CreateObject();
-    char *text = NULL, *line = NULL;
-    int changed = -1;
-    if (root && found && kr->have) {
-        changed = merge_kernels(root, kr, found);
-        line = cJSON_PrintUnformatted(found);
-        text = changed > 0 ? cJSON_Print(root) : NULL;
-    }
-    int rc = 1;
+    if (found) { kernels_json(found, kr); }
+    char *line = found ? cJSON_PrintUnformatted(found) : NULL, *text = NULL;
     if (line) { printf("clffn's kernels: %s\n", line); }
-    if (changed == 0) {
+    const int changed = root && found ? merge_kernels(root, found) : -1;
+    int rc = 1;
+    if (!root) {
+        fprintf(stderr, "clffn-tune: %s could not be read as a profile; nothing written\n",
+                r->path);
+    } else if (changed == 0) {
         printf("the profile applied holds them already; nothing written\n");
         rc = 0;
-    } else if (text) {
+    } else if (changed > 0 && (text = cJSON_Print(root)) != NULL) {
         char err[CLFFN_IO_ERR] = "";
         const void *parts[1] = {text};
         const size_t lens[1] = {strlen(text)};
@@ -209,9 +208,8 @@ int write_kernels_only(const search *r, const kernel_result *kr) {
                    "changed)\nprofile: %s\n%s\n",
                    from, changed, changed == 1 ? "" : "s", r->path, text);
         }
-    } else if (kr->have) {
-        fprintf(stderr, "clffn-tune: %s could not be read as a profile; nothing written\n",
-                r->path);
+    } else {
+        fprintf(stderr, "clffn-tune: out of memory; nothing written\n");
     }
     cJSON_free(text), cJSON_free(line);
     cJSON_Delete(root), cJSON_Delete(found);

@@ -244,8 +244,8 @@ void save_state(const char *path, const state *s);
 void show_progress(int tty, double spent_s, double budget, const char *phase, int tried,
                    double best_gflops);
 /* Where the GEMM search found nothing faster than what is applied: clffn's kernels' findings
- * written into the profile that the library would apply (the device's file, else its built-in
- * one), the rest of it kept. 0 when written or when it already holds them, else 1. */
+ * (kr->have) written into the profile that the library would apply (the device's file, else its
+ * built-in one), the rest of it kept. 0 when written or when it already holds them, else 1. */
 int write_kernels_only(const search *r, const kernel_result *kr);
 /* The winners as a profile, written atomically; the exit status. */
 int write_profile(const search *r, size_t min_indirect, size_t k_block, size_t k_min_rows,
