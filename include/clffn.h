@@ -1191,6 +1191,15 @@ CLFFN_API clffn_status clffn_moe_set_counts(clffn_moe *moe, clffn_moe_counts whe
 /** The layer's setting (CLFFN_MOE_COUNTS_DEVICE for NULL). */
 CLFFN_API clffn_moe_counts clffn_moe_counts_where(const clffn_moe *moe);
 
+/** Whether the layer's last forward kept the expert counts on the device (1) or read them back
+ *  to the host (0). The setting is where they may stay; they stay only where every expert's
+ *  products at that forward's T tokens run clffn's own kernels in one pass (at most
+ *  CLFFN_MAX_KERNEL_TOKENS tokens, within the context's crossovers for the experts' type) and
+ *  the layer is not split, so a prefill of many tokens reads them back whatever the setting.
+ *  A backward after a forward that kept them runs the routing again with them read back: 0
+ *  after it. 0 for NULL and before any forward. */
+CLFFN_API int clffn_moe_counts_kept(const clffn_moe *moe);
+
 /** Whether the layer's last forward ran its routed experts grouped: each stage of their forward
  *  (each product, each epilogue) one launch for all of them, so that the launches no longer
  *  grow with E. That is what a forward with the counts on the device does where every routed

@@ -466,7 +466,8 @@ clffn_status clffn__moe_route_and_run(clffn_moe *moe, size_t T, cl_mem x, size_t
                                       cl_command_queue q) {
     clffn_status st = grow(moe, T, gathered_rows(moe, T, counted), q);
     if (st != CLFFN_SUCCESS) { return st; }
-    moe->last_tokens = 0, moe->last_host = false; /* what the workspace held is going */
+    /* what the workspace held is going */
+    moe->last_tokens = 0, moe->last_host = false, moe->last_counted = false;
     const cl_int err = enqueue_routing(moe, (cl_uint)T, x, xo, counted, q);
     if (err != CL_SUCCESS) { return (clffn_status)err; }
     return run_experts(moe, T, x, xo, counted, q);

@@ -29,6 +29,8 @@ clffn_status clffn_moe_set_grouping(clffn_moe *moe, int on) {
 
 int clffn_moe_experts_grouped(const clffn_moe *moe) { return moe && moe->last_grouped ? 1 : 0; }
 
+int clffn_moe_counts_kept(const clffn_moe *moe) { return moe && moe->last_counted ? 1 : 0; }
+
 int clffn_moe_expert_owner(size_t e, size_t experts, int count) {
     if (count < 1 || experts == 0 || e >= experts) { return -1; }
     return (int)(e * (size_t)count / experts);

@@ -50,7 +50,8 @@
  * tokens f16 832-849 -> 439-498, at 640 q8_0 1321-1510 -> 814-847, q4_0 1260-1495 -> 802-809;
  * 1024 -> 2816 at 512 f16 67.6-71.6 -> 39.6-46.5, at 2048 q8_0 202-210 -> 163-171; 512 -> 2048
  * at 640 f16 16.6-17.7 -> 14.0-14.7, q4_0 16.2-17.1 -> 12.6-13.6; 768 -> 3072 GELU at 2048 bf16
- * 112-114 -> 99-108; the 8-expert 1024 -> 2816 layer (its counts now kept on the device) at 512
+ * 112-114 -> 99-108; the 8-expert 1024 -> 2816 layer (its experts on clffn's kernels; its
+ * counts read back once, as past 16 tokens every layer's are) at 512
  * tokens f16 148-173 -> 80-83, at 2048 q8_0 501-505 -> 340-357. f32: 4096 -> 11008 at 8 tokens
  * 24.0-25.1 -> 20.6-21.6 (backward 301-305 -> 139-147), at 64 249-259 -> 88.6-89.5 (backward
  * 538-567 -> 362-377), at 256 907-958 -> 320-390, at 640 1245-1275 -> 948-955; 1024 -> 2816 at
@@ -113,8 +114,8 @@
  * against 123-137, q4_0 93 against 127-132; 4096 -> 11008 at 1024 f16 1165-1234 against 2055-2180,
  * q8_0 1270-1274 against 2164-2209; 512 -> 2048 at 4096 q8_0 86 against 108-112, f16 101-109
  * against 108-112, at 768 q4_0 16.5-19.8 against 18.9-19.9; the 8-expert 1024 -> 2816 layer at 2048
- * tokens (counts then kept on the device) f16 369-392 against 521-523, q8_0 334-364 against
- * 498-530, level at 512.
+ * tokens (its experts on clffn's kernels, the counts read back) f16 369-392 against 521-523,
+ * q8_0 334-364 against 498-530, level at 512.
  * WEIGHT_LAYOUT 0 ([out, in]) and KERNEL_MAX_TOKENS_F32 1073741824 (every count) on Intel's (AMD's
  * since, above): CLBlast's f32 products below 512 rows (where they take no K-blocks) ran
  * at 30-45 GFLOP/s on 4096 -> 11008 there, and the row kernels over f32 weights kept [out, in],

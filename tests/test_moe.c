@@ -474,6 +474,7 @@ static void counts_where_check(clffn_moe *moe, const moe_data *m, const moe_case
             modes[i] == CLFFN_MOE_COUNTS_HOST || (modes[i] == CLFFN_MOE_COUNTS_AUTO && E > T * k);
         /* one by one, only the chosen experts; on the device, all in grouped launches */
         cr_assert_eq(clffn_moe_experts_grouped(fresh), !host, "%s, mode %d", what, (int)modes[i]);
+        cr_assert_eq(clffn_moe_counts_kept(fresh), !host, "%s, mode %d", what, (int)modes[i]);
         for (size_t e = 0; e < E; ++e) {
             int chosen = 0;
             for (size_t j = 0; j < T * k; ++j) { chosen |= (size_t)ch[i][j] == e; }
@@ -524,6 +525,42 @@ static void forward_bits(clffn_moe *moe, const moe_data *m, size_t T, clffn_moe_
     const size_t D = m->c.expert.d_model;
     ASSERT_OK(clffn_moe_set_counts(moe, where));
     ASSERT_OK(clffn_moe_forward_host(moe, T, m->x, T * D, y, T * D, NULL, NULL));
+}
+
+/* clffn_moe_counts_kept says what the last forward did, not what the setting asked: the counts
+ * stay on the device up to one pass of clffn's kernels (16 tokens, the context's f32 crossover
+ * set to it), are read back at 17 tokens and on request, and after a backward, which runs the
+ * routing again with them read back. */
+Test(moe, counts_kept_says_what_ran, .timeout = 120) {
+    clffn_context *ctx = test_context();
+    ASSERT_OK(clffn_context_set_kernel_max_tokens(ctx, CLFFN_KERNELS_F32, CLFFN_MAX_KERNEL_TOKENS));
+    const moe_case mc = {17, 4, 2, CLFFN_ROUTING_TOPK_NORMALIZED, 0, 0, 1, CLFFN_ACT_SILU, 0, 0};
+    moe_data m;
+    data_make(&m, &mc, 32, 40, 1700);
+    clffn_moe *moe = moe_make(ctx, &m);
+    cr_assert_eq(clffn_moe_counts_kept(NULL), 0);
+    cr_assert_eq(clffn_moe_counts_kept(moe), 0, "no forward yet");
+    static float y[17 * 32];
+    static const struct {
+        size_t tokens;
+        clffn_moe_counts where;
+        int kept;
+    } runs[] = {{16, CLFFN_MOE_COUNTS_DEVICE, 1},
+                {17, CLFFN_MOE_COUNTS_DEVICE, 0},
+                {3, CLFFN_MOE_COUNTS_HOST, 0},
+                {3, CLFFN_MOE_COUNTS_AUTO, 1}, /* E = 4 ≤ T·k */
+                {1, CLFFN_MOE_COUNTS_AUTO, 0}};
+    for (size_t i = 0; i < sizeof runs / sizeof runs[0]; ++i) {
+        forward_bits(moe, &m, runs[i].tokens, runs[i].where, y);
+        cr_assert_eq(clffn_moe_counts_kept(moe), runs[i].kept, "%zu tokens, setting %d",
+                     runs[i].tokens, (int)runs[i].where);
+    }
+    ASSERT_OK(clffn_moe_set_counts(moe, CLFFN_MOE_COUNTS_DEVICE));
+    check_backward(moe, &m, 3, 0, "after a forward that kept the counts");
+    cr_assert_eq(clffn_moe_counts_kept(moe), 0, "the backward read them back");
+    clffn_moe_destroy(moe);
+    data_free(&m);
+    clffn_context_destroy(ctx);
 }
 
 /* With the counts on the device and every expert's weights uploaded alike, the experts run

@@ -149,6 +149,7 @@ Test(clffn_run_moe, grouping_on_and_off, .timeout = 120) {
                  CLFFN_RUN_PATH, w, x, y[i], i ? "--moe-grouping off" : "");
         cr_assert_eq(run(cmd, out, sizeof out), 0, "%s", out);
         cr_assert(strstr(out, i ? "experts: one at a time" : "experts: grouped"), "%s", out);
+        cr_assert(strstr(out, "expert counts: kept on the device"), "%s", out);
         char err[CLFFN_IO_ERR];
         cr_assert_eq(clffn_npy_load(y[i], &yv[i], err), 0, "%s", err);
     }
@@ -663,14 +664,17 @@ static void bench_moe_json(const char *extra, const char *want, char *out, size_
     cr_assert(strstr(out, "\"experts_read\": 2,") != NULL, "%s: %s", extra, out);
 }
 
-/* clffn-bench --experts --moe-counts: the layer runs in each mode, says which in its JSON, and
- * reads the two experts one token chose, as the device counts do. */
+/* clffn-bench --experts --moe-counts: the layer runs in each mode, says which in its JSON with
+ * what the forward did (the counts kept on the device at one token but where asked for on the
+ * host, or by auto with E = 8 > T·k = 2), and reads the two experts one token chose, as the
+ * device counts do. */
 Test(clffn_bench, moe_counts, .timeout = 120) {
     static const char *modes[] = {"device", "host", "auto"};
     for (int i = 0; i < 3; ++i) {
-        char extra[64], want[64], out[4096];
+        char extra[64], want[96], out[4096];
         snprintf(extra, sizeof extra, "--moe-counts %s", modes[i]);
-        snprintf(want, sizeof want, "\"counts\": \"%s\"", modes[i]);
+        snprintf(want, sizeof want, "\"counts\": \"%s\", \"counts_kept\": %s", modes[i],
+                 i == 0 ? "true" : "false");
         bench_moe_json(extra, want, out, sizeof out);
     }
 }

@@ -257,6 +257,7 @@ moe_destroy = _fn("clffn_moe_destroy", None, ctypes.c_void_p)
 moe_set_counts = _fn("clffn_moe_set_counts", ctypes.c_int32, ctypes.c_void_p, ctypes.c_int)
 moe_set_grouping = _fn("clffn_moe_set_grouping", ctypes.c_int32, ctypes.c_void_p, ctypes.c_int)
 moe_experts_grouped = _fn("clffn_moe_experts_grouped", ctypes.c_int, ctypes.c_void_p)
+moe_counts_kept = _fn("clffn_moe_counts_kept", ctypes.c_int, ctypes.c_void_p)
 moe_expert = _fn("clffn_moe_expert", ctypes.c_void_p, ctypes.c_void_p, c_size)
 moe_upload_router = _fn("clffn_moe_upload_router", ctypes.c_int32, ctypes.c_void_p, c_float_p,
                         c_float_p)

@@ -144,6 +144,13 @@ class MoE:
         return bool(_lib.moe_experts_grouped(self._handle))
 
     @property
+    def counts_kept(self):
+        """Whether the last call kept the expert counts on the device (clffn_moe_counts_kept):
+        counts="device" or "auto" asks for it, and it happens where every expert's products
+        run clffn's own kernels in one pass (few tokens); a prefill reads them back."""
+        return bool(_lib.moe_counts_kept(self._handle))
+
+    @property
     def shared_expert(self):
         return self._experts[-1] if self._mc.shared_expert else None
 

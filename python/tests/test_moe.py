@@ -59,6 +59,8 @@ def test_counts_on_the_host_give_the_same_bits(counts):
     x = dyadic(rng, (3, D), 64, 64)
     np.testing.assert_array_equal(a(x), b(x))
     np.testing.assert_array_equal(a.last_experts, b.last_experts)
+    if counts == "host":
+        assert not b.counts_kept
     with pytest.raises(clffn.ArgumentError):
         clffn.MoE(D, FF, E, counts="sideways")
 
@@ -70,10 +72,12 @@ def test_grouping_off_gives_the_same_bits():
     b = clffn.MoE(D, FF, E, top_k=2, weight_dtype="f16", grouping=False)
     b.load_state_dict(a.state_dict())
     assert not a.grouped and not b.grouped  # no call yet
+    assert not a.counts_kept
     x = dyadic(rng, (3, D), 64, 64)
     np.testing.assert_array_equal(a(x), b(x))
     np.testing.assert_array_equal(a.last_weights, b.last_weights)
     assert a.grouped and not b.grouped
+    assert a.counts_kept and b.counts_kept  # one at a time, but each reading its count there
 
 
 def test_state_dict_round_trip_and_bad_input():

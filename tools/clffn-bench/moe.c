@@ -104,11 +104,11 @@ static void report(const args *a, const moe_run *m, size_t rows, const timing *t
                "\"median_s\": %.6g, "
                "\"gflops\": %.6g, \"experts_read\": %zu, \"weights_read_bytes\": %.0f, "
                "\"dense_rows\": %zu, \"dense_best_s\": %.6g, \"speed_vs_dense\": %.4g, "
-               "\"contexts\": %zu, \"counts\": \"%s\", \"grouped\": %s}\n",
+               "\"contexts\": %zu, \"counts\": \"%s\", \"counts_kept\": %s, \"grouped\": %s}\n",
                a->experts, a->top_k, T, a->d_model, a->d_ff, a->no_bias ? "false" : "true",
                clffn_dtype_name(a->dtype), tm->best_s, tm->median_s, gflops, m->chosen, read, rows,
                td->best_s, ratio, a->split > 1 ? a->split : (size_t)1,
-               tool_moe_counts_name(a->counts),
+               tool_moe_counts_name(a->counts), clffn_moe_counts_kept(m->moe) ? "true" : "false",
                clffn_moe_experts_grouped(m->moe) ? "true" : "false");
         return;
     }
@@ -116,7 +116,10 @@ static void report(const args *a, const moe_run *m, size_t rows, const timing *t
            a->top_k, T, a->d_model, a->d_ff, clffn_dtype_name(a->dtype));
     if (a->no_bias) { printf(", no biases"); }
     if (a->split > 1) { printf(", split over %zu contexts", a->split); }
-    printf(", counts: %s%s\n", tool_moe_counts_name(a->counts),
+    /* the setting, and what the forward did: past one pass of clffn's kernels the counts are
+     * read back whatever the setting */
+    printf(", counts: %s (%s)%s\n", tool_moe_counts_name(a->counts),
+           clffn_moe_counts_kept(m->moe) ? "kept on the device" : "read back",
            clffn_moe_experts_grouped(m->moe) ? ", experts grouped" : "");
     printf("forward:       best %.3f ms, median %.3f ms over %d reps: %.1f GFLOP/s\n",
            tm->best_s * 1e3, tm->median_s * 1e3, a->reps, gflops);

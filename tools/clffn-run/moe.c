@@ -385,6 +385,8 @@ int run_moe_layer(const options *o, const moe_layer *L, clffn_moe *moe, const cl
             printf("experts: %s\n", clffn_moe_experts_grouped(moe)
                                         ? "grouped, a launch a stage for all of them"
                                         : "one at a time");
+            printf("expert counts: %s\n",
+                   clffn_moe_counts_kept(moe) ? "kept on the device" : "read back to the host");
         }
         if ((!o->verify || verify(mc, L, router, refs, T, x->data, y) == 0) &&
             (!o->router_out || write_routing(o, x, L->k, ch, wt) == 0) &&
