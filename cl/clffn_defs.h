@@ -102,6 +102,17 @@
  * clffn_moe_logits; a power of 2): the host launches work-groups of this size. */
 #define CLFFN_MOE_LANES 64
 
+/* Past one pass of the few-token kernels, a mixture-of-experts layer that keeps its counts on
+ * the device lays each expert's rows out in tiles of CLFFN_MOE_TILE rows (its last one partly
+ * filled), and each tile is a step of the grouped launches (cl/moe.cl, clffn_moe_tiles; src/moe.c).
+ * CLFFN_MOE_TILE is CLFFN_MAX_KERNEL_TOKENS, the kernels' pass; clffn_moe_place's stride
+ * CLFFN_MOE_TILED asks for that layout. For n choices of E experts there are at most
+ * CLFFN_MOE_TILE_STEPS(n, E) tiles: ⌈n_e / 16⌉ ≤ n_e / 16 + 1 for each expert with rows. */
+#define CLFFN_MOE_TILE 16u
+#define CLFFN_MOE_TILED 0xffffffffu
+#define CLFFN_MOE_TILE_STEPS(n, E) \
+  (((n) + CLFFN_MOE_TILE - 1) / CLFFN_MOE_TILE + ((E) < (n) ? (E) : (n)))
+
 /* The erf accuracy probe's forms (clffn_erf_probe): float4 instead of float, and a reciprocal
  * 2 ulp off instead of the device's. */
 #define CLFFN_ERF_PROBE_VEC 1u

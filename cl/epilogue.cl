@@ -19,6 +19,8 @@
 // expert e = ids[grp.s4 + g] where grp.s4 is set, else g (as cl/weights.cl's grouped launches
 // have it, ids read either way); expert e's tensors lie e times grp's strides (in floats) after
 // the first's, and its count at count_at + e; all zero (one expert, or none) for a single FFN.
+// A tiled launch (grp.s7 set) takes the biases by step g's expert ids[grp.s7 + g] and the
+// rest by g, a tile of rows (as cl/weights.cl's CLFFN_GROUP_EXPERT).
 // vload4/vstore4 need only float alignment, so the buffers' offsets do not matter.
 // Nothing here depends on the work-group size; the host passes NULL or a test's override.
 // =================================================================================================
@@ -51,11 +53,13 @@ __kernel void clffn_epilogue1(__global const float *restrict z, const ulong ldz,
                               __global const uint *restrict ids, const ulong8 grp) {
   const uint listed = ids[grp.s4 + get_global_id(2)];
   const ulong g = grp.s4 ? listed : get_global_id(2);
+  const uint tiled = ids[grp.s7 + g];
+  const ulong e = grp.s7 ? tiled : g;
   // z, h and the biases (b1 and bv alike) by grp.s0, s1, s2
   z += g * grp.s0;
   h += g * grp.s1;
-  b1 += g * grp.s2;
-  bv += g * grp.s2;
+  b1 += e * grp.s2;
+  bv += e * grp.s2;
   count += g;
   const ulong j0 = (ulong)get_global_id(0) * CLFFN_COLUMNS_PER_ITEM;
   const ulong t = get_global_id(1);
@@ -120,10 +124,12 @@ __kernel void clffn_epilogue2(__global const float *restrict u,
                               __global const uint *restrict ids, const ulong8 grp) {
   const uint listed = ids[grp.s4 + get_global_id(2)];
   const ulong g = grp.s4 ? listed : get_global_id(2);
+  const uint tiled = ids[grp.s7 + g];
+  const ulong e = grp.s7 ? tiled : g;
   // u, y, b2 and x by grp.s0, s1, s2, s3
   u += g * grp.s0;
   y += g * grp.s1;
-  b2 += g * grp.s2;
+  b2 += e * grp.s2;
   x += g * grp.s3;
   count += g;
   const ulong i0 = (ulong)get_global_id(0) * CLFFN_COLUMNS_PER_ITEM;

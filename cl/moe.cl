@@ -6,8 +6,9 @@
 //          ─count, place─► counts[E], slot[T,k] (row of the gathered matrix)
 //          (route, count and place in one launch for up to CLFFN_MOE_LANES choices: route_few)
 //          ─gather─► xg  (each expert's tokens contiguous, in token order: packed, [T·k, D], or
-//                         from row e·T for expert e, [E·T, D], where the host never reads the
-//                         counts)
+//                         where the host never reads the counts, from row e·T for expert e,
+//                         [E·T, D], or past one pass of the kernels in tiles of CLFFN_MOE_TILE
+//                         rows, [TILE·S, D], S the tiles' bound, clffn_moe_tiles)
 //          … each expert's FFN on its rows of xg, into yg …
 //          ─combine─► y[T,D] = gate[t]·shared[T,D] + Σ_j weights[t,j]·yg[slot[t,j]]
 //
@@ -185,11 +186,42 @@ void clffn_moe_list(__global uint *counts, const uint E, const uint n, const uin
   if (counts[e]) { counts[E + 1 + (uint)((ulong)below * G / with_rows)] = e; }
 }
 
-// Expert e's first row of the gathered matrix: after every lower expert's (stride 0), or e·stride.
+// Expert e's first row of the gathered matrix: after every lower expert's (stride 0), e·stride,
+// or (stride CLFFN_MOE_TILED) after every lower expert's tiles, CLFFN_MOE_TILE rows each.
 uint clffn_moe_first_row(__global const uint *counts, const uint e, const uint stride) {
-  uint s = e * stride;
-  for (uint f = 0; stride == 0 && f < e; ++f) { s += counts[f]; }
+  const int tiled = stride == CLFFN_MOE_TILED;
+  uint s = tiled ? 0 : e * stride;
+  for (uint f = 0; (stride == 0 || tiled) && f < e; ++f) {
+    s += tiled ? (counts[f] + CLFFN_MOE_TILE - 1) / CLFFN_MOE_TILE * CLFFN_MOE_TILE : counts[f];
+  }
   return s;
+}
+
+// Expert e's tiles, for the tiled layout (clffn_moe_first_row), after the counts and the list:
+// S = CLFFN_MOE_TILE_STEPS(n, E) tiles' row counts from counts[2E + 1], then their experts from
+// counts[2E + 1 + S]. Tile j of the experts' in index order holds rows j·CLFFN_MOE_TILE on of
+// the gathered matrix: expert e's ⌈n_e / TILE⌉ tiles follow the lower experts', full but for
+// the last. The tiles past the last expert's, up to S, get no rows and expert E, and are spread
+// over the experts' calls (e, e + E, …). The grouped launches run S steps, step g tile g
+// (cl/weights.cl, CLFFN_GROUP_EXPERT).
+void clffn_moe_tiles(__global uint *counts, const uint E, const uint n, const uint e) {
+  const uint S = CLFFN_MOE_TILE_STEPS(n, E);
+  __global uint *rows = counts + 2 * E + 1, *owner = rows + S;
+  uint first = 0, used = 0; // e's first tile, and the tiles of all
+  for (uint f = 0; f < E; ++f) {
+    const uint t = (counts[f] + CLFFN_MOE_TILE - 1) / CLFFN_MOE_TILE;
+    first += f < e ? t : 0;
+    used += t;
+  }
+  const uint c = counts[e];
+  for (uint j = 0; j * CLFFN_MOE_TILE < c; ++j) {
+    rows[first + j] = min(CLFFN_MOE_TILE, c - j * CLFFN_MOE_TILE);
+    owner[first + j] = e;
+  }
+  for (uint g = used + e; g < S; g += E) {
+    rows[g] = 0;
+    owner[g] = E;
+  }
 }
 
 // Expert e's rows of the gathered matrix (clffn_moe_first_row on) go to its choices in token
@@ -207,6 +239,7 @@ void clffn_moe_place(__global const int *experts, const uint n, __global uint *c
   barrier(CLK_LOCAL_MEM_FENCE);
   if (l == 0) {
     clffn_moe_list(counts, E, n, e);
+    if (stride == CLFFN_MOE_TILED) { clffn_moe_tiles(counts, E, n, e); }
     uint s = clffn_moe_first_row(counts, e, stride);
     for (uint j = 0; j < CLFFN_MOE_LANES; ++j) {
       const uint cj = first[j];
@@ -247,7 +280,10 @@ void clffn_moe_route_few(const uint E, const uint k, const int normalize, const 
   }
   if (l == 0) { counts[E] = 0; }
   barrier(CLK_GLOBAL_MEM_FENCE);
-  for (uint e = l; e < E; e += CLFFN_MOE_LANES) { clffn_moe_list(counts, E, n, e); }
+  for (uint e = l; e < E; e += CLFFN_MOE_LANES) {
+    clffn_moe_list(counts, E, n, e);
+    if (stride == CLFFN_MOE_TILED) { clffn_moe_tiles(counts, E, n, e); }
+  }
   for (uint i = l; i < n; i += CLFFN_MOE_LANES) {
     const int e = experts[i];
     uint s = clffn_moe_first_row(counts, (uint)e, stride);

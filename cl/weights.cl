@@ -648,12 +648,18 @@ inline uint clffn_pass_tokens(uint max_tokens, __global const uint *count, uint 
 // One product is the group of one, grp all zero. An expert with no rows reads nothing (the
 // pointers past the last expert for E are never read), and each expert's sums are those its own
 // launch would make, in the same order, so grouping changes no bit.
+// A tiled launch (grp.s7 set; more tokens than one pass) takes its rows by tile instead: step g
+// is tile g of CLFFN_WTOKENS rows (grp.s4 0), its rows, count and outputs g times the strides
+// on, and only its weights (and biases) go by its expert, ids[grp.s7 + g] (cl/moe.cl,
+// clffn_moe_tiles). expert_ is the step's weights' index, group_ its rows'.
 #define CLFFN_GROUP_EXPERT()                                                                 \
   const uint listed_ = ids[grp.s4 + get_global_id(2)];                                       \
-  const ulong group_ = grp.s4 ? listed_ : get_global_id(2)
+  const ulong group_ = grp.s4 ? listed_ : get_global_id(2);                                  \
+  const uint tiled_ = ids[grp.s7 + group_];                                                  \
+  const ulong expert_ = grp.s7 ? tiled_ : group_
 #define CLFFN_GROUP_SHIFT(W, X, Y)                                                           \
   CLFFN_GROUP_EXPERT();                                                                      \
-  W += group_ * grp.s0;                                                                      \
+  W += expert_ * grp.s0;                                                                     \
   X += group_ * grp.s1;                                                                      \
   Y += group_ * grp.s2;                                                                      \
   count += group_
@@ -801,10 +807,10 @@ inline CLFFN_ALWAYS_INLINE void clffn_rows_ep(
     CLFFN_ROWS_EP_PARAMS_R(), const int hidden, const int pairs, __local float *mine,
     __local float part[][CLFFN_WTOKENS][CLFFN_ROW_SPLIT]) {
   CLFFN_GROUP_SHIFT(w, x, y);
-  wv += group_ * grp.s0;
+  wv += expert_ * grp.s0;
   h += group_ * grp.s6;
-  b += group_ * grp.s5;
-  bg += group_ * grp.s5;
+  b += expert_ * grp.s5;
+  bg += expert_ * grp.s5;
   CLFFN_ROW_PASS_TOKENS();
   CLFFN_ROW_PASS_H();
   const uint s = get_local_id(0), l = get_local_id(1);
@@ -1233,7 +1239,7 @@ void clffn_wgemv_rows4(CLFFN_ROWS_PARAMS, const float beta, __global const uint 
 // scratch, by the step.
 #define CLFFN_ROWS_QX_SHIFT()                                                                \
   CLFFN_GROUP_EXPERT();                                                                      \
-  w += group_ * grp.s0;                                                                      \
+  w += expert_ * grp.s0;                                                                     \
   xq += get_global_id(2) * grp.s1;                                                           \
   y += group_ * grp.s2;                                                                      \
   count += group_

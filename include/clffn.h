@@ -976,10 +976,13 @@ CLFFN_API clffn_status clffn_ffn_stage_times(clffn_ffn *ffn, clffn_stage_times *
  * clffn_context_kernel_max_tokens() for the experts' type: decoding), the experts' row counts
  * stay on the device: each expert is launched for T rows
  * and its kernels read its count, so the host never waits between the routing and the
- * experts (clffn_moe_set_counts() can trade that for launching only the chosen experts). For
- * more tokens the host reads the E counts back once, since CLBlast's products are
- * sized on the host, and an unchosen expert is not launched at all. The weights are uploaded
- * per expert through the FFN API (clffn_moe_expert()), in any stored type.
+ * experts (clffn_moe_set_counts() can trade that for launching only the chosen experts). Past
+ * one pass they stay on the device too where the context runs the experts' products on clffn's
+ * kernels at every count up to T (the CPU profiles) and the experts run grouped
+ * (clffn_moe_experts_grouped()): each expert's rows go in tiles of CLFFN_MAX_KERNEL_TOKENS, a
+ * tile a step of the grouped launches. Elsewhere the host reads the E counts back once, since
+ * CLBlast's products are sized on the host, and an unchosen expert is not launched at all. The
+ * weights are uploaded per expert through the FFN API (clffn_moe_expert()), in any stored type.
  * ------------------------------------------------------------------------------------------- */
 typedef struct clffn_moe clffn_moe;
 
@@ -1055,13 +1058,15 @@ enum {
     CLFFN_MOE_PASS_ACCUMULATE = 4 /* with GRADS: added to what the holder has, not overwritten */
 };
 
-/** A forward's pass also carries the layer's token count T in bits 8 to 15 when T is at most
- *  CLFFN_MAX_KERNEL_TOKENS (0 there otherwise): clffn_moe_holder_run() then runs its experts'
- *  few-token kernels as built for T tokens, as the whole layer does at T, so that their rows
- *  sum in the same order. An exchange hands pass on as it got it. */
-#define CLFFN_MOE_PASS_TOKENS(pass) ((size_t)(((unsigned)(pass) >> 8) & 0xffu))
+/** A forward's pass also carries the layer's token count T in bits 8 to 30 when T is at most
+ *  CLFFN_MOE_PASS_MAX_TOKENS (0 there otherwise): clffn_moe_holder_run() then runs its experts'
+ *  few-token kernels as built for the layer's pass of T tokens (for T, or past
+ *  CLFFN_MAX_KERNEL_TOKENS for a full pass of that many), as the whole layer does at T, so that
+ *  their rows sum in the same order. An exchange hands pass on as it got it. */
+#define CLFFN_MOE_PASS_MAX_TOKENS ((size_t)0x7fffff)
+#define CLFFN_MOE_PASS_TOKENS(pass) ((size_t)(((unsigned)(pass) >> 8) & 0x7fffffu))
 #define CLFFN_MOE_PASS_WITH_TOKENS(tokens) \
-    ((tokens) <= CLFFN_MAX_KERNEL_TOKENS ? (int)((unsigned)(tokens) << 8) : 0)
+    ((size_t)(tokens) <= CLFFN_MOE_PASS_MAX_TOKENS ? (int)((unsigned)(tokens) << 8) : 0)
 
 /** Runs, for a partial layer (clffn_moe_create_partial()), the experts it does not hold.
  *  rows[e] for each of the E experts: how many rows expert e has in this pass (0 for the
@@ -1163,8 +1168,8 @@ CLFFN_API clffn_status clffn_moe_upload_router(clffn_moe *moe, const float *weig
 CLFFN_API clffn_status clffn_moe_forward(clffn_moe *moe, size_t tokens, cl_mem x, size_t x_offset,
                                          cl_mem y, size_t y_offset, cl_command_queue queue);
 
-/** Where a forward through clffn's own kernels (few tokens: clffn_moe_forward()) keeps the
- *  experts' row counts. */
+/** Where a forward through clffn's own kernels (few tokens, or any on a context whose
+ *  crossovers reach T: clffn_moe_forward()) keeps the experts' row counts. */
 typedef enum clffn_moe_counts {
     CLFFN_MOE_COUNTS_DEVICE = 0, /* on the device (the default): the forward does not block; the
                                     experts run grouped (clffn_moe_experts_grouped()), else every
@@ -1192,10 +1197,12 @@ CLFFN_API clffn_status clffn_moe_set_counts(clffn_moe *moe, clffn_moe_counts whe
 CLFFN_API clffn_moe_counts clffn_moe_counts_where(const clffn_moe *moe);
 
 /** Whether the layer's last forward kept the expert counts on the device (1) or read them back
- *  to the host (0). The setting is where they may stay; they stay only where every expert's
- *  products at that forward's T tokens run clffn's own kernels in one pass (at most
- *  CLFFN_MAX_KERNEL_TOKENS tokens, within the context's crossovers for the experts' type) and
- *  the layer is not split, so a prefill of many tokens reads them back whatever the setting.
+ *  to the host (0). The setting is where they may stay; they stay only where the layer is not
+ *  split and every expert's products at that forward's T tokens run clffn's own kernels: in one
+ *  pass (at most CLFFN_MAX_KERNEL_TOKENS tokens, within the context's crossovers for the
+ *  experts' type), or past it in tiles, where the crossovers reach T and the experts run
+ *  grouped. A prefill on a GPU profile (crossovers at 16 or fewer) reads them back whatever the
+ *  setting.
  *  A backward after a forward that kept them runs the routing again with them read back: 0
  *  after it. 0 for NULL and before any forward. */
 CLFFN_API int clffn_moe_counts_kept(const clffn_moe *moe);

@@ -59,7 +59,7 @@ static void epilogue1_tail(clffn_args *a, const clffn_ffn *ffn, const clffn_buff
 /* The rows' count on the device, or none (count NULL), the experts' list (in the counts, else
  * in, which the kernel reads anyway) and the group's strides: the epilogues' last arguments. */
 static void count_args(clffn_args *a, const clffn_wcount *count, cl_ulong8 grp, cl_mem in) {
-    static const clffn_wcount none = {NULL, 0, 0, 0, 0, 0, 0};
+    static const clffn_wcount none = {NULL, 0, 0, 0, 0, 0, 0, 0};
     if (!count) { count = &none; }
     const cl_mem ids = count->mem ? count->mem : in; /* read either way (cl/epilogue.cl) */
     CLFFN_ARG(*a, count->mem);

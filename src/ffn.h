@@ -126,11 +126,19 @@ static inline clffn_gemm_env clffn__gemm_env(clffn_ffn *ffn, cl_command_queue *q
  * dropout mask would be drawn for all of them; INVALID_ARGUMENT elsewhere. */
 bool clffn__forward_can_count(const clffn_ffn *ffn, size_t tokens);
 
+/* Whether a mixture-of-experts layer of T > CLFFN_MAX_KERNEL_TOKENS tokens can run this expert
+ * in tiles with its counts on the device (src/moe_grouped.c): every product takes clffn's own
+ * kernels at any count up to T (so that the expert's rows, read back, would run them too) and
+ * the expert can take a counted pass of CLFFN_MAX_KERNEL_TOKENS. */
+bool clffn__forward_can_tile(const clffn_ffn *ffn, size_t tokens);
+
 /* clffn_forward() and clffn_forward_host() of a mixture-of-experts layer's expert on its rows
  * of a pass of pass_tokens tokens: where the expert could take that pass with its count on the
  * device (clffn__forward_can_count), its few-token kernels are those built for pass_tokens,
- * as in that counted pass, so its rows sum in the same order whichever way the layer ran them
- * (counts on the device or read back; on one context, several, or in another process). */
+ * as in that counted pass; past CLFFN_MAX_KERNEL_TOKENS, where it could take the pass in tiles
+ * (clffn__forward_can_tile), those built for a full pass of CLFFN_MAX_KERNEL_TOKENS, as each
+ * tile is. So its rows sum in the same order whichever way the layer ran them (counts on the
+ * device or read back; on one context, several, or in another process). */
 clffn_status clffn__forward_as_pass(clffn_ffn *ffn, size_t tokens, size_t pass_tokens, cl_mem x,
                                     size_t x_offset, cl_mem y, size_t y_offset,
                                     cl_command_queue queue);

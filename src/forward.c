@@ -220,8 +220,24 @@ clffn_status clffn__forward_counted(clffn_ffn *ffn, size_t tokens, const clffn_w
     return forward(ffn, tokens, count, x, x_offset, y, y_offset, queue, NULL);
 }
 
+bool clffn__forward_can_tile(const clffn_ffn *ffn, size_t tokens) {
+    /* past CLFFN_MOE_PASS_MAX_TOKENS a holder in another process cannot learn the layer's T */
+    if (tokens <= CLFFN_MAX_KERNEL_TOKENS || tokens > CLFFN_MOE_PASS_MAX_TOKENS ||
+        !clffn__forward_can_count(ffn, CLFFN_MAX_KERNEL_TOKENS)) {
+        return false;
+    }
+    const clffn_linear *w[3] = {&ffn->w1, &ffn->w2, ffn->cfg.gated ? &ffn->v : &ffn->w1};
+    for (int i = 0; i < 3; ++i) {
+        if (tokens > clffn__kernel_max_tokens(ffn->ctx, w[i])) { return false; }
+    }
+    return true;
+}
+
 /* The kernels' capacity for an expert's rows of a pass of pass_tokens (see ffn.h). */
 static size_t pass_capacity(const clffn_ffn *ffn, size_t pass_tokens) {
+    if (pass_tokens > CLFFN_MAX_KERNEL_TOKENS) {
+        return clffn__forward_can_tile(ffn, pass_tokens) ? CLFFN_MAX_KERNEL_TOKENS : 0;
+    }
     return pass_tokens && clffn__forward_can_count(ffn, pass_tokens) ? pass_tokens : 0;
 }
 

@@ -16,6 +16,12 @@
  *    token every chosen expert's one row is the token itself: the experts read x where it lies
  *    and nothing is gathered (a launch fewer in decoding). A backward after such a forward runs
  *    the routing and the experts again the other way first (moe_backward.c).
+ *  - counts on the device past one pass (xg, yg [16·S, D], each expert's rows in tiles of 16
+ *    after the lower experts' tiles; S the tiles' bound, CLFFN_MOE_TILE_STEPS), where every
+ *    expert's products run clffn's kernels at every count up to T and the experts run grouped:
+ *    a step of the grouped launches a tile (moe_grouped.c). Each tile sums as the expert's own
+ *    forward sums a pass of its rows read back (src/forward.c, pass_capacity), so the bits are
+ *    the same either way.
  * y is written by the last kernel alone: a failure anywhere earlier leaves it untouched, and y
  * may be x itself. */
 #include "moe.h"
@@ -203,12 +209,6 @@ clffn_status clffn_moe_upload_router(clffn_moe *moe, const float *weight, const 
     return CLFFN_SUCCESS;
 }
 
-/* The rows of xg and yg a forward of T tokens needs: T·k with the counts read back, E·T with
- * them on the device (counted). */
-static size_t gathered_rows(const clffn_moe *moe, size_t T, bool counted) {
-    return counted ? moe->cfg.experts * T : moe->cfg.top_k * T;
-}
-
 /* Grows the workspace to T tokens and xg, yg to `rows` rows, all of it or none. */
 static clffn_status grow(clffn_moe *moe, size_t T, size_t rows, cl_command_queue queue) {
     if (T <= moe->tokens && rows <= moe->g_rows) { return CLFFN_SUCCESS; }
@@ -220,7 +220,7 @@ static clffn_status grow(clffn_moe *moe, size_t T, size_t rows, cl_command_queue
                              T * k * f,
                              T * k * f,
                              T * k * f,
-                             (2 * E + 1) * f,
+                             (2 * E + 1 + 2 * clffn__moe_tile_steps(moe, T)) * f,
                              rows * D * f,
                              rows * D * f,
                              shared ? T * D * f : f,
@@ -330,7 +330,8 @@ static clffn_args route_args(clffn_moe *moe, cl_kernel kernel, cl_uint T) {
 }
 
 /* route, count and place: in one launch of clffn_moe_route_few where the n choices are at most
- * few_choices, else three. Expert e's rows from e·stride, or packed (0). */
+ * few_choices, else three. Expert e's rows from e·stride, packed (0), or tiled
+ * (CLFFN_MOE_TILED). */
 static cl_int enqueue_choice(clffn_moe *moe, cl_uint T, cl_uint stride, cl_command_queue q) {
     const cl_uint E = (cl_uint)moe->cfg.experts, n = T * (cl_uint)moe->cfg.top_k;
     const size_t one[1] = {CLFFN_MOE_LANES};
@@ -359,19 +360,23 @@ static cl_int enqueue_choice(clffn_moe *moe, cl_uint T, cl_uint stride, cl_comma
 }
 
 /* At one token with the counts on the device, the experts read x itself (the file's head). */
-static bool experts_read_x(size_t T, bool counted) { return counted && T == 1; }
+static bool experts_read_x(size_t T, clffn_moe_rows rows) {
+    return rows == CLFFN_MOE_ROWS_BY_EXPERT && T == 1;
+}
 
-/* logits, the choice (enqueue_choice) and gather (unless experts_read_x); then, unless counted,
+/* logits, the choice (enqueue_choice) and gather (unless experts_read_x); then, where packed,
  * the counts read back (blocking). */
-static cl_int enqueue_routing(clffn_moe *moe, cl_uint T, cl_mem x, cl_ulong xo, bool counted,
+static cl_int enqueue_routing(clffn_moe *moe, cl_uint T, cl_mem x, cl_ulong xo, clffn_moe_rows rows,
                               cl_command_queue q) {
     const clffn_moe_config *c = &moe->cfg;
     const cl_uint E = (cl_uint)c->experts, k = (cl_uint)c->top_k, D = (cl_uint)c->expert.d_model;
     const cl_uint n = T * k;
-    const cl_uint stride = counted ? T : 0; /* expert e's rows from e·T, or packed */
+    const cl_uint stride = rows == CLFFN_MOE_ROWS_BY_EXPERT ? T
+                           : rows == CLFFN_MOE_ROWS_TILED   ? CLFFN_MOE_TILED
+                                                            : 0;
     cl_int err = enqueue_logits(moe, T, x, xo, q);
     if (err == CL_SUCCESS) { err = enqueue_choice(moe, T, stride, q); }
-    if (err == CL_SUCCESS && !experts_read_x(T, counted)) {
+    if (err == CL_SUCCESS && !experts_read_x(T, rows)) {
         clffn_args g = clffn__args(moe->gather);
         CLFFN_ARG(g, x), CLFFN_ARG(g, xo), CLFFN_ARG(g, moe->slot), CLFFN_ARG(g, D);
         CLFFN_ARG(g, n), CLFFN_ARG(g, k), CLFFN_ARG(g, moe->xg);
@@ -379,33 +384,16 @@ static cl_int enqueue_routing(clffn_moe *moe, cl_uint T, cl_mem x, cl_ulong xo, 
             err = clffn__moe_enqueue(moe, q, moe->gather, D, n);
         }
     }
-    if (err == CL_SUCCESS && !counted) {
+    if (err == CL_SUCCESS && rows == CLFFN_MOE_ROWS_PACKED) {
         err = clffn__read(q, moe->counts, 0, E * sizeof(cl_uint), moe->host_counts, 0, NULL);
     }
     return err;
 }
 
-/* Whether a forward of T tokens keeps the counts on the device: as clffn_moe_set_counts() asks
- * (AUTO: unless some expert must go unchosen), where every expert's products at T tokens run
- * clffn's own kernels and xg, yg of E·T rows fit an allocation. */
-static bool counts_on_device(const clffn_moe *moe, size_t T) {
-    const size_t E = moe->cfg.experts, D = moe->cfg.expert.d_model;
-    const clffn_moe_counts where = moe->counts_where;
-    size_t n, bytes;
-    if (where == CLFFN_MOE_COUNTS_HOST ||
-        (where == CLFFN_MOE_COUNTS_AUTO && E > T * moe->cfg.top_k) || !clffn__mul_ok(E, T, &n) ||
-        !clffn__mul_ok(n, D * sizeof(float), &bytes) || (cl_ulong)bytes > moe->ctx->max_alloc) {
-        return false;
-    }
-    for (size_t e = 0; e < E; ++e) {
-        if (!clffn__forward_can_count(moe->ffn[e], T)) { return false; }
-    }
-    return !clffn__moe_split(moe); /* another context's expert needs its count on the host */
-}
-
 /* The shared expert on every token, and each routed one on its rows. */
-static clffn_status run_experts(clffn_moe *moe, size_t T, cl_mem x, size_t xo, bool counted,
+static clffn_status run_experts(clffn_moe *moe, size_t T, cl_mem x, size_t xo, clffn_moe_rows rows,
                                 cl_command_queue q) {
+    const bool counted = rows != CLFFN_MOE_ROWS_PACKED;
     const clffn_moe_config *c = &moe->cfg;
     const size_t D = c->expert.d_model;
     clffn_remote_pass rp; /* the experts on other contexts, beside this one's */
@@ -417,7 +405,7 @@ static clffn_status run_experts(clffn_moe *moe, size_t T, cl_mem x, size_t xo, b
     size_t row0 = 0;
     moe->last_grouped =
         st == CLFFN_SUCCESS && counted && clffn__group_ready(&moe->group, moe->ffn, c->experts);
-    const bool one_x = experts_read_x(T, counted);
+    const bool one_x = experts_read_x(T, rows);
     const clffn_group_pass gp = {.ffn = moe->ffn,
                                  .experts = c->experts,
                                  .top_k = c->top_k,
@@ -426,11 +414,12 @@ static clffn_status run_experts(clffn_moe *moe, size_t T, cl_mem x, size_t xo, b
                                  .xg = one_x ? x : moe->xg,
                                  .yg = moe->yg,
                                  .xg_off = one_x ? xo : 0,
-                                 .one_x = one_x};
+                                 .one_x = one_x,
+                                 .tiled = rows == CLFFN_MOE_ROWS_TILED};
     if (moe->last_grouped) { st = clffn__group_forward(&moe->group, &gp, q); }
     for (size_t e = 0; e < c->experts && st == CLFFN_SUCCESS && !moe->last_grouped; ++e) {
         if (counted) {
-            const clffn_wcount n = {moe->counts, (cl_uint)e, 0, 0, 0, 0, 0};
+            const clffn_wcount n = {moe->counts, (cl_uint)e, 0, 0, 0, 0, 0, 0};
             st = clffn__forward_counted(moe->ffn[e], T, &n, gp.xg, one_x ? xo : e * T * D, moe->yg,
                                         e * T * D, q);
             continue;
@@ -462,15 +451,15 @@ static clffn_status enqueue_combine(clffn_moe *moe, cl_uint T, cl_mem y, cl_ulon
     return (clffn_status)err;
 }
 
-clffn_status clffn__moe_route_and_run(clffn_moe *moe, size_t T, cl_mem x, size_t xo, bool counted,
-                                      cl_command_queue q) {
-    clffn_status st = grow(moe, T, gathered_rows(moe, T, counted), q);
+clffn_status clffn__moe_route_and_run(clffn_moe *moe, size_t T, cl_mem x, size_t xo,
+                                      clffn_moe_rows rows, cl_command_queue q) {
+    clffn_status st = grow(moe, T, clffn__moe_gathered_rows(moe, T, rows), q);
     if (st != CLFFN_SUCCESS) { return st; }
     /* what the workspace held is going */
     moe->last_tokens = 0, moe->last_host = false, moe->last_counted = false;
-    const cl_int err = enqueue_routing(moe, (cl_uint)T, x, xo, counted, q);
+    const cl_int err = enqueue_routing(moe, (cl_uint)T, x, xo, rows, q);
     if (err != CL_SUCCESS) { return (clffn_status)err; }
-    return run_experts(moe, T, x, xo, counted, q);
+    return run_experts(moe, T, x, xo, rows, q);
 }
 
 clffn_status clffn_moe_forward(clffn_moe *moe, size_t tokens, cl_mem x, size_t x_offset, cl_mem y,
@@ -478,10 +467,12 @@ clffn_status clffn_moe_forward(clffn_moe *moe, size_t tokens, cl_mem x, size_t x
     if (!moe) { return CLFFN_ERROR_NULL_ARGUMENT; }
     clffn_status st = check_forward(moe, tokens, x, x_offset, y, y_offset, queue);
     if (st != CLFFN_SUCCESS || tokens == 0) { return st; }
-    const bool counted = counts_on_device(moe, tokens);
-    st = clffn__moe_route_and_run(moe, tokens, x, x_offset, counted, queue);
+    const clffn_moe_rows rows = clffn__moe_rows_for(moe, tokens);
+    st = clffn__moe_route_and_run(moe, tokens, x, x_offset, rows, queue);
     if (st == CLFFN_SUCCESS) { st = enqueue_combine(moe, (cl_uint)tokens, y, y_offset, queue); }
-    if (st == CLFFN_SUCCESS) { moe->last_tokens = tokens, moe->last_counted = counted; }
+    if (st == CLFFN_SUCCESS) {
+        moe->last_tokens = tokens, moe->last_counted = rows != CLFFN_MOE_ROWS_PACKED;
+    }
     /* a failure part-way may leave launches after last_event, which an upload over the pools
      * waits for (pool.h): none is left running */
     if (st != CLFFN_SUCCESS) { clFinish(queue); }

@@ -80,10 +80,30 @@ bool clffn__moe_split(const clffn_moe *moe);
 clffn_status clffn__moe_remote_pass(const clffn_moe *moe, size_t T, bool backward,
                                     clffn_remote_pass *p);
 
-/* Routing and the experts of a forward of T tokens (the counts on the device where counted),
- * without the combine into y: the forward's start, and what the backward runs again after a
- * counted forward to have the counts on the host and xg, yg packed. */
-clffn_status clffn__moe_route_and_run(clffn_moe *moe, size_t T, cl_mem x, size_t xo, bool counted,
-                                      cl_command_queue q);
+/* How a forward lays out the experts' gathered rows (xg, yg), and so where its counts are:
+ *  PACKED:    [T·k, D], each expert's after the lower ones'; the counts read back to the host.
+ *  BY_EXPERT: [E·T, D], expert e's from row e·T; the counts stay on the device (one pass of the
+ *             kernels: T ≤ CLFFN_MAX_KERNEL_TOKENS).
+ *  TILED:     [TILE·S, D], each expert's in tiles of CLFFN_MOE_TILE after the lower ones'
+ *             (cl/moe.cl, clffn_moe_tiles); the counts stay on the device (past one pass, the
+ *             experts grouped). */
+typedef enum clffn_moe_rows {
+    CLFFN_MOE_ROWS_PACKED = 0,
+    CLFFN_MOE_ROWS_BY_EXPERT,
+    CLFFN_MOE_ROWS_TILED
+} clffn_moe_rows;
+
+/* moe_split.c: where a forward of T tokens keeps the counts, and so its rows' layout, from the
+ * layer's setting, its experts' crossovers and grouping; the rows of xg and yg that a layout
+ * needs; and the tiles a forward can have (cl/moe.cl, clffn_moe_tiles). */
+clffn_moe_rows clffn__moe_rows_for(clffn_moe *moe, size_t T);
+size_t clffn__moe_gathered_rows(const clffn_moe *moe, size_t T, clffn_moe_rows rows);
+size_t clffn__moe_tile_steps(const clffn_moe *moe, size_t T);
+
+/* Routing and the experts of a forward of T tokens, their rows laid out as `rows` says,
+ * without the combine into y: the forward's start, and what the backward runs again (PACKED)
+ * after a forward that kept the counts on the device, to have them on the host. */
+clffn_status clffn__moe_route_and_run(clffn_moe *moe, size_t T, cl_mem x, size_t xo,
+                                      clffn_moe_rows rows, cl_command_queue q);
 
 #endif

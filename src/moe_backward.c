@@ -249,7 +249,7 @@ static cl_int router_and_dx(clffn_moe *moe, cl_uint T, cl_mem x, cl_ulong xo, cl
 static clffn_status unpack_counted(clffn_moe *moe, size_t T, cl_mem x, size_t xo,
                                    cl_command_queue q) {
     const bool host = moe->last_host;
-    const clffn_status st = clffn__moe_route_and_run(moe, T, x, xo, false, q);
+    const clffn_status st = clffn__moe_route_and_run(moe, T, x, xo, CLFFN_MOE_ROWS_PACKED, q);
     if (st == CLFFN_SUCCESS) { moe->last_tokens = T, moe->last_host = host; }
     moe->last_counted = false;
     return st;

@@ -12,7 +12,14 @@
  * expert's sums are those of its own FFN's launch at T tokens (the same kernels, built for T,
  * cl/weights.cl's CLFFN_GROUP_SHIFT), so the layer's bits do not change. E launches of each
  * stage become one: a device's per-launch cost, on the host and between kernels, no longer
- * grows with E. */
+ * grows with E.
+ *
+ * Past one pass of the kernels (T > CLFFN_MOE_TILE) the steps are tiles instead: each expert's
+ * rows in tiles of CLFFN_MOE_TILE, a step each, at most CLFFN_MOE_TILE_STEPS(T·k, E) of them
+ * (cl/moe.cl's clffn_moe_tiles), and each tile sums as a pass of the expert's own forward over
+ * its rows does (src/forward.c, the capacity of a pass past CLFFN_MAX_KERNEL_TOKENS). The rows
+ * stay packed (T·k of them, the last tile of each expert part empty), so a prefill keeps its
+ * counts on the device too. */
 #include "moe_grouped.h"
 
 #include "clffn_defs.h"
@@ -92,10 +99,26 @@ static clffn_linear pooled(const clffn_linear *w, const clffn_pool *p) {
     return m;
 }
 
-/* The grouped launches' steps: the experts that can have rows. */
+/* The grouped launches' steps: the experts that can have rows, or the tiles that can. */
 static cl_uint steps(const clffn_group_pass *p) {
     const size_t most = p->tokens * p->top_k;
+    if (p->tiled) { return (cl_uint)CLFFN_MOE_TILE_STEPS(most, p->experts); }
     return (cl_uint)(most < p->experts ? most : p->experts);
+}
+
+/* The rows a step's product runs: an expert's T, or a tile's. */
+static size_t step_rows(const clffn_group_pass *p) { return p->tiled ? CLFFN_MOE_TILE : p->tokens; }
+
+/* A product's count over the steps: the list of experts with rows after the counts, or the
+ * tiles' rows and experts after it (cl/moe.cl, clffn_moe_tiles); w_stride bytes from one
+ * expert's weights to the next, x_stride and y_stride floats from one step's rows to the next. */
+static clffn_wcount step_count(const clffn_group_pass *p, cl_ulong w_stride, cl_ulong x_stride,
+                               cl_ulong y_stride) {
+    const cl_uint E = (cl_uint)p->experts, S = steps(p);
+    const clffn_wcount c = {
+        p->counts, p->tiled ? 2 * E + 1 : 0,    S, p->tiled ? 0 : E + 1, w_stride, x_stride,
+        y_stride,  p->tiled ? 2 * E + 1 + S : 0};
+    return c;
 }
 
 /* The first epilogue as the first product's kernel applies it (clffn_wgemv_rows_act, _glu):
@@ -127,11 +150,10 @@ static cl_int products(const clffn_moe_group *g, const clffn_group_pass *p,
     const clffn_ffn *f0 = p->ffn[0];
     const clffn_config *c = &f0->cfg;
     const clffn_pool *pool = g->pools.kind;
-    const cl_uint G = steps(p), ids = (cl_uint)p->experts + 1;
-    const size_t T = p->tokens, D = c->d_model, F = c->d_ff, N1 = clffn__n1(c);
+    const size_t T = step_rows(p), D = c->d_model, F = c->d_ff, N1 = clffn__n1(c);
     const size_t x_stride = p->one_x ? 0 : T * D;
-    const clffn_wcount c1 = {p->counts, 0, G, ids, pool[CLFFN_POOL_W1].stride, x_stride, T * N1};
-    const clffn_wcount c2 = {p->counts, 0, G, ids, pool[CLFFN_POOL_W2].stride, T * F, T * D};
+    const clffn_wcount c1 = step_count(p, pool[CLFFN_POOL_W1].stride, x_stride, T * N1);
+    const clffn_wcount c2 = step_count(p, pool[CLFFN_POOL_W2].stride, T * F, T * D);
     const clffn_linear w1 = pooled(&f0->w1, &pool[CLFFN_POOL_W1]);
     const clffn_linear w2 = pooled(&f0->w2, &pool[CLFFN_POOL_W2]);
     const clffn_matrix x = {p->xg, p->xg_off, D}, z = {g->z, 0, N1}, h = {g->h, 0, F};
@@ -149,7 +171,9 @@ static cl_int products(const clffn_moe_group *g, const clffn_group_pass *p,
             const clffn_buffer bias[2] = {{pool[CLFFN_POOL_B1].parent, 0},
                                           {pool[CLFFN_POOL_BV].parent, 0}};
             const clffn_group_io io = {
-                z.mem, h.mem, {{T * N1, T * F, b->stride / sizeof(float), 0, ids}}};
+                z.mem,
+                h.mem,
+                {{T * N1, T * F, b->stride / sizeof(float), 0, c1.ids_at, 0, 0, c1.experts_at}}};
             const clffn_dropout_use none = {false, 0.0f, 0};
             err = clffn__epilogue1_group(f0, T, &c1, bias, &io, &none, q, NULL);
         }
@@ -180,8 +204,9 @@ clffn_status clffn__group_forward(clffn_moe_group *g, const clffn_group_pass *p,
                                   cl_command_queue q) {
     clffn_ffn *f0 = p->ffn[0];
     const clffn_config *c = &f0->cfg;
-    const size_t T = p->tokens, D = c->d_model;
-    clffn_status st = grow(g, c, p->experts * T, q);
+    const size_t T = step_rows(p), D = c->d_model;
+    /* an expert's rows by its index, or a tile's by the step */
+    clffn_status st = grow(g, c, (p->tiled ? steps(p) : p->experts) * T, q);
     if (st != CLFFN_SUCCESS) { return st; }
     const clffn_gemm_env env = clffn__gemm_env(f0, &q);
     clffn__env_plan(&env);
@@ -191,11 +216,12 @@ clffn_status clffn__group_forward(clffn_moe_group *g, const clffn_group_pass *p,
     if (err == CL_SUCCESS) { err = reserved; }
     if (err == CL_SUCCESS) { err = products(g, p, &env, false, q, &second_done); }
     if (err == CL_SUCCESS && !second_done) {
-        const cl_uint ids = (cl_uint)p->experts + 1;
-        const clffn_wcount c2 = {p->counts, 0, steps(p), ids, 0, 0, 0};
+        const clffn_wcount c2 = step_count(p, 0, 0, 0);
         const clffn_pool *b2 = &g->pools.kind[CLFFN_POOL_B2];
         const clffn_group_io io = {
-            g->u, p->yg, {{T * D, T * D, b2->stride / sizeof(float), 0, ids}}};
+            g->u,
+            p->yg,
+            {{T * D, T * D, b2->stride / sizeof(float), 0, c2.ids_at, 0, 0, c2.experts_at}}};
         const clffn_matrix x = {p->xg, 0, D}; /* no residual in an expert: unread */
         const clffn_buffer bias = {b2->parent, 0};
         err = clffn__epilogue2_group(f0, T, &c2, &bias, &io, 0, x, q, NULL);

@@ -17,13 +17,15 @@ typedef struct clffn_moe_group {
  * and yg [E·T, D], expert e's rows from e·T, xg's from xg_off floats on; with one_x every
  * expert reads the same T rows there instead (one token: the caller's x, no gather); counts as
  * cl/moe.cl's clffn_moe_place leaves it ([2E + 1]: the E counts, a 0, and the list of experts
- * with rows). */
+ * with rows). tiled (past CLFFN_MOE_TILE tokens): xg and yg hold the experts' rows in tiles
+ * instead, [TILE·S, D] for S = CLFFN_MOE_TILE_STEPS(T·k, E), and counts the tiles' rows and
+ * experts after the list (clffn_moe_tiles); a step a tile, each as an expert's pass of TILE. */
 typedef struct clffn_group_pass {
     clffn_ffn *const *ffn;
     size_t experts, top_k, tokens;
     cl_mem counts, xg, yg;
     size_t xg_off;
-    bool one_x;
+    bool one_x, tiled;
 } clffn_group_pass;
 
 /* Gives the E experts ffn[0 .. E) their slots in g's pools (at the layer's creation); busy is

@@ -73,7 +73,7 @@ static cl_mem ids_of(const clffn_wcount *count, cl_mem other) {
 }
 
 /* A launch of one product, its token count the host's. */
-static const clffn_wcount no_count = {NULL, 0, 0, 0, 0, 0, 0};
+static const clffn_wcount no_count = {NULL, 0, 0, 0, 0, 0, 0, 0};
 
 /* The experts a launch runs (the third dimension), 1 but for a grouped one. */
 static size_t groups_of(const clffn_wcount *count) { return count->groups ? count->groups : 1; }
@@ -108,7 +108,8 @@ static cl_int enqueue_sum(clffn_wkernels *wk, const clffn_context *ctx, clffn_dt
     if (err != CL_SUCCESS || wk->planning) { return err; }
     const cl_ulong K = chunks, C = cols, y_off = y.off, ldy = y.ld;
     const cl_uint t = (cl_uint)tokens;
-    const cl_ulong8 grp = {{0, 0, count->y_stride, chunks * tokens * cols, count->ids_at}};
+    const cl_ulong8 grp = {
+        {0, 0, count->y_stride, chunks * tokens * cols, count->ids_at, 0, 0, count->experts_at}};
     const cl_mem scratch = scratch_of(wk);
     clffn_args a = clffn__args(wk->sum);
     CLFFN_ARG(a, scratch), CLFFN_ARG(a, K), CLFFN_ARG(a, t), CLFFN_ARG(a, count->mem);
@@ -174,7 +175,7 @@ static cl_int wgemv_quantized_inputs(clffn_wkernels *wk, const clffn_context *ct
     CLFFN_ARG(a, x.mem), CLFFN_ARG(a, x_off), CLFFN_ARG(a, ldx), CLFFN_ARG(a, cols);
     CLFFN_ARG(a, t), CLFFN_ARG(a, qc->mem), CLFFN_ARG(a, qc->at);
     CLFFN_ARG(a, scratch), CLFFN_ARG(a, XS);
-    const cl_ulong8 qgrp = {{0, qc->x_stride, per_group, 0, qc->ids_at}};
+    const cl_ulong8 qgrp = {{0, qc->x_stride, per_group, 0, qc->ids_at, 0, 0, qc->experts_at}};
     const cl_mem xids = ids_of(qc, x.mem);
     CLFFN_ARG(a, xids), CLFFN_ARG(a, qgrp);
     if ((err = clffn__args_end(&a)) != CL_SUCCESS) { return err; }
@@ -188,8 +189,8 @@ static cl_int wgemv_quantized_inputs(clffn_wkernels *wk, const clffn_context *ct
     CLFFN_ARG(a, cols), CLFFN_ARG(a, scratch), CLFFN_ARG(a, XS), CLFFN_ARG(a, t);
     CLFFN_ARG(a, count->mem), CLFFN_ARG(a, count->at), CLFFN_ARG(a, y.mem), CLFFN_ARG(a, y_off);
     CLFFN_ARG(a, ldy), CLFFN_ARG(a, beta);
-    const cl_ulong8 grp = {
-        {count->w_stride, one_x ? 0 : per_group, count->y_stride, 0, count->ids_at}};
+    const cl_ulong8 grp = {{count->w_stride, one_x ? 0 : per_group, count->y_stride, 0,
+                            count->ids_at, 0, 0, count->experts_at}};
     const cl_mem ids = ids_of(count, w->mem);
     CLFFN_ARG(a, ids), CLFFN_ARG(a, grp);
     if ((err = clffn__args_end(&a)) != CL_SUCCESS) { return err; }
@@ -322,7 +323,7 @@ cl_int clffn__wgemv(clffn_wkernels *wk, const clffn_context *ctx, const clffn_wm
     const cl_mem part = chunks > 1 ? scratch_of(wk) : y.mem; /* one chunk: unread */
     if (!along_rows) { CLFFN_ARG(a, chunk_rows), CLFFN_ARG(a, part); }
     const cl_ulong8 grp = {{count->w_stride, count->x_stride, count->y_stride,
-                            chunks * tokens * w->cols, count->ids_at}};
+                            chunks * tokens * w->cols, count->ids_at, 0, 0, count->experts_at}};
     const cl_mem ids = ids_of(count, w->mem);
     CLFFN_ARG(a, ids), CLFFN_ARG(a, grp);
     if ((err = clffn__args_end(&a)) != CL_SUCCESS) { return err; }
@@ -383,7 +384,7 @@ cl_int clffn__wgemv_ep(clffn_wkernels *wk, const clffn_context *ctx, const clffn
     CLFFN_ARG(a, ep->flags), CLFFN_ARG(a, ep->act), CLFFN_ARG(a, pair);
     CLFFN_ARG(a, v), CLFFN_ARG(a, v_off);
     const cl_ulong8 grp = {{count->w_stride, count->x_stride, count->y_stride, 0, count->ids_at,
-                            ep->bias_stride, ep->h_stride}};
+                            ep->bias_stride, ep->h_stride, count->experts_at}};
     const cl_mem ids = ids_of(count, w->mem);
     CLFFN_ARG(a, ids), CLFFN_ARG(a, grp);
     if ((err = clffn__args_end(&a)) != CL_SUCCESS) { return err; }

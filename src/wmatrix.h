@@ -24,9 +24,12 @@ typedef struct clffn_wcount {
     /* a grouped launch: `groups` experts' products at once (0 or 1: this one alone), step g's
      * expert e being mem[ids_at + g] (ids_at 0: e = g), its count at at + e, its weights
      * e·w_stride bytes after the matrix's, its x and y e·x_stride and e·y_stride floats after
-     * the pass's (cl/weights.cl, CLFFN_GROUP_SHIFT) */
+     * the pass's (cl/weights.cl, CLFFN_GROUP_SHIFT); with experts_at set (a tiled launch), step
+     * g's rows, count and outputs go by g, and only its weights (and biases) by its expert
+     * mem[experts_at + g] (cl/weights.cl, CLFFN_GROUP_EXPERT) */
     cl_uint groups, ids_at;
     cl_ulong w_stride, x_stride, y_stride;
+    cl_ulong experts_at;
 } clffn_wcount;
 
 /* Token counts the kernels are built for; a launch takes the smallest that holds its tokens. */

@@ -3,8 +3,9 @@
  * allocation n failing, then device allocation n, and its backward after a clean forward with
  * device allocation n failing. Each failure is a status, the caller's outputs keep what they
  * held, nothing leaks, and a run with nothing failing gives a clean run's values. The device
- * sweeps run twice: with the expert counts read back, and kept on the device (f32 experts on
- * clffn's own kernels; the backward then runs the routing again). */
+ * sweeps run three times: with the expert counts read back, and kept on the device (f32 experts
+ * on clffn's own kernels; the backward then runs the routing again), at 3 tokens and at 20 (the
+ * experts' rows in tiles). */
 #include "clffn.h"
 #include "fault.h"
 #include "internal.h"
@@ -13,7 +14,10 @@
 #include <math.h>
 #include <stdlib.h>
 
-enum { D = 16, F = 24, T = 3, ME = 4 };
+enum { D = 16, F = 24, TMAX = 20, ME = 4 };
+
+static size_t T = 3; /* the sweep's tokens */
+static int kept = 0; /* whether its forward keeps the counts on the device */
 
 /* The layer with its weights (router and experts in steps of 1/8 and 1/32), or a status. */
 static int moe_make(clffn_context *ctx, clffn_moe **out) {
@@ -35,7 +39,7 @@ static int moe_make(clffn_context *ctx, clffn_moe **out) {
 }
 
 static const float *input(void) {
-    static float x[T * D];
+    static float x[TMAX * D];
     for (size_t i = 0; i < T * D; ++i) { x[i] = (float)((int)(i % 13) - 6) / 8.0f; }
     return x;
 }
@@ -45,7 +49,7 @@ static const float *input(void) {
 static int run_once(clffn_context *ctx, int backward, int device, long n, float *out,
                     long *failed) {
     clffn_moe *moe = NULL;
-    float y[T * D], rg[ME * D];
+    float y[TMAX * D], rg[ME * D];
     int st = CLFFN_SUCCESS;
     if (backward) {
         st = moe_make(ctx, &moe);
@@ -60,6 +64,8 @@ static int run_once(clffn_context *ctx, int backward, int device, long n, float 
         if (st == CLFFN_SUCCESS) {
             st = clffn_moe_forward_host(moe, T, input(), T * D, out, T * D, NULL, NULL);
         }
+        cr_assert(st != CLFFN_SUCCESS || clffn_moe_counts_kept(moe) == kept,
+                  "the counts were not where the sweep asks");
     } else {
         st = clffn_moe_backward_host(moe, T, input(), T * D, out, T * D, rg, NULL, NULL, 0);
     }
@@ -69,12 +75,15 @@ static int run_once(clffn_context *ctx, int backward, int device, long n, float 
     return st;
 }
 
+/* counted: 0 the counts read back, 1 kept (3 tokens), 2 kept past a pass (20 tokens, tiles) */
 static void sweep(int backward, int device, int counted) {
     clffn_context *ctx = NULL;
     cr_assert_eq(clffn_context_create_default(&ctx), CLFFN_SUCCESS);
-    cr_assert_eq(clffn_context_set_kernel_max_tokens(ctx, 0, counted ? CLFFN_MAX_KERNEL_TOKENS : 0),
-                 CLFFN_SUCCESS);
-    float clean[T * D], out[T * D];
+    const size_t kmax[3] = {0, CLFFN_MAX_KERNEL_TOKENS, (size_t)1 << 30};
+    cr_assert_eq(clffn_context_set_kernel_max_tokens(ctx, 0, kmax[counted]), CLFFN_SUCCESS);
+    T = counted == 2 ? TMAX : 3;
+    kept = counted != 0;
+    float clean[TMAX * D], out[TMAX * D];
     long failed;
     cr_assert_eq(run_once(ctx, backward, device, 0, clean, &failed), CLFFN_SUCCESS);
     const long live0 = clffn__fi_live();
@@ -105,3 +114,5 @@ Test(faults_moe, forward_device_allocations) { sweep(0, 1, 0); }
 Test(faults_moe, backward_device_allocations) { sweep(1, 1, 0); }
 Test(faults_moe, forward_device_allocations_counts_on_device) { sweep(0, 1, 1); }
 Test(faults_moe, backward_device_allocations_counts_on_device) { sweep(1, 1, 1); }
+Test(faults_moe, forward_device_allocations_in_tiles) { sweep(0, 1, 2); }
+Test(faults_moe, backward_device_allocations_in_tiles) { sweep(1, 1, 2); }

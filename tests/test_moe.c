@@ -64,9 +64,9 @@ Test(moe, ties_go_to_the_lower_index) {
     clffn_context_destroy(ctx);
 }
 
-/* A router bias far above the logits sends every token to the same experts: those run on
- * every token, the others not at all (no forward: NO_FORWARD from read_hidden), and y is the
- * reference's. */
+/* A router bias far above the logits sends every token to the same experts, and y is the
+ * reference's whichever way the counts go; read back, the chosen experts run on every token,
+ * the others not at all (no forward: NO_FORWARD from read_hidden). */
 Test(moe, experts_no_token_chose_are_not_run, .timeout = 120) {
     clffn_context *ctx = test_context();
     for (size_t k = 1; k <= 2; ++k) {
@@ -76,7 +76,10 @@ Test(moe, experts_no_token_chose_are_not_run, .timeout = 120) {
         data_make(&m, &mc, 32, 64, 11);
         m.bias[5] = 64.0f, m.bias[2] = 48.0f; /* logits stay within ±8 */
         clffn_moe *moe = moe_make(ctx, &m);
-        check_against_reference(moe, &m, 40, k == 1 ? "every token to expert 5" : "to 5 and 2");
+        const char *what = k == 1 ? "every token to expert 5" : "to 5 and 2";
+        check_against_reference(moe, &m, 40, what);
+        ASSERT_OK(clffn_moe_set_counts(moe, CLFFN_MOE_COUNTS_HOST));
+        check_against_reference(moe, &m, 40, what);
         for (size_t e = 0; e < 8; ++e) {
             size_t T = 0;
             static float hidden[40 * 64];
@@ -527,10 +530,11 @@ static void forward_bits(clffn_moe *moe, const moe_data *m, size_t T, clffn_moe_
     ASSERT_OK(clffn_moe_forward_host(moe, T, m->x, T * D, y, T * D, NULL, NULL));
 }
 
-/* clffn_moe_counts_kept says what the last forward did, not what the setting asked: the counts
- * stay on the device up to one pass of clffn's kernels (16 tokens, the context's f32 crossover
- * set to it), are read back at 17 tokens and on request, and after a backward, which runs the
- * routing again with them read back. */
+/* clffn_moe_counts_kept says what the last forward did, not what the setting asked: with the
+ * context's f32 crossover at one pass of clffn's kernels (16 tokens) the counts stay on the
+ * device up to 16 tokens and are read back at 17; with the kernels at every count they stay at
+ * 17 and 40 too (in tiles). Read back on request, and after a backward, which runs the routing
+ * again with them read back. */
 Test(moe, counts_kept_says_what_ran, .timeout = 120) {
     clffn_context *ctx = test_context();
     ASSERT_OK(clffn_context_set_kernel_max_tokens(ctx, CLFFN_KERNELS_F32, CLFFN_MAX_KERNEL_TOKENS));
@@ -555,6 +559,20 @@ Test(moe, counts_kept_says_what_ran, .timeout = 120) {
         cr_assert_eq(clffn_moe_counts_kept(moe), runs[i].kept, "%zu tokens, setting %d",
                      runs[i].tokens, (int)runs[i].where);
     }
+    ASSERT_OK(clffn_context_set_kernel_max_tokens(ctx, CLFFN_KERNELS_F32, (size_t)1 << 30));
+    static float y40[40 * 32];
+    const moe_case mc40 = {40, 4, 2, CLFFN_ROUTING_TOPK_NORMALIZED, 0, 0, 1, CLFFN_ACT_SILU, 0, 0};
+    moe_data m40;
+    data_make(&m40, &mc40, 32, 40, 1700);
+    clffn_moe *moe40 = moe_make(ctx, &m40);
+    forward_bits(moe40, &m40, 40, CLFFN_MOE_COUNTS_DEVICE, y40);
+    cr_assert_eq(clffn_moe_counts_kept(moe40), 1, "40 tokens, kernels at every count");
+    forward_bits(moe, &m, 17, CLFFN_MOE_COUNTS_DEVICE, y);
+    cr_assert_eq(clffn_moe_counts_kept(moe), 1, "17 tokens, kernels at every count");
+    forward_bits(moe, &m, 17, CLFFN_MOE_COUNTS_HOST, y);
+    cr_assert_eq(clffn_moe_counts_kept(moe), 0, "17 tokens, on request");
+    clffn_moe_destroy(moe40);
+    data_free(&m40);
     ASSERT_OK(clffn_moe_set_counts(moe, CLFFN_MOE_COUNTS_DEVICE));
     check_backward(moe, &m, 3, 0, "after a forward that kept the counts");
     cr_assert_eq(clffn_moe_counts_kept(moe), 0, "the backward read them back");
@@ -632,6 +650,101 @@ Test(moe, experts_grouped, .timeout = 300) {
     for (size_t i = 0; i < 6; ++i) { clReleaseMemObject(mem[i]); }
     data_free(&m);
     clffn_context_destroy(ctx);
+}
+
+/* Past one pass of the kernels (16 tokens), where every expert's products run clffn's own
+ * kernels at every count, the counts stay on the device: each expert's rows go in tiles of 16,
+ * each tile a step of the grouped launches. The outputs are the bits of the counts read back
+ * (each expert on its rows, in passes of 16), and match the reference (on the dequantized
+ * weights), for every stored type; plain and gated experts, with biases, beside a shared
+ * expert; every token sent to one expert (full tiles and a part-filled one); k = E; inputs
+ * rounded to q8_0; and fewer tokens on the same layer. The backward after such a forward
+ * matches the reference. */
+static const moe_case tiled_cases[] = {
+    {17, 4, 2, CLFFN_ROUTING_TOPK_NORMALIZED, 0, 0, 1, CLFFN_ACT_SILU, 0, 0},
+    {40, 8, 3, CLFFN_ROUTING_TOPK, 1, 1, 1, CLFFN_ACT_GELU, 1, 24},
+    {100, 16, 16, CLFFN_ROUTING_TOPK_NORMALIZED, 0, 0, 0, CLFFN_ACT_RELU, 0, 0},
+    {200, 3, 1, CLFFN_ROUTING_TOPK, 0, 1, 1, CLFFN_ACT_GELU_TANH, 0, 0},
+    {40, 4, 1, CLFFN_ROUTING_TOPK_NORMALIZED, 0, 1, 0, CLFFN_ACT_SILU, 0, 0}, /* all to one */
+    {48, 1, 1, CLFFN_ROUTING_TOPK_NORMALIZED, 0, 0, 1, CLFFN_ACT_SILU, 0, 0},
+};
+
+static void tiled_check(clffn_context *ctx, clffn_dtype type, int qx, const moe_case *mc,
+                        size_t ci) {
+    const size_t D = 64, F = 96, T = mc->tokens, E = mc->experts;
+    moe_data m;
+    data_make(&m, mc, D, F, 1900 + 10 * ci + (size_t)type);
+    if (ci == 4) { m.bias[2] = 64.0f; } /* every token's one expert: 2 */
+    m.c.expert.bias1 = m.c.expert.bias2 = 1, m.c.expert.bias_gate = m.c.expert.gated;
+    typed_set *ts = calloc(E, sizeof *ts);
+    cr_assert(ts);
+    const bool typed = type != CLFFN_DTYPE_F32;
+    for (size_t e = 0; e < m.n_w; ++e) { /* again, with the biases; the routed ones typed */
+        const clffn_config ce = expert_config(&m, e);
+        test_weights_free(&m.w[e]);
+        test_weights_make(&m.w[e], &ce, CLFFN_LAYOUT_OUT_IN, 1950 + 7 * e + ci);
+        m.hw[e] = m.w[e].host;
+        if (typed && e < E) {
+            typed_make(&ts[e], &ce, &m.w[e], type, CLFFN_LAYOUT_OUT_IN);
+            m.hw[e] = ts[e].ref;
+        }
+    }
+    clffn_moe *moe = NULL;
+    ASSERT_OK(clffn_moe_create(ctx, &m.c, &moe));
+    ASSERT_OK(clffn_moe_upload_router(moe, m.router, m.c.router_bias ? m.bias : NULL));
+    for (size_t e = 0; e < m.n_w; ++e) {
+        clffn_ffn *f = clffn_moe_expert(moe, e);
+        ASSERT_OK(typed && e < E
+                      ? clffn_ffn_upload_weights_typed(f, CLFFN_LAYOUT_OUT_IN, &ts[e].typed)
+                      : clffn_ffn_upload_weights(f, CLFFN_LAYOUT_OUT_IN, &m.hw[e]));
+    }
+    float *y = malloc(T * D * sizeof *y), *y1 = malloc(T * D * sizeof *y1);
+    cr_assert(y && y1);
+    const size_t counts[2] = {T, 17};
+    for (size_t i = 0; i < 2; ++i) {
+        const size_t n = counts[i];
+        char what[128];
+        snprintf(what, sizeof what, "%s experts%s, case %zu, %zu tokens", clffn_dtype_name(type),
+                 qx ? ", inputs as q8_0" : "", ci, n);
+        forward_bits(moe, &m, n, CLFFN_MOE_COUNTS_HOST, y1);
+        cr_assert_eq(clffn_moe_counts_kept(moe), 0, "%s: on request", what);
+        forward_bits(moe, &m, n, CLFFN_MOE_COUNTS_DEVICE, y);
+        cr_assert_eq(clffn_moe_counts_kept(moe), 1, "%s: not kept", what);
+        cr_assert_eq(clffn_moe_experts_grouped(moe), 1, "%s: not grouped", what);
+        for (size_t j = 0; j < n * D; ++j) {
+            cr_assert(!memcmp(&y[j], &y1[j], sizeof *y), "%s: y[%zu] %.9g, read back %.9g", what, j,
+                      (double)y[j], (double)y1[j]);
+        }
+        if (!qx) { check_against_reference(moe, &m, n, what); }
+    }
+    if (type == CLFFN_DTYPE_F32) {
+        ASSERT_OK(clffn_moe_set_counts(moe, CLFFN_MOE_COUNTS_DEVICE));
+        check_backward(moe, &m, T, 0, "the backward after a forward in tiles");
+    }
+    free(y), free(y1);
+    clffn_moe_destroy(moe);
+    for (size_t e = 0; typed && e < E; ++e) { typed_free(&ts[e]); }
+    free(ts);
+    data_free(&m);
+}
+
+Test(moe, experts_tiled, .timeout = 600) {
+    static const struct {
+        clffn_dtype type;
+        int qx;
+    } kinds[] = {{CLFFN_DTYPE_F32, 0},  {CLFFN_DTYPE_F16, 0},  {CLFFN_DTYPE_BF16, 0},
+                 {CLFFN_DTYPE_Q8_0, 0}, {CLFFN_DTYPE_Q4_0, 0}, {CLFFN_DTYPE_Q4_0, 1}};
+    for (size_t ki = 0; ki < sizeof kinds / sizeof kinds[0]; ++ki) {
+        clffn_context *ctx = test_context();
+        for (int c = 0; c < 4; ++c) { /* every class of product: clffn's kernels at any count */
+            ASSERT_OK(clffn_context_set_kernel_max_tokens(ctx, c, (size_t)1 << 30));
+        }
+        ASSERT_OK(clffn_context_set_quantized_inputs(ctx, kinds[ki].qx));
+        for (size_t ci = 0; ci < sizeof tiled_cases / sizeof tiled_cases[0]; ++ci) {
+            tiled_check(ctx, kinds[ki].type, kinds[ki].qx, &tiled_cases[ci], ci);
+        }
+        clffn_context_destroy(ctx);
+    }
 }
 
 /* The reference's auxiliary gradient against central differences of Σ y·dy + α·aux in the

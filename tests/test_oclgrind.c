@@ -602,7 +602,8 @@ ParameterizedTest(moe_ocl_case *mc, oclgrind, moe_forward_backward, .timeout = 6
 
 /* Grouped experts (clffn_moe_experts_grouped): a layer's experts in one launch a stage, their
  * weights in the layer's pools, every expert kernel with its expert's offsets and the launch's
- * list of experts with rows (1 token, top-2 of 4: two steps; 3 tokens: all four). The layer's
+ * list of experts with rows (1 token, top-2 of 4: two steps; 3 tokens: all four), and past a
+ * pass (20 tokens) the experts' rows in tiles of 16, a step a tile (clffn_moe_tiles). The layer's
  * outputs must be the bits of the same layer with grouping off, and, but with quantized inputs,
  * the double reference's. ctest runs these without --uninitialized (oclgrind_grouped): Oclgrind
  * 21.10 takes memory written through a sub-buffer for uninitialized (docs/RELIABILITY.md); races,
@@ -618,8 +619,9 @@ typedef struct grouped_case {
 static void run_grouped(const grouped_case *g) {
     enum { E = 4, K = 2, D = 64, F = 96 };
     clffn_context *ctx = test_context();
-    ASSERT_OK(clffn_context_set_kernel_max_tokens(ctx, 0, CLFFN_MAX_KERNEL_TOKENS));
-    ASSERT_OK(clffn_context_set_kernel_max_tokens(ctx, 1, CLFFN_MAX_KERNEL_TOKENS));
+    for (int k = 0; k < 4; ++k) { /* clffn's kernels at every count: tiles past a pass */
+        ASSERT_OK(clffn_context_set_kernel_max_tokens(ctx, k, (size_t)1 << 30));
+    }
     ASSERT_OK(clffn_context_set_quantized_inputs(ctx, g->qx));
     static const size_t cpu[5] = {1, 8, 64, 1, 4};
     if (g->cpu) { ASSERT_OK(clffn_context_set_wgemv(ctx, cpu)); }
@@ -649,13 +651,16 @@ static void run_grouped(const grouped_case *g) {
                           : clffn_ffn_upload_weights(f, g->layout, &w[e].host));
         }
     }
-    for (size_t T = 1; T <= 3; T += 2) {
-        float x[3 * D], y[2][3 * D];
-        double r[3 * D];
+    static const size_t tokens[3] = {1, 3, 20};
+    for (size_t ti = 0; ti < 3; ++ti) {
+        const size_t T = tokens[ti];
+        float x[20 * D], y[2][20 * D];
+        double r[20 * D];
         fill_uniform(x, T * D, -1.0f, 1.0f, 7 + T);
         for (int i = 0; i < 2; ++i) {
             ASSERT_OK(clffn_moe_forward_host(moe[i], T, x, T * D, y[i], T * D, NULL, NULL));
             cr_assert_eq(clffn_moe_experts_grouped(moe[i]), i == 0, "layer %d", i);
+            cr_assert_eq(clffn_moe_counts_kept(moe[i]), i == 0 || T <= 16, "layer %d", i);
         }
         char what[96];
         snprintf(what, sizeof what, "grouped %s %s qx=%d cpu=%d T=%zu", clffn_dtype_name(g->dtype),

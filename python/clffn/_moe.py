@@ -47,7 +47,8 @@ class MoE:
     layer(x) takes [..., d_model] and returns float32 of the same shape; last_experts and
     last_weights then hold each token's choice [..., top_k] and its weights. quantized_inputs
     as FFN takes it: q8_0 and q4_0 experts round their rows to q8_0 first (bf16 ones to bf16),
-    as llama.cpp does. counts says where a few-token forward keeps the experts' row counts
+    as llama.cpp does. counts says where a forward whose experts run clffn's own kernels (a
+    few tokens, or any where the context's crossovers reach them) keeps the experts' row counts
     (clffn_moe_set_counts): "device" runs the experts grouped, a launch a stage for all of them
     (the fastest), "host" reads the counts back and launches only the chosen ones, one at a
     time, "auto" reads them back where some expert must go unchosen; the outputs are the same

@@ -105,7 +105,7 @@ static const tool_option OPTIONS[] = {
     {"router-out", OPT_ROUTER_OUT, TOOL_VALUE, "R.npy",
      "each token's chosen experts and weights, [..., k, 2]"},
     {"moe-counts", OPT_MOE_COUNTS, TOOL_VALUE, "WHERE",
-     "where a mixture-of-experts layer keeps its expert counts at few\ntokens: device "
+     "where a mixture-of-experts layer keeps its expert counts:\ndevice "
      "(default), host (only the chosen experts run) or\nauto (host where some expert must go "
      "unchosen)"},
     {"moe-grouping", OPT_MOE_GROUPING, TOOL_VALUE, "on|off",
