@@ -1156,7 +1156,8 @@ CLFFN_API clffn_status clffn_moe_upload_router(clffn_moe *moe, const float *weig
 
 /** Device-level forward: enqueues y[T, D] = MoE(x[T, D]) on queue (in-order, on the layer's
  *  context and device). Where the experts' products at T tokens all run clffn's own kernels
- *  (above) it does not block, unless clffn_moe_set_counts() asks for the counts on the host;
+ *  (above: in one pass, or past it with the experts grouped) it does not block, unless
+ *  clffn_moe_set_counts() asks for the counts on the host;
  *  otherwise it blocks once, for the E expert row counts the routing found, which size
  *  CLBlast's products. An expert's hidden state
  *  (clffn_ffn_read_hidden()) is meaningful only after a forward that blocked. x and y are

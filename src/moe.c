@@ -33,25 +33,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-clffn_moe_config clffn_moe_config_default(size_t d_model, size_t d_ff, size_t experts,
-                                          size_t top_k) {
-    clffn_moe_config c;
-    c.expert = clffn_config_default(d_model, d_ff);
-    c.expert.activation = CLFFN_ACT_SILU;
-    c.expert.gated = 1;
-    c.expert.bias1 = c.expert.bias2 = c.expert.bias_gate = 0;
-    c.expert.dropout = 0.0f;
-    c.experts = experts;
-    c.top_k = top_k;
-    c.routing = CLFFN_ROUTING_TOPK_NORMALIZED;
-    c.router_bias = 0;
-    c.shared_expert = 0;
-    c.aux_loss_coef = 0.0f;
-    c.shared_d_ff = 0;
-    c.shared_gate = 0;
-    return c;
-}
-
 static void release_kernel(cl_kernel *k) {
     if (*k) { clReleaseKernel(*k); }
     *k = NULL;
@@ -209,6 +190,14 @@ clffn_status clffn_moe_upload_router(clffn_moe *moe, const float *weight, const 
     return CLFFN_SUCCESS;
 }
 
+/* The rows of xg and yg a forward of T tokens needs (clffn_moe_rows). */
+static size_t gathered_rows(const clffn_moe *moe, size_t T, clffn_moe_rows rows) {
+    const size_t E = moe->cfg.experts, n = T * moe->cfg.top_k;
+    return rows == CLFFN_MOE_ROWS_BY_EXPERT ? E * T
+           : rows == CLFFN_MOE_ROWS_TILED   ? CLFFN_MOE_TILE * CLFFN_MOE_TILE_STEPS(n, E)
+                                            : n;
+}
+
 /* Grows the workspace to T tokens and xg, yg to `rows` rows, all of it or none. */
 static clffn_status grow(clffn_moe *moe, size_t T, size_t rows, cl_command_queue queue) {
     if (T <= moe->tokens && rows <= moe->g_rows) { return CLFFN_SUCCESS; }
@@ -220,7 +209,7 @@ static clffn_status grow(clffn_moe *moe, size_t T, size_t rows, cl_command_queue
                              T * k * f,
                              T * k * f,
                              T * k * f,
-                             (2 * E + 1 + 2 * clffn__moe_tile_steps(moe, T)) * f,
+                             (2 * E + 1 + 2 * CLFFN_MOE_TILE_STEPS(T * k, E)) * f,
                              rows * D * f,
                              rows * D * f,
                              shared ? T * D * f : f,
@@ -390,6 +379,36 @@ static cl_int enqueue_routing(clffn_moe *moe, cl_uint T, cl_mem x, cl_ulong xo, 
     return err;
 }
 
+/* Where a forward of T tokens keeps the counts: on the device as clffn_moe_set_counts() asks
+ * (AUTO: unless some expert must go unchosen), where every expert's products run clffn's own
+ * kernels, in one pass (BY_EXPERT) or past it grouped in tiles (TILED), and xg, yg fit an
+ * allocation; else read back (PACKED). */
+static clffn_moe_rows rows_for(clffn_moe *moe, size_t T) {
+    const size_t E = moe->cfg.experts, D = moe->cfg.expert.d_model;
+    const clffn_moe_counts where = moe->counts_where;
+    const bool tiled = T > CLFFN_MAX_KERNEL_TOKENS;
+    size_t bytes;
+    if (where == CLFFN_MOE_COUNTS_HOST ||
+        (where == CLFFN_MOE_COUNTS_AUTO && E > T * moe->cfg.top_k) ||
+        !clffn__mul_ok(
+            gathered_rows(moe, T, tiled ? CLFFN_MOE_ROWS_TILED : CLFFN_MOE_ROWS_BY_EXPERT),
+            D * sizeof(float), &bytes) ||
+        (cl_ulong)bytes > moe->ctx->max_alloc) {
+        return CLFFN_MOE_ROWS_PACKED;
+    }
+    for (size_t e = 0; e < E; ++e) {
+        if (tiled ? !clffn__forward_can_tile(moe->ffn[e], T)
+                  : !clffn__forward_can_count(moe->ffn[e], T)) {
+            return CLFFN_MOE_ROWS_PACKED;
+        }
+    }
+    /* another context's expert needs its count on the host; tiles run grouped only */
+    if (clffn__moe_split(moe) || (tiled && !clffn__group_ready(&moe->group, moe->ffn, E))) {
+        return CLFFN_MOE_ROWS_PACKED;
+    }
+    return tiled ? CLFFN_MOE_ROWS_TILED : CLFFN_MOE_ROWS_BY_EXPERT;
+}
+
 /* The shared expert on every token, and each routed one on its rows. */
 static clffn_status run_experts(clffn_moe *moe, size_t T, cl_mem x, size_t xo, clffn_moe_rows rows,
                                 cl_command_queue q) {
@@ -453,7 +472,7 @@ static clffn_status enqueue_combine(clffn_moe *moe, cl_uint T, cl_mem y, cl_ulon
 
 clffn_status clffn__moe_route_and_run(clffn_moe *moe, size_t T, cl_mem x, size_t xo,
                                       clffn_moe_rows rows, cl_command_queue q) {
-    clffn_status st = grow(moe, T, clffn__moe_gathered_rows(moe, T, rows), q);
+    clffn_status st = grow(moe, T, gathered_rows(moe, T, rows), q);
     if (st != CLFFN_SUCCESS) { return st; }
     /* what the workspace held is going */
     moe->last_tokens = 0, moe->last_host = false, moe->last_counted = false;
@@ -467,7 +486,7 @@ clffn_status clffn_moe_forward(clffn_moe *moe, size_t tokens, cl_mem x, size_t x
     if (!moe) { return CLFFN_ERROR_NULL_ARGUMENT; }
     clffn_status st = check_forward(moe, tokens, x, x_offset, y, y_offset, queue);
     if (st != CLFFN_SUCCESS || tokens == 0) { return st; }
-    const clffn_moe_rows rows = clffn__moe_rows_for(moe, tokens);
+    const clffn_moe_rows rows = rows_for(moe, tokens);
     st = clffn__moe_route_and_run(moe, tokens, x, x_offset, rows, queue);
     if (st == CLFFN_SUCCESS) { st = enqueue_combine(moe, (cl_uint)tokens, y, y_offset, queue); }
     if (st == CLFFN_SUCCESS) {

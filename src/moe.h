@@ -93,13 +93,6 @@ typedef enum clffn_moe_rows {
     CLFFN_MOE_ROWS_TILED
 } clffn_moe_rows;
 
-/* moe_split.c: where a forward of T tokens keeps the counts, and so its rows' layout, from the
- * layer's setting, its experts' crossovers and grouping; the rows of xg and yg that a layout
- * needs; and the tiles a forward can have (cl/moe.cl, clffn_moe_tiles). */
-clffn_moe_rows clffn__moe_rows_for(clffn_moe *moe, size_t T);
-size_t clffn__moe_gathered_rows(const clffn_moe *moe, size_t T, clffn_moe_rows rows);
-size_t clffn__moe_tile_steps(const clffn_moe *moe, size_t T);
-
 /* Routing and the experts of a forward of T tokens, their rows laid out as `rows` says,
  * without the combine into y: the forward's start, and what the backward runs again (PACKED)
  * after a forward that kept the counts on the device, to have them on the host. */

@@ -2,13 +2,11 @@
  * experts live on the contexts of an in-process group (moe.c runs them, moe_remote.c moves their
  * rows); clffn_moe_create_partial: one that holds some experts and hands the others' rows to an
  * exchange of the program's (another process holds them); clffn_moe_set_counts: whether the
- * expert counts of a forward through clffn's kernels stay on the device, and so how its rows are
- * laid out (clffn__moe_rows_for); clffn_moe_set_grouping: whether the
+ * expert counts of a forward through clffn's kernels stay on the device; clffn_moe_set_grouping:
+ * whether the
  * experts' weights go to the layer's pools, to run grouped. Above the layer's own files: each
  * makes or takes a layer, then says where its experts and counts are. */
 #include "moe.h"
-
-#include "clffn_defs.h"
 
 clffn_status clffn_moe_set_counts(clffn_moe *moe, clffn_moe_counts where) {
     if (!moe) { return CLFFN_ERROR_NULL_ARGUMENT; }
@@ -33,48 +31,6 @@ clffn_status clffn_moe_set_grouping(clffn_moe *moe, int on) {
 int clffn_moe_experts_grouped(const clffn_moe *moe) { return moe && moe->last_grouped ? 1 : 0; }
 
 int clffn_moe_counts_kept(const clffn_moe *moe) { return moe && moe->last_counted ? 1 : 0; }
-
-/* The tiles a forward of T tokens can have (cl/moe.cl, clffn_moe_tiles). */
-size_t clffn__moe_tile_steps(const clffn_moe *moe, size_t T) {
-    return CLFFN_MOE_TILE_STEPS(T * moe->cfg.top_k, moe->cfg.experts);
-}
-
-/* The rows of xg and yg a forward of T tokens needs (clffn_moe_rows). */
-size_t clffn__moe_gathered_rows(const clffn_moe *moe, size_t T, clffn_moe_rows rows) {
-    return rows == CLFFN_MOE_ROWS_BY_EXPERT ? moe->cfg.experts * T
-           : rows == CLFFN_MOE_ROWS_TILED   ? CLFFN_MOE_TILE * clffn__moe_tile_steps(moe, T)
-                                            : moe->cfg.top_k * T;
-}
-
-/* Where a forward of T tokens keeps the counts: on the device as clffn_moe_set_counts() asks
- * (AUTO: unless some expert must go unchosen), where every expert's products run clffn's own
- * kernels, in one pass (BY_EXPERT) or past it grouped in tiles (TILED), and xg, yg fit an
- * allocation; else read back (PACKED). */
-clffn_moe_rows clffn__moe_rows_for(clffn_moe *moe, size_t T) {
-    const size_t E = moe->cfg.experts, D = moe->cfg.expert.d_model;
-    const clffn_moe_counts where = moe->counts_where;
-    const bool tiled = T > CLFFN_MAX_KERNEL_TOKENS;
-    size_t bytes;
-    if (where == CLFFN_MOE_COUNTS_HOST ||
-        (where == CLFFN_MOE_COUNTS_AUTO && E > T * moe->cfg.top_k) ||
-        !clffn__mul_ok(clffn__moe_gathered_rows(
-                           moe, T, tiled ? CLFFN_MOE_ROWS_TILED : CLFFN_MOE_ROWS_BY_EXPERT),
-                       D * sizeof(float), &bytes) ||
-        (cl_ulong)bytes > moe->ctx->max_alloc) {
-        return CLFFN_MOE_ROWS_PACKED;
-    }
-    for (size_t e = 0; e < E; ++e) {
-        if (tiled ? !clffn__forward_can_tile(moe->ffn[e], T)
-                  : !clffn__forward_can_count(moe->ffn[e], T)) {
-            return CLFFN_MOE_ROWS_PACKED;
-        }
-    }
-    /* another context's expert needs its count on the host; tiles run grouped only */
-    if (clffn__moe_split(moe) || (tiled && !clffn__group_ready(&moe->group, moe->ffn, E))) {
-        return CLFFN_MOE_ROWS_PACKED;
-    }
-    return tiled ? CLFFN_MOE_ROWS_TILED : CLFFN_MOE_ROWS_BY_EXPERT;
-}
 
 int clffn_moe_expert_owner(size_t e, size_t experts, int count) {
     if (count < 1 || experts == 0 || e >= experts) { return -1; }

@@ -1,12 +1,32 @@
 /* A mixture-of-experts layer in plain C with double accumulation: the independent reference
  * for the MoE tests. Routing from the definition in clffn.h, each expert through
  * clffn_reference_forward(); nothing shared with the device path. Shapes: x, y [T, D],
- * router [E, D], chosen and weights [T, k]. */
+ * router [E, D], chosen and weights [T, k]. Also the config's defaults and check, which the layer
+ * shares with it. */
 #include "reference_moe.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+clffn_moe_config clffn_moe_config_default(size_t d_model, size_t d_ff, size_t experts,
+                                          size_t top_k) {
+    clffn_moe_config c;
+    c.expert = clffn_config_default(d_model, d_ff);
+    c.expert.activation = CLFFN_ACT_SILU;
+    c.expert.gated = 1;
+    c.expert.bias1 = c.expert.bias2 = c.expert.bias_gate = 0;
+    c.expert.dropout = 0.0f;
+    c.experts = experts;
+    c.top_k = top_k;
+    c.routing = CLFFN_ROUTING_TOPK_NORMALIZED;
+    c.router_bias = 0;
+    c.shared_expert = 0;
+    c.aux_loss_coef = 0.0f;
+    c.shared_d_ff = 0;
+    c.shared_gate = 0;
+    return c;
+}
 
 clffn_status clffn__moe_config_check(const clffn_moe_config *c) {
     if (!c) { return CLFFN_ERROR_NULL_ARGUMENT; }
