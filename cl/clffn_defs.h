@@ -107,11 +107,12 @@
  * filled), and each tile is a step of the grouped launches (cl/moe.cl, clffn_moe_tiles; src/moe.c).
  * CLFFN_MOE_TILE is CLFFN_MAX_KERNEL_TOKENS, the kernels' pass; clffn_moe_place's stride
  * CLFFN_MOE_TILED asks for that layout. For n choices of E experts there are at most
- * CLFFN_MOE_TILE_STEPS(n, E) tiles: ⌈n_e / 16⌉ ≤ n_e / 16 + 1 for each expert with rows. */
+ * CLFFN_MOE_TILE_STEPS(n, E) tiles: ⌈n_e / 16⌉ ≤ (n_e + 15) / 16 for each of the m ≤ min(E, n)
+ * experts with rows, so their sum is at most ⌊(n + 15·min(E, n)) / 16⌋. */
 #define CLFFN_MOE_TILE 16u
 #define CLFFN_MOE_TILED 0xffffffffu
 #define CLFFN_MOE_TILE_STEPS(n, E) \
-  (((n) + CLFFN_MOE_TILE - 1) / CLFFN_MOE_TILE + ((E) < (n) ? (E) : (n)))
+  (((n) + (CLFFN_MOE_TILE - 1) * ((E) < (n) ? (E) : (n))) / CLFFN_MOE_TILE)
 
 /* The erf accuracy probe's forms (clffn_erf_probe): float4 instead of float, and a reciprocal
  * 2 ulp off instead of the device's. */
