@@ -9,10 +9,11 @@
  * leave float4 and scalar tails in every element-wise kernel, d_ff 133 splits the second GEMM
  * into K-blocks of 64. Dropout runs on both of its paths: float4 (d_ff 28, 20) and per element
  * (d_ff 29), whose mask Oclgrind 21.10 computed wrongly before the lane selection was changed
- * (docs/RELIABILITY.md). Each case destroys
- * its context and calls clffn_release_all(): without it
- * CLBlast's cache releases its programs after Oclgrind has torn itself down, and the process
- * dies at exit. */
+ * (docs/RELIABILITY.md). Each case destroys its context, and each test calls
+ * clffn_release_all() as it ends (the suites' fini): without it CLBlast's cache releases its
+ * programs after Oclgrind has torn itself down, and the process dies at exit. Not after every
+ * case: CLBlast keeps each kernel's binary for the process, so a test's later contexts take its
+ * GEMMs from there instead of compiling them again, which was half of the simulator's time. */
 #include "common.h"
 
 #include "moe.h" /* the router logits' form */
@@ -52,10 +53,12 @@ static clffn_config config_of(const sim_case *s) {
     return c;
 }
 
-static void release(clffn_context *ctx) {
-    clffn_context_destroy(ctx);
-    ASSERT_OK(clffn_release_all());
-}
+static void release(clffn_context *ctx) { clffn_context_destroy(ctx); }
+
+static void release_all(void) { ASSERT_OK(clffn_release_all()); }
+
+TestSuite(oclgrind, .fini = release_all);
+TestSuite(oclgrind_grouped, .fini = release_all);
 
 /* The host-level forward, then the host-level backward accumulating onto gradients that hold
  * 0.25 (stacked W1|V for a gated FFN: the mapped upload), both against the reference. */
