@@ -176,7 +176,7 @@ static const char *dtype_name(int t) { return clffn_dtype_name((clffn_dtype)t); 
  * division where the device offers it (erf's one quotient is corrected by hand elsewhere, see
  * activation.cl); the key's choices, and for the weight kernels the device's half decoding
  * (cl/weights.cl, CLFFN_SOFT_HALF), the row kernels' form (CLFFN_ROW_DIRECT) and, on a CPU,
- * whether it has AVX-512 VNNI and BF16 (CLFFN_QX_VNNI, CLFFN_CPU_BF16);
+ * whether it has AVX-512 VNNI and BF16 (CLFFN_QX_VNNI, CLFFN_CPU_BF16) and -w;
  * every activation's id as -DCLFFN_ACT_<NAME>=<value> and
  * every weight type's as -DCLFFN_WTYPE_<NAME>=<value>. */
 static void build_options(const clffn_programs *pc, const clffn_program_key *key, char *buf,
@@ -206,6 +206,14 @@ static void build_options(const clffn_programs *pc, const clffn_program_key *key
                       key->weights - 1, key->tokens, p->row_split, p->row_rows, p->col_width,
                       p->col_split, p->col_groups, soft_half, soft_half && cpu_has(0),
                       soft_half && cpu_has(1), pc->row_direct);
+        /* -w on a CPU: where the target has no AVX-512, clang warns at every float16 and ulong8
+         * passed between the kernels' functions that its x86 ABI changes (-Wpsabi, which POCL
+         * refuses by name), and POCL prints "N warnings generated." to the application's
+         * standard error at each first build; the calls are compiled together, so no ABI
+         * boundary is crossed. GPU builds keep their warnings. */
+        if (soft_half && n > 0 && (size_t)n < size) {
+            n += snprintf(buf + n, size - (size_t)n, " -w");
+        }
     }
     n = enum_defines(buf, size, n, "CLFFN_ACT", (int)CLFFN_ACT_COUNT_, act_name);
     enum_defines(buf, size, n, "CLFFN_WTYPE", (int)CLFFN_DTYPE_COUNT_, dtype_name);
