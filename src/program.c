@@ -202,18 +202,17 @@ static void build_options(const clffn_programs *pc, const clffn_program_key *key
                       " -DCLFFN_WTYPE=%d -DCLFFN_WTOKENS=%d -DCLFFN_ROW_SPLIT=%d"
                       " -DCLFFN_ROW_ROWS=%d -DCLFFN_COL_WIDTH=%d -DCLFFN_COL_SPLIT=%d"
                       " -DCLFFN_COL_GROUPS=%d -DCLFFN_SOFT_HALF=%d -DCLFFN_QX_VNNI=%d"
-                      " -DCLFFN_CPU_BF16=%d -DCLFFN_ROW_DIRECT=%d",
+                      " -DCLFFN_CPU_BF16=%d -DCLFFN_ROW_DIRECT=%d%s",
                       key->weights - 1, key->tokens, p->row_split, p->row_rows, p->col_width,
                       p->col_split, p->col_groups, soft_half, soft_half && cpu_has(0),
-                      soft_half && cpu_has(1), pc->row_direct);
-        /* -w on a CPU: where the target has no AVX-512, clang warns at every float16 and ulong8
-         * passed between the kernels' functions that its x86 ABI changes (-Wpsabi, which POCL
-         * refuses by name), and POCL prints "N warnings generated." to the application's
-         * standard error at each first build; the calls are compiled together, so no ABI
-         * boundary is crossed. GPU builds keep their warnings. */
-        if (soft_half && n > 0 && (size_t)n < size) {
-            n += snprintf(buf + n, size - (size_t)n, " -w");
-        }
+                      soft_half && cpu_has(1), pc->row_direct,
+                      /* where a CPU target has no AVX-512, clang warns at every float16 and
+                       * ulong8 passed between the kernels' functions that its x86 ABI changes
+                       * (-Wpsabi, which POCL refuses by name), and POCL prints "N warnings
+                       * generated." to the application's standard error at each first build;
+                       * the calls are compiled together, so no ABI boundary is crossed. GPU
+                       * builds keep their warnings. */
+                      soft_half ? " -w" : "");
     }
     n = enum_defines(buf, size, n, "CLFFN_ACT", (int)CLFFN_ACT_COUNT_, act_name);
     enum_defines(buf, size, n, "CLFFN_WTYPE", (int)CLFFN_DTYPE_COUNT_, dtype_name);

@@ -53,8 +53,6 @@ static clffn_config config_of(const sim_case *s) {
     return c;
 }
 
-static void release(clffn_context *ctx) { clffn_context_destroy(ctx); }
-
 static void release_all(void) { ASSERT_OK(clffn_release_all()); }
 
 TestSuite(oclgrind, .fini = release_all);
@@ -122,7 +120,7 @@ static void run_host(const sim_case *s) {
     clffn_ffn_destroy(ffn);
     test_weights_free(&w);
     free(x), free(dy), free(y), free(dx), free(g), free(ry), free(rdx), free(rg);
-    release(ctx);
+    clffn_context_destroy(ctx);
 }
 
 /* Every activation, each in four cases that between them take every path: plain and gated
@@ -216,7 +214,7 @@ Test(oclgrind, device_offsets_separate_gate, .timeout = 600) {
     for (int i = 0; i < 6; ++i) { guarded_free(&gw[i]), guarded_free(&gg[i]); }
     guarded_free(&gx), guarded_free(&gy), guarded_free(&gdy), guarded_free(&gdx);
     test_weights_free(&w);
-    release(ctx);
+    clffn_context_destroy(ctx);
 }
 
 /* Weights in a stored type through clffn's own kernels (kernel_tokens ≥ T, with the few-token
@@ -281,7 +279,7 @@ static void run_typed_tiles(const sim_case *s, clffn_dtype t,
     test_weights_free(&w);
     free(x), free(dy), free(y), free(dx), free(gb), free(gw), free(ry), free(rdx), free(rw),
         free(rb);
-    release(ctx);
+    clffn_context_destroy(ctx);
 }
 
 /* The same with the dequantizer's form the device takes. */
@@ -320,7 +318,7 @@ static void run_quantized_inputs(clffn_dtype t, size_t T, size_t D, size_t F, co
     typed_free(&ts);
     test_weights_free(&w);
     free(x);
-    release(ctx);
+    clffn_context_destroy(ctx);
 }
 
 ParameterizedTestParameters(oclgrind, typed_passes) {
@@ -444,7 +442,7 @@ static void fused_gate_apart(const size_t wgemv[CLFFN_WGEMV_PARAMS]) {
     }
     clffn_ffn_destroy(ffn);
     test_weights_free(&w);
-    release(ctx);
+    clffn_context_destroy(ctx);
 }
 
 Test(oclgrind, fused_gate_apart, .timeout = 600) {
@@ -469,7 +467,7 @@ Test(oclgrind, every_weight_program_builds_as_cl12, .timeout = 600) {
             }
         }
     }
-    release(ctx);
+    clffn_context_destroy(ctx);
 }
 
 /* Every epilogue program (activation × gated × dropout) builds with -cl-std=CL1.2 on a device
@@ -484,7 +482,7 @@ Test(oclgrind, every_program_builds_as_cl12, .timeout = 600) {
             cr_assert(p != NULL);
         }
     }
-    release(ctx);
+    clffn_context_destroy(ctx);
 }
 
 /* The kernels use core OpenCL 1.2 only: no extension enabled, no double anywhere (no device is
@@ -600,7 +598,7 @@ ParameterizedTest(moe_ocl_case *mc, oclgrind, moe_forward_backward, .timeout = 6
     assert_close(rbg, rrbg, R, TOL_RTOL, "moe router bias gradient on Oclgrind");
     for (size_t e = 0; e <= E; ++e) { test_weights_free(&w[e]); }
     clffn_moe_destroy(moe);
-    release(ctx);
+    clffn_context_destroy(ctx);
 }
 
 /* Grouped experts (clffn_moe_experts_grouped): a layer's experts in one launch a stage, their
@@ -680,7 +678,7 @@ static void run_grouped(const grouped_case *g) {
         test_weights_free(&w[e]);
     }
     clffn_moe_destroy(moe[0]), clffn_moe_destroy(moe[1]);
-    release(ctx);
+    clffn_context_destroy(ctx);
 }
 
 ParameterizedTestParameters(oclgrind_grouped, moe) {
