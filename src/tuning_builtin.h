@@ -1,12 +1,13 @@
 /* Built-in tuning profiles (included by tuning.c): what clffn-tune found, applied on devices
- * that have no profile file of their own: POCL on AVX-512 CPUs and NVIDIA's H100 and H200.
+ * that have no profile file of their own: POCL on AVX-512 and AVX2 CPUs and NVIDIA's H100 and
+ * H200.
  *
  * POCL on AVX-512 x86-64: `CLFFN_NO_TUNING=1 clffn-tune --budget 600` on 2026-11-21 on the CI
  * machine (2 cores of a Xeon, "pthread-skylake-avx512"), FFN 640 tokens, 512 -> 2048: the two
  * GEMMs at 23.6 GFLOP/s against 7.4 with CLBlast's defaults in the same run (docs/PERFORMANCE.md
  * has the forward pass). It is applied to every AVX-512 family LLVM names, since they share the
- * vector width that decides these parameters (VWM 16). AVX2 machines get no built-in profile: none
- * was at hand to measure one on, and an unmeasured profile could make them slower.
+ * vector width that decides these parameters (VWM 16). AVX2 machines have a profile of their
+ * own (below).
  * GEMM_K_BLOCK 256: clffn-bench --k-block 0 against 256 on the same machine, 2026-11-22: the
  * forward 1.2-1.9x and the backward 1.2-1.8x faster on the three compute-bound shapes of
  * docs/PERFORMANCE.md; 192, 384 and 512 were no better in one process (clffn-bench-gemms).
@@ -143,6 +144,42 @@
     CLFFN_POCL_AVX512_HEAD CLFFN_POCL_AVX512_EVERY_COUNT CLFFN_POCL_AVX512_TAIL \
         ",\"WGEMV_ROW_GROUP_COLS\":512}}"
 
+/* POCL on AVX2 x86-64 (256-bit vectors, no AVX-512: Haswell to Alder Lake, Zen 1-3):
+ * `CLFFN_NO_TUNING=1 clffn-tune --budget 600` on 2026-12-02 on the CI machine (2 cores of an
+ * AMD EPYC, Zen 3, which POCL names "pthread-haswell-AMD EPYC"; clffn-bench's copy 13-19 GB/s),
+ * FFN 640 tokens, 512 -> 2048: the GEMMs 9.0 -> 39.9 GFLOP/s. Its crossovers as it measured
+ * them: the kernels for f32 at every count with the weights kept [out, in] (ahead of CLBlast
+ * from 1 token to 1024 on 512 -> 2048), for compressed weights to 192 tokens (48 with quantized
+ * inputs) there and at every count in products of 4096 -> 11008's size. Against no profile, the
+ * same host, two alternated rounds, ms forward (backward): the seed shape 522-566 (713-949) ->
+ * 44-54 (110-126); 4096 -> 11008 SwiGLU at one token f32 156-166 (488-533) -> 40-45 (165-173),
+ * f16, bf16, q8_0 and q4_0 level (the same kernels either way); at 16 tokens f32 857-870
+ * (2103-2188) -> 98-123 (273-346), q8_0 976-1195 (929-1093) -> 49-57 (120-135); 1024 -> 2816
+ * at 64 tokens f16 239-263 -> 20; 768 -> 3072 GELU at 2048 tokens f32 1768-2013 (3813-3857) ->
+ * 422-531 (946-983) (docs/PERFORMANCE.md, "POCL on AVX2"). Measured on AMD's cores only; applied
+ * to every AVX2 family LLVM names, as the AVX-512 profile is to its family, because the vector
+ * width decides the GEMMs' tiles and no profile left them 4.4x slower. */
+#define CLFFN_POCL_AVX2_PROFILE                                                                   \
+    "{\"clblast\":{"                                                                              \
+    "\"Xgemm\":{\"GEMMK\":0,\"KREG\":1,\"KWG\":16,\"KWI\":8,\"MDIMA\":8,\"MDIMC\":8,\"MWG\":128," \
+    "\"NDIMB\":8,\"NDIMC\":8,\"NWG\":64,\"SA\":0,\"SB\":0,\"STRM\":0,\"STRN\":0,\"VWM\":16,"      \
+    "\"VWN\":8},"                                                                                 \
+    "\"XgemmDirect\":{\"KWID\":8,\"MDIMAD\":8,\"MDIMCD\":16,\"NDIMBD\":16,\"NDIMCD\":8,"          \
+    "\"PADA\":0,\"PADB\":0,\"VWMD\":4,\"VWND\":4,\"WGD\":64},"                                    \
+    "\"GemmRoutine\":{\"XGEMM_MIN_INDIRECT_SIZE\":204},"                                          \
+    "\"XgemvFast\":{\"WGS2\":16,\"WPT2\":16,\"VW2\":16},"                                         \
+    "\"XgemvFastRot\":{\"WGS3\":8,\"WPT3\":2,\"VW3\":2}},"                                        \
+    "\"clblast_few_rows\":{"                                                                      \
+    "\"Xgemm\":{\"GEMMK\":0,\"KREG\":1,\"KWG\":16,\"KWI\":8,\"MDIMA\":8,\"MDIMC\":8,\"MWG\":128," \
+    "\"NDIMB\":1,\"NDIMC\":1,\"NWG\":8,\"SA\":0,\"SB\":0,\"STRM\":0,\"STRN\":0,\"VWM\":16,"       \
+    "\"VWN\":8}},"                                                                                \
+    "\"clffn\":{\"GEMM_K_BLOCK\":256,\"GEMM_K_BLOCK_MIN_ROWS\":640,\"GEMV_MAX_TOKENS\":1,"        \
+    "\"XGEMM_FEW_ROWS\":33,\"WGEMV_ROW_SPLIT\":1,\"WGEMV_ROW_ROWS\":4,\"WGEMV_COL_WIDTH\":64,"    \
+    "\"WGEMV_COL_SPLIT\":1,\"WGEMV_COL_GROUPS\":4,\"KERNEL_MAX_TOKENS\":192,"                     \
+    "\"KERNEL_MAX_TOKENS_QX\":48,\"KERNEL_MAX_TOKENS_F32\":1073741824,\"WEIGHT_LAYOUT\":0,"       \
+    "\"WGEMV_ROW_GROUP_COLS\":4097,\"KERNEL_MAX_TOKENS_LARGE\":1073741824,"                       \
+    "\"KERNEL_LARGE_WEIGHTS\":45088768}}"
+
 /* NVIDIA H100 through NVIDIA's OpenCL driver (580.159.04, "NVIDIA CUDA" platform):
  * `clffn-tune --budget 210 --tokens 4096 --d-model 768 --d-ff 3072` on 2026-11-22 on an H100 80GB
  * HBM3 (CLBlast's database has no H100 and falls back to its generic NVIDIA parameters): the
@@ -238,4 +275,13 @@ static const builtin_profile builtin_profiles[] = {
     {"Portable Computing Language", "graniterapids", CLFFN_POCL_AVX512_INTEL_PROFILE},
     {"Portable Computing Language", "znver4", CLFFN_POCL_AVX512_PROFILE},
     {"Portable Computing Language", "znver5", CLFFN_POCL_AVX512_PROFILE},
+    /* after the AVX-512 names: "skylake" is in "skylake-avx512" too */
+    {"Portable Computing Language", "haswell", CLFFN_POCL_AVX2_PROFILE},
+    {"Portable Computing Language", "broadwell", CLFFN_POCL_AVX2_PROFILE},
+    {"Portable Computing Language", "skylake", CLFFN_POCL_AVX2_PROFILE},
+    {"Portable Computing Language", "alderlake", CLFFN_POCL_AVX2_PROFILE},
+    {"Portable Computing Language", "raptorlake", CLFFN_POCL_AVX2_PROFILE},
+    {"Portable Computing Language", "znver1", CLFFN_POCL_AVX2_PROFILE},
+    {"Portable Computing Language", "znver2", CLFFN_POCL_AVX2_PROFILE},
+    {"Portable Computing Language", "znver3", CLFFN_POCL_AVX2_PROFILE},
 };

@@ -203,33 +203,53 @@ Test(settings, builtin_profile_of_the_device) {
 /* Which built-in profile a device's names pick: POCL names an AMD EPYC with AVX-512 after the
  * Skylake target it compiles for, so the vendor in the name, not the target, tells Intel's
  * cores (rows grouped from 512 floats) from AMD's (the context's default boundary). Both run
- * the kernels at every count, f32's over weights kept [out, in] too. */
+ * the kernels at every count, f32's over weights kept [out, in] too. AVX2 targets (a Zen 3 EPYC
+ * that POCL calls "haswell", client Skylake: not "skylake-avx512") share one profile of their
+ * own, which runs f32's kernels at every count too but compressed ones to 192 tokens (48 with
+ * quantized inputs) below the large products; a target without AVX2 gets none. */
 Test(settings, builtin_profile_by_name) {
+    enum { NONE = -1, AMD512, INTEL512, AVX2 };
     static const struct {
         const char *name;
-        int intel; /* -1: no built-in profile */
+        int kind;
     } cases[] = {
-        {"pthread-skylake-avx512-Intel(R) Xeon(R) Processor", 1},
-        {"pthread-cooperlake-Intel(R) Xeon(R) Gold 6348", 1},
-        {"pthread-skylake-avx512-AMD EPYC 9R14 96-Core Processor", 0},
-        {"pthread-znver4-AMD EPYC 9654", 0},
-        {"pthread-haswell-Intel(R) Core(TM) i7", -1},
+        {"pthread-skylake-avx512-Intel(R) Xeon(R) Processor", INTEL512},
+        {"pthread-cooperlake-Intel(R) Xeon(R) Gold 6348", INTEL512},
+        {"pthread-skylake-avx512-AMD EPYC 9R14 96-Core Processor", AMD512},
+        {"pthread-znver4-AMD EPYC 9654", AMD512},
+        {"pthread-haswell-AMD EPYC", AVX2},
+        {"pthread-haswell-Intel(R) Core(TM) i7", AVX2},
+        {"pthread-znver3-AMD Ryzen 7 5800X 8-Core Processor", AVX2},
+        {"pthread-skylake-Intel(R) Core(TM) i5-6500 CPU @ 3.20GHz", AVX2},
+        {"pthread-sandybridge-Intel(R) Xeon(R) CPU E5-2670 0 @ 2.60GHz", NONE},
     };
+    const char *avx2 = clffn__builtin_profile_for("Portable Computing Language", "haswell");
+    cr_assert_not_null(avx2);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
         const char *json = clffn__builtin_profile_for("Portable Computing Language", cases[i].name);
-        if (cases[i].intel < 0) {
+        if (cases[i].kind == NONE) {
             cr_assert_null(json, "%s", cases[i].name);
             continue;
         }
         cr_assert_not_null(json, "%s", cases[i].name);
+        cr_assert_eq(json == avx2, cases[i].kind == AVX2, "%s", cases[i].name);
+        const char *f32 = "\"WEIGHT_LAYOUT\":0,\"KERNEL_MAX_TOKENS_F32\":1073741824,";
+        const char *f32_avx2 = "\"KERNEL_MAX_TOKENS_F32\":1073741824,\"WEIGHT_LAYOUT\":0,";
+        if (cases[i].kind == AVX2) {
+            cr_assert(strstr(json, f32_avx2) != NULL, "%s: %s", cases[i].name, json);
+            cr_assert(strstr(json, "\"KERNEL_MAX_TOKENS\":192,") != NULL, "%s", json);
+            cr_assert(strstr(json, "\"KERNEL_MAX_TOKENS_QX\":48,") != NULL, "%s", json);
+            cr_assert(strstr(json, "\"KERNEL_MAX_TOKENS_LARGE\":1073741824,") != NULL, "%s", json);
+            cr_assert(strstr(json, "\"WGEMV_ROW_GROUP_COLS\":4097,") != NULL, "%s", json);
+            continue;
+        }
         const int grouped = strstr(json, "\"WGEMV_ROW_GROUP_COLS\":") != NULL;
-        cr_assert_eq(grouped, cases[i].intel, "%s", cases[i].name);
+        cr_assert_eq(grouped, cases[i].kind == INTEL512, "%s", cases[i].name);
         cr_assert(!grouped || strstr(json, "\"WGEMV_ROW_GROUP_COLS\":512") != NULL, "%s", json);
         const char *crossovers =
             "\"KERNEL_MAX_TOKENS\":1073741824,\"KERNEL_MAX_TOKENS_LARGE\":1073741824,";
         cr_assert(strstr(json, crossovers) != NULL, "%s: %s", cases[i].name, json);
         cr_assert(strstr(json, "\"KERNEL_MAX_TOKENS_QX\":1073741824,") != NULL, "%s", json);
-        const char *f32 = "\"WEIGHT_LAYOUT\":0,\"KERNEL_MAX_TOKENS_F32\":1073741824,";
         cr_assert(strstr(json, f32) != NULL, "%s: %s", cases[i].name, json);
     }
     cr_assert_null(clffn__builtin_profile_for("rusticl", "llvmpipe (LLVM 15.0.6, 256 bits)"));
