@@ -256,13 +256,13 @@ Test(settings, builtin_profile_by_name) {
     cr_assert_null(clffn__builtin_profile_for("rusticl", "llvmpipe (LLVM 15.0.6, 256 bits)"));
 }
 
-/* Every built-in profile (POCL's, the H100's, ...) is accepted whole by CLBlast and computes the
- * FFN right on the device at hand, so a typo or a parameter set that breaks a kernel shows on
- * POCL in CI, not first on the machine the profile is for. Each text is written as this device's
- * profile file; the forward runs at 1 token (the GEMVs), 37 (the direct kernel, or the tiled
- * one, by the profile's crossover; a few-rows Xgemm set's side) and 130 (above the few-rows
- * threshold, 128 on POCL), then with the crossover moved so the tiled kernel takes every
- * product. */
+/* A number of a profile's section, which every built-in profile holds. */
+static size_t param(const cJSON *obj, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    cr_assert(cJSON_IsNumber(v), "%s", key);
+    return (size_t)v->valuedouble;
+}
+
 /* The local memory a profile's CLBlast kernels take for their tiles, in bytes: Xgemm's tiles of A
  * and B where SA and SB put them there, XgemmDirect's two padded WGD-square tiles (CLBlast's
  * formulas, src/tuning/kernels/xgemm.hpp and xgemm_direct.hpp), the most of either section. */
@@ -275,23 +275,29 @@ static size_t profile_tiles_bytes(const char *json) {
         const cJSON *sec = cJSON_GetObjectItemCaseSensitive(o, sections[i]);
         const cJSON *g = cJSON_GetObjectItemCaseSensitive(sec, "Xgemm");
         const cJSON *d = cJSON_GetObjectItemCaseSensitive(sec, "XgemmDirect");
-#define P(obj, key) ((size_t)cJSON_GetObjectItemCaseSensitive(obj, key)->valuedouble)
         if (g) {
+            const size_t kwg = param(g, "KWG");
             const size_t n =
-                P(g, "SA") * P(g, "KWG") * P(g, "MWG") + P(g, "SB") * P(g, "KWG") * P(g, "NWG");
+                param(g, "SA") * kwg * param(g, "MWG") + param(g, "SB") * kwg * param(g, "NWG");
             most = n > most ? n : most;
         }
         if (d) {
-            const size_t wgd = P(d, "WGD");
-            const size_t n = wgd * (wgd + P(d, "PADA")) + wgd * (wgd + P(d, "PADB"));
+            const size_t wgd = param(d, "WGD");
+            const size_t n = wgd * (wgd + param(d, "PADA")) + wgd * (wgd + param(d, "PADB"));
             most = n > most ? n : most;
         }
-#undef P
     }
     cJSON_Delete(o);
     return most * sizeof(float);
 }
 
+/* Every built-in profile (POCL's, the H100's, ...) is accepted whole by CLBlast and computes the
+ * FFN right on the device at hand, so a typo or a parameter set that breaks a kernel shows on
+ * POCL in CI, not first on the machine the profile is for. Each text is written as this device's
+ * profile file; the forward runs at 1 token (the GEMVs), 37 (the direct kernel, or the tiled
+ * one, by the profile's crossover; a few-rows Xgemm set's side) and 130 (above the few-rows
+ * threshold, 128 on POCL), then with the crossover moved so the tiled kernel takes every
+ * product. */
 Test(settings, every_builtin_profile_computes_here, .timeout = 300) {
     char dir[] = "/tmp/clffn-builtin-XXXXXX", path[1400];
     cr_assert(mkdtemp(dir));
@@ -336,10 +342,11 @@ Test(settings, every_builtin_profile_computes_here, .timeout = 300) {
                                                    probe + 37 * c.d_model, 37 * c.d_model);
         free(probe);
         if (st == (clffn_status)CLBlastInvalidLocalMemUsage) {
-            cr_assert_geq(profile_tiles_bytes(json), local, "built-in profile %zu", i);
+            const size_t tiles = profile_tiles_bytes(json);
+            cr_assert_geq(tiles, local, "built-in profile %zu", i);
             cr_log_info("built-in profile %zu: its tiles take %zu bytes of local memory, the "
                         "device has %lu: not run here",
-                        i, profile_tiles_bytes(json), (unsigned long)local);
+                        i, tiles, (unsigned long)local);
             clffn_ffn_destroy(ffn);
             clffn_context_destroy(ctx);
             remove(path);
