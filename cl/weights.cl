@@ -1266,8 +1266,10 @@ void clffn_wgemv_rows4(CLFFN_ROWS_PARAMS, const float beta, __global const uint 
 // Where the CPU also has AVX-512 VNNI (CLFFN_QX_VNNI, which the host sets from its own CPU, a
 // CPU device's; POCL's compiler targets a CPU model that may lack it), vpdpbusd does both steps
 // and the add in one, with no 16-bit stage: q8_0 then takes x as q + 128 like q4_0, against the
-// signed weights, less 128·Σq_w. Elsewhere each block is summed in int arithmetic, value by
-// value.
+// signed weights, less 128·Σq_w. Where clang targets x86 with AVX2 alone (POCL on Zen 1-3 and
+// Intel's client cores), the same products go through the 256-bit forms of both instructions,
+// two a pair of blocks (CLFFN_QX_AVX2), the same sums lane by lane. Elsewhere each block is summed
+// in int arithmetic, value by value.
 #ifndef CLFFN_QX_AVX512
   #if defined(__clang__) && defined(__AVX512BW__) && CLFFN_NATIVE_HALF
     #define CLFFN_QX_AVX512 1
@@ -1275,6 +1277,15 @@ void clffn_wgemv_rows4(CLFFN_ROWS_PARAMS, const float beta, __global const uint 
     #define CLFFN_QX_AVX512 0
   #endif
 #endif
+#ifndef CLFFN_QX_AVX2
+  #if defined(__clang__) && defined(__AVX2__) && CLFFN_NATIVE_HALF && !CLFFN_QX_AVX512
+    #define CLFFN_QX_AVX2 1
+  #else
+    #define CLFFN_QX_AVX2 0
+  #endif
+#endif
+// either x86 form: pairs of blocks in 64-byte vectors, one register (AVX-512) or two (AVX2)
+#define CLFFN_QX_X86 (CLFFN_QX_AVX512 || CLFFN_QX_AVX2)
 #ifndef CLFFN_QX_VNNI
   #define CLFFN_QX_VNNI 0
 #endif
@@ -1379,26 +1390,53 @@ CLFFN_XQUANT_KERNEL {
   }
 }
 
-#if CLFFN_QX_AVX512
+#if CLFFN_QX_X86
 typedef char clffn_v64qi __attribute__((__vector_size__(64)));
 typedef short clffn_v32hi __attribute__((__vector_size__(64)));
 typedef int clffn_v16si __attribute__((__vector_size__(64)));
 typedef char clffn_s8x32 __attribute__((ext_vector_type(32)));
 typedef char clffn_s8x64 __attribute__((ext_vector_type(64)));
 typedef short clffn_s16x32 __attribute__((ext_vector_type(32)));
-  #define CLFFN_I32 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, \
-                    22, 23, 24, 25, 26, 27, 28, 29, 30, 31
-  #define CLFFN_I64 CLFFN_I32, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, \
-                    48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63
+  #define CLFFN_I16 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15
+  #define CLFFN_I16B 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31
+  #define CLFFN_I32 CLFFN_I16, CLFFN_I16B
+  #define CLFFN_I32B 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, \
+                     51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63
+  #define CLFFN_I64 CLFFN_I32, CLFFN_I32B
   // a pair's two scales, each over its block's eight lanes
   #define CLFFN_PAIR_LANES(v2) \
     __builtin_shufflevector(v2, v2, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1)
 
+  #if CLFFN_QX_AVX512
+    // vpmaddubsw: unsigned bytes u by signed bytes s, adjacent pairs summed into 16 bits
+    #define CLFFN_QX_MADDUBS(u, s) CLFFN_QX_MADDUBS((u), (s))
+    // vpmaddwd: 16-bit lanes by 16-bit lanes, adjacent pairs summed into 32 bits
+    #define CLFFN_QX_MADDWD(a, b) CLFFN_QX_MADDWD((a), (b))
+  #else
+    // the same from two 256-bit instructions, one a half: both sum adjacent lanes alone, so
+    // the halves' results side by side are the whole vector's
+    #define CLFFN_QX_HALVES(op, a, b, lo, hi, whole)                                           \
+      __builtin_shufflevector(                                                               \
+          op(__builtin_shufflevector(a, a, lo), __builtin_shufflevector(b, b, lo)),          \
+          op(__builtin_shufflevector(a, a, hi), __builtin_shufflevector(b, b, hi)), whole)
+    #define CLFFN_QX_MADDUBS(u, s) \
+      CLFFN_QX_HALVES(__builtin_ia32_pmaddubsw256, (u), (s), CLFFN_I32, CLFFN_I32B, CLFFN_I32)
+    #define CLFFN_QX_MADDWD(a, b) \
+      CLFFN_QX_HALVES(__builtin_ia32_pmaddwd256, (a), (b), CLFFN_I16, CLFFN_I16B, CLFFN_I16)
+  #endif
+
 // 64 bytes at p, through four 16-byte loads (no alignment assumed) that the compiler joins.
 inline CLFFN_ALWAYS_INLINE clffn_s8x64 clffn_load64(__global const char *p) {
+  #if CLFFN_QX_AVX2
+  // one unaligned load: with AVX2, clang rebuilt the joined loads' upper half from eight-byte
+  // pieces (eight instructions a pair; q4_0, 4096 -> 11008 SwiGLU, one token: 10.0 -> 5.7 ms)
+  typedef char clffn_s8x64u __attribute__((ext_vector_type(64), aligned(1)));
+  return *(__global const clffn_s8x64u *)p;
+  #else
   const clffn_s8x32 a = __builtin_shufflevector(vload16(0, p), vload16(1, p), CLFFN_I32);
   const clffn_s8x32 b = __builtin_shufflevector(vload16(2, p), vload16(3, p), CLFFN_I32);
   return __builtin_shufflevector(a, b, CLFFN_I64);
+  #endif
 }
 
 // A row's pair of blocks at ba (and ba + CLFFN_BLOCK_BYTES where two, else zeros), as the
@@ -1439,7 +1477,7 @@ inline CLFFN_ALWAYS_INLINE CLFFN_QX_TARGET clffn_qx_w clffn_qx_pair(__global con
                                 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63);
   r.u = (clffn_s8x64)0;
   const clffn_v64qi c128 = (clffn_v64qi)((clffn_s8x64)(char)-128); // the byte 128, unsigned
-  r.off = __builtin_ia32_pmaddwd512(__builtin_ia32_pmaddubsw512(c128, (clffn_v64qi)r.w), ones);
+  r.off = CLFFN_QX_MADDWD(CLFFN_QX_MADDUBS(c128, (clffn_v64qi)r.w), ones);
   #else
   __global const char *qa = (__global const char *)(ba + 2), *qb = (__global const char *)(bb + 2);
   const clffn_s8x32 a = __builtin_shufflevector(vload16(0, qa), vload16(1, qa), CLFFN_I32);
@@ -1486,19 +1524,19 @@ inline CLFFN_ALWAYS_INLINE CLFFN_QX_TARGET void clffn_qx_dot(const clffn_qx_w *p
           __builtin_ia32_vpdpbusd512(-pw->off, (clffn_v16si)xv, (clffn_v16si)pw->w);
   #elif CLFFN_WTYPE == CLFFN_WTYPE_Q4_0 && CLFFN_XQ_C
       const int2 c2 = vload2(p, (__global const int *)(xt + CLFFN_XQ_BYTES(2 * pairs)));
-      const clffn_v16si d = __builtin_ia32_pmaddwd512(
-                                __builtin_ia32_pmaddubsw512((clffn_v64qi)pw->u, (clffn_v64qi)xv),
+      const clffn_v16si d = CLFFN_QX_MADDWD(
+                                CLFFN_QX_MADDUBS((clffn_v64qi)pw->u, (clffn_v64qi)xv),
                                 ones) +
                             (clffn_v16si)CLFFN_PAIR_LANES(c2);
   #elif CLFFN_WTYPE == CLFFN_WTYPE_Q4_0
-      const clffn_v16si d = __builtin_ia32_pmaddwd512(
-                                __builtin_ia32_pmaddubsw512((clffn_v64qi)xv, (clffn_v64qi)pw->w),
+      const clffn_v16si d = CLFFN_QX_MADDWD(
+                                CLFFN_QX_MADDUBS((clffn_v64qi)xv, (clffn_v64qi)pw->w),
                                 ones) -
                             pw->off;
   #else
       const clffn_s8x64 sx = (xv ^ pw->w) - pw->w; // -x where the weight is negative
-      const clffn_v16si d = __builtin_ia32_pmaddwd512(
-          __builtin_ia32_pmaddubsw512((clffn_v64qi)pw->u, (clffn_v64qi)sx), ones);
+      const clffn_v16si d = CLFFN_QX_MADDWD(
+          CLFFN_QX_MADDUBS((clffn_v64qi)pw->u, (clffn_v64qi)sx), ones);
   #endif
       const float2 s2 = vload2(p, (__global const float *)(xt + 64 * pairs));
       acc[t] = fma(__builtin_convertvector(d, float16), pw->d * CLFFN_PAIR_LANES(s2), acc[t]);
@@ -1547,12 +1585,12 @@ inline int clffn_qx_block_isum(__global const uchar *blk, __global const uchar *
 #endif
 
 // sum[t] (+)= row's products with the pass's quantized rows; the portable form adds each
-// block's sum in block order, the AVX-512 form pairs of blocks in 16 lanes.
+// block's sum in block order, the x86 forms pairs of blocks in 16 lanes.
 CLFFN_QX_ROW_INLINE void clffn_qx_row(__global const uchar *row, ulong blocks,
                                              __global const uchar *xq, ulong xs, uint tokens,
                                              float sum[CLFFN_WTOKENS]) {
   const ulong pairs = (blocks + 1) / 2;
-#if CLFFN_QX_AVX512
+#if CLFFN_QX_X86
   float16 acc[CLFFN_WTOKENS];
   for (uint t = 0; t < CLFFN_WTOKENS; ++t) { acc[t] = (float16)0.0f; }
   for (ulong p = 0; p < blocks / 2; ++p) {

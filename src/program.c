@@ -160,7 +160,8 @@ void clffn__set_cpu_dot_products(int mode) { atomic_store(&cpu_dot_mode, mode); 
 
 /* Whether the host's CPU has AVX-512 VNNI (bf16 0) or AVX-512 BF16 (bf16 1). */
 static int cpu_has(int bf16) {
-    if (atomic_load(&cpu_dot_mode) == 0) { return 0; }
+    const int mode = atomic_load(&cpu_dot_mode);
+    if (mode == 0 || mode == 2) { return 0; }
 #if defined(__x86_64__) && defined(__GNUC__)
     __builtin_cpu_init();
     return (bf16 ? __builtin_cpu_supports("avx512bf16") : __builtin_cpu_supports("avx512vnni")) !=
@@ -202,10 +203,11 @@ static void build_options(const clffn_programs *pc, const clffn_program_key *key
                       " -DCLFFN_WTYPE=%d -DCLFFN_WTOKENS=%d -DCLFFN_ROW_SPLIT=%d"
                       " -DCLFFN_ROW_ROWS=%d -DCLFFN_COL_WIDTH=%d -DCLFFN_COL_SPLIT=%d"
                       " -DCLFFN_COL_GROUPS=%d -DCLFFN_SOFT_HALF=%d -DCLFFN_QX_VNNI=%d"
-                      " -DCLFFN_CPU_BF16=%d -DCLFFN_ROW_DIRECT=%d%s",
+                      " -DCLFFN_CPU_BF16=%d -DCLFFN_ROW_DIRECT=%d%s%s",
                       key->weights - 1, key->tokens, p->row_split, p->row_rows, p->col_width,
                       p->col_split, p->col_groups, soft_half, soft_half && cpu_has(0),
                       soft_half && cpu_has(1), pc->row_direct,
+                      soft_half && atomic_load(&cpu_dot_mode) == 2 ? " -DCLFFN_QX_AVX512=0" : "",
                       /* where a CPU target has no AVX-512, clang warns at every float16 and
                        * ulong8 passed between the kernels' functions that its x86 ABI changes
                        * (-Wpsabi, which POCL refuses by name), and POCL prints "N warnings

@@ -83,7 +83,9 @@ clffn_status clffn__kernel_source(const char *only, char **out);
 /* Whether the weight kernels on a CPU device may use AVX-512 VNNI and AVX-512 BF16 (cl/weights.cl,
  * CLFFN_QX_VNNI and CLFFN_CPU_BF16): the host's CPU is a CPU device's, and POCL's compiler may
  * target a model without them. -1, the default: each where the host's CPU has it; 0: neither,
- * for the tests of the other forms. Programs built before a change keep theirs. */
+ * for the tests of the other forms; 2: neither, and the quantized-input products in their AVX2
+ * form where the compiler targets AVX-512 too (CLFFN_QX_AVX512 0), so that a test on an AVX-512
+ * host runs what AVX2 CPUs run. Programs built before a change keep theirs. */
 void clffn__set_cpu_dot_products(int mode);
 
 /* Builds (or finds in the cache) the program for key. A failed build leaves the device

@@ -637,20 +637,25 @@ Test(compressed, quantized_inputs, .timeout = 600) {
     clffn_context_destroy(ctx);
 }
 
-/* On a CPU with AVX-512 VNNI and BF16 the products take vpdpbusd and vdpbf16ps (the test above);
- * this runs the forms of CPUs without them there, too. */
-Test(compressed, quantized_inputs_without_vnni, .timeout = 600) {
-    clffn__set_cpu_dot_products(0);
+/* The forms of other CPUs than the host's (clffn__set_cpu_dot_products): mode 0, none of AVX-512
+ * VNNI and BF16 (vpdpbusd and vdpbf16ps, the test above on a CPU with them); mode 2, also the
+ * quantized types' AVX2 form on an AVX-512 host (elsewhere the host's form or the portable one). */
+static void other_cpu_forms(int mode, size_t ntypes) {
+    clffn__set_cpu_dot_products(mode);
     clffn_context *ctx = test_context();
     quantized_context(ctx);
     static const clffn_dtype types[] = {CLFFN_DTYPE_Q8_0, CLFFN_DTYPE_Q4_0, CLFFN_DTYPE_BF16};
-    for (size_t t = 0; t < sizeof types / sizeof types[0]; ++t) {
+    for (size_t t = 0; t < ntypes; ++t) {
         quantized_inputs_case(ctx, types[t], 1, 96, 160);
         quantized_inputs_case(ctx, types[t], 0, 128, 64);
     }
-    quantized_inputs_case(ctx, CLFFN_DTYPE_BF16, 1, 100, 70);
+    if (ntypes == 3) { quantized_inputs_case(ctx, CLFFN_DTYPE_BF16, 1, 100, 70); }
     clffn_context_destroy(ctx);
 }
+
+Test(compressed, quantized_inputs_without_vnni, .timeout = 600) { other_cpu_forms(0, 3); }
+
+Test(compressed, quantized_inputs_avx2_form, .timeout = 600) { other_cpu_forms(2, 2); }
 
 /* The GPU form of the quantized-inputs product, which a CPU device runs only when given such
  * shapes: a row's lanes taking its half-blocks in turn, fewer half-blocks than lanes (3 and 5
