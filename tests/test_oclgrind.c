@@ -217,13 +217,44 @@ Test(oclgrind, device_offsets_separate_gate, .timeout = 600) {
     clffn_context_destroy(ctx);
 }
 
+/* dx and the biases' gradients (the matrices' too where they are f32; compressed ones refuse
+ * them, test_compressed.c) of ffn's pass over x, against the reference on ts's weights. */
+static void typed_backward(const sim_case *s, clffn_dtype t, clffn_ffn *ffn, const float *x,
+                           const float *dy, const typed_set *ts, const char *what) {
+    const clffn_config c = config_of(s);
+    const size_t T = s->T, D = s->D, F = s->F;
+    float *dx = malloc(T * D * 4), *gb = malloc((2 * F + D) * 4), *gw = malloc(3 * D * F * 4);
+    double *rdx = malloc(T * D * 8), *rw = malloc(3 * D * F * 8), *rb = malloc((2 * F + D) * 8);
+    cr_assert(dx && gb && gw && rdx && rw && rb);
+    const int f32 = t == CLFFN_DTYPE_F32;
+    const clffn_weight_arrays g = {f32 ? gw : NULL,
+                                   gb,
+                                   f32 && s->gated ? gw + D * F : NULL,
+                                   gb + F,
+                                   f32 ? gw + 2 * D * F : NULL,
+                                   gb + 2 * F};
+    ASSERT_OK(clffn_backward_host(ffn, T, x, T * D, dy, T * D, dx, T * D, &g, 0));
+    const clffn_ref_grads rg = {rw, rb, rw + D * F, rb + F, rw + 2 * D * F, rb + 2 * F};
+    ASSERT_OK(clffn_reference_backward(&c, s->layout, &ts->ref, T, x, dy, 0, 0, 0, rdx, &rg));
+    assert_close(dx, rdx, T * D, act_rtol(s->act), what);
+    if (s->bias) {
+        assert_close(gb, rb, F, act_rtol(s->act), what);
+        assert_close(gb + 2 * F, rb + 2 * F, D, act_rtol(s->act), what);
+    }
+    if (f32) {
+        assert_close(gw, rw, D * F, act_rtol(s->act), what);
+        assert_close(gw + 2 * D * F, rw + 2 * D * F, D * F, act_rtol(s->act), what);
+    }
+    free(dx), free(gb), free(gw), free(rdx), free(rw), free(rb);
+}
+
 /* Weights in a stored type through clffn's own kernels (kernel_tokens ≥ T, with the few-token
  * shapes wgemv: reductions split across work-items, so the local-memory sums run) or through the
- * dequantizer and SGEMM (kernel_tokens 0, K-blocks of 32): forward, then dx and the biases'
- * gradients, against the reference on the dequantized weights. */
-static void run_typed_tiles(const sim_case *s, clffn_dtype t,
-                            const size_t wgemv[CLFFN_WGEMV_PARAMS], size_t kernel_tokens,
-                            int tiles) {
+ * dequantizer and SGEMM (kernel_tokens 0, K-blocks of 32; tiles ≥ 0 that form of it, -1 the
+ * device's): forward against the reference on the dequantized weights, then, with backward, dx
+ * and the gradients (typed_backward). */
+static void run_typed_case(const sim_case *s, clffn_dtype t, const size_t wgemv[CLFFN_WGEMV_PARAMS],
+                           size_t kernel_tokens, int tiles, int backward) {
     char what[200];
     describe(s, what, sizeof what);
     snprintf(what + strlen(what), sizeof what - strlen(what), " %s kernel_tokens=%zu tiles=%d",
@@ -242,10 +273,8 @@ static void run_typed_tiles(const sim_case *s, clffn_dtype t,
     typed_set ts;
     typed_make(&ts, &c, &w, t, s->layout);
     float *x = malloc(T * D * 4), *dy = malloc(T * D * 4), *y = malloc(T * D * 4);
-    float *dx = malloc(T * D * 4), *gb = malloc((2 * F + D) * 4), *gw = malloc(3 * D * F * 4);
-    double *ry = malloc(T * D * 8), *rdx = malloc(T * D * 8), *rw = malloc(3 * D * F * 8);
-    double *rb = malloc((2 * F + D) * 8);
-    cr_assert(x && dy && y && dx && gb && gw && ry && rdx && rw && rb);
+    double *ry = malloc(T * D * 8);
+    cr_assert(x && dy && y && ry);
     fill_uniform(x, T * D, -1.0f, 1.0f, 15);
     fill_uniform(dy, T * D, -1.0f, 1.0f, 16);
     clffn_ffn *ffn = NULL;
@@ -254,38 +283,28 @@ static void run_typed_tiles(const sim_case *s, clffn_dtype t,
     ASSERT_OK(clffn_forward_host(ffn, T, x, T * D, y, T * D));
     ASSERT_OK(clffn_reference_forward(&c, s->layout, &ts.ref, T, x, 0, 0, 0, ry, NULL));
     assert_close(y, ry, T * D, act_rtol(s->act), what);
-    /* the matrices' gradients only where they are f32 (else refused, test_compressed.c) */
-    const int f32 = t == CLFFN_DTYPE_F32;
-    const clffn_weight_arrays g = {f32 ? gw : NULL,
-                                   gb,
-                                   f32 && s->gated ? gw + D * F : NULL,
-                                   gb + F,
-                                   f32 ? gw + 2 * D * F : NULL,
-                                   gb + 2 * F};
-    ASSERT_OK(clffn_backward_host(ffn, T, x, T * D, dy, T * D, dx, T * D, &g, 0));
-    const clffn_ref_grads rg = {rw, rb, rw + D * F, rb + F, rw + 2 * D * F, rb + 2 * F};
-    ASSERT_OK(clffn_reference_backward(&c, s->layout, &ts.ref, T, x, dy, 0, 0, 0, rdx, &rg));
-    assert_close(dx, rdx, T * D, act_rtol(s->act), what);
-    if (s->bias) {
-        assert_close(gb, rb, F, act_rtol(s->act), what);
-        assert_close(gb + 2 * F, rb + 2 * F, D, act_rtol(s->act), what);
-    }
-    if (f32) {
-        assert_close(gw, rw, D * F, act_rtol(s->act), what);
-        assert_close(gw + 2 * D * F, rw + 2 * D * F, D * F, act_rtol(s->act), what);
-    }
+    if (backward) { typed_backward(s, t, ffn, x, dy, &ts, what); }
     clffn_ffn_destroy(ffn);
     typed_free(&ts);
     test_weights_free(&w);
-    free(x), free(dy), free(y), free(dx), free(gb), free(gw), free(ry), free(rdx), free(rw),
-        free(rb);
+    free(x), free(dy), free(y), free(ry);
     clffn_context_destroy(ctx);
 }
 
-/* The same with the dequantizer's form the device takes. */
+static void run_typed_tiles(const sim_case *s, clffn_dtype t,
+                            const size_t wgemv[CLFFN_WGEMV_PARAMS], size_t kernel_tokens,
+                            int tiles) {
+    run_typed_case(s, t, wgemv, kernel_tokens, tiles, 1);
+}
+
+/* The same with the dequantizer's form the device takes; or the forward alone. */
 static void run_typed(const sim_case *s, clffn_dtype t, const size_t wgemv[CLFFN_WGEMV_PARAMS],
                       size_t kernel_tokens) {
-    run_typed_tiles(s, t, wgemv, kernel_tokens, -1);
+    run_typed_case(s, t, wgemv, kernel_tokens, -1, 1);
+}
+static void run_typed_forward(const sim_case *s, clffn_dtype t,
+                              const size_t wgemv[CLFFN_WGEMV_PARAMS], size_t kernel_tokens) {
+    run_typed_case(s, t, wgemv, kernel_tokens, -1, 0);
 }
 
 /* Quantized inputs (clffn_context_set_quantized_inputs): clffn_xquant and clffn_wgemv_rows_qx
@@ -371,10 +390,13 @@ ParameterizedTest(int *type, oclgrind, typed_passes, .timeout = 600) {
     run_typed(&twos, t, wide, CLFFN_MAX_KERNEL_TOKENS);
     /* 20 tokens on a CPU's shape: both passes in one launch of the 16-token row kernels, W1's
      * rows in threes (the quantized types in twos) in parts of tokens, the second pass's 4
-     * tokens one part; x of 288 values a token passes the grouping boundary at 16 tokens */
+     * tokens one part; x of 288 values a token passes the grouping boundary at 16 tokens. The
+     * forward alone: past 16 tokens the backward's products are SGEMMs (over dequantized
+     * weights), as in `passes` above, and at this size they took seven eighths of the case's
+     * time under the simulator */
     const sim_case cpu_passes = {
         CLFFN_ACT_GELU, 1, CLFFN_LAYOUT_OUT_IN, 1, 0, 0, 0, 20, 288, pf, 0, 0};
-    run_typed(&cpu_passes, t, cpu, 32);
+    run_typed_forward(&cpu_passes, t, cpu, 32);
     if (q) {
         run_quantized_inputs(t, 1, 96, 160, NULL); /* 3 and 5 blocks: a lone last block */
         run_quantized_inputs(t, 3, 96, 160, NULL);
