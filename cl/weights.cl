@@ -1409,9 +1409,9 @@ typedef short clffn_s16x32 __attribute__((ext_vector_type(32)));
 
   #if CLFFN_QX_AVX512
     // vpmaddubsw: unsigned bytes u by signed bytes s, adjacent pairs summed into 16 bits
-    #define CLFFN_QX_MADDUBS(u, s) CLFFN_QX_MADDUBS((u), (s))
+    #define CLFFN_QX_MADDUBS(u, s) __builtin_ia32_pmaddubsw512((u), (s))
     // vpmaddwd: 16-bit lanes by 16-bit lanes, adjacent pairs summed into 32 bits
-    #define CLFFN_QX_MADDWD(a, b) CLFFN_QX_MADDWD((a), (b))
+    #define CLFFN_QX_MADDWD(a, b) __builtin_ia32_pmaddwd512((a), (b))
   #else
     // the same from two 256-bit instructions, one a half: both sum adjacent lanes alone, so
     // the halves' results side by side are the whole vector's
