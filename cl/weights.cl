@@ -1425,7 +1425,7 @@ typedef short clffn_s16x32 __attribute__((ext_vector_type(32)));
       CLFFN_QX_HALVES(__builtin_ia32_pmaddwd256, (a), (b), CLFFN_I16, CLFFN_I16B, CLFFN_I16)
   #endif
 
-// 64 bytes at p, through four 16-byte loads (no alignment assumed) that the compiler joins.
+// 64 bytes at p, no alignment assumed: four 16-byte loads that the compiler joins, or one.
 inline CLFFN_ALWAYS_INLINE clffn_s8x64 clffn_load64(__global const char *p) {
   #if CLFFN_QX_AVX2
   // one unaligned load: with AVX2, clang rebuilt the joined loads' upper half from eight-byte

@@ -6,16 +6,18 @@
 # (-DCLFFN_QX_AVX512=0, which clffn__set_cpu_dot_products(2) asks for). The suite's POCL runs
 # only its own host's target, so a form for another CPU would otherwise reach no compiler here.
 # To IR, unoptimized: what fails is the source (an undeclared function, a builtin the target
-# lacks), not the speed. The -D lists mirror src/program.c's build options.
-# Usage: x86_kernels.sh CLANG CL_DIR
+# lacks), not the speed. The options are src/program.c's for a CPU device, with its
+# activations' and weight types' ids as -DCLFFN_ACT_<NAME> and -DCLFFN_WTYPE_<NAME>, read from
+# the public header's enums.
+# Usage: x86_kernels.sh CLANG SOURCE_DIR
 set -u
-clang=$1 cl=$2
+clang=$1 top=$2
 src=$(mktemp)
 trap 'rm -f "$src" "$src.err"' EXIT
-cat "$cl/clffn_defs.h" "$cl/activation.cl" "$cl/weights.cl" >"$src"
-enums="-DCLFFN_ACT_RELU=0 -DCLFFN_ACT_GELU=1 -DCLFFN_ACT_GELU_TANH=2 -DCLFFN_ACT_SILU=3
- -DCLFFN_ACT_SIGMOID=4 -DCLFFN_ACT_IDENTITY=5 -DCLFFN_WTYPE_F32=0 -DCLFFN_WTYPE_F16=1
- -DCLFFN_WTYPE_BF16=2 -DCLFFN_WTYPE_Q8_0=3 -DCLFFN_WTYPE_Q4_0=4"
+cat "$top/cl/clffn_defs.h" "$top/cl/activation.cl" "$top/cl/weights.cl" >"$src" || exit 1
+enums=$(sed -n -E -e 's/^ *CLFFN_ACT_([A-Z_]+) = ([0-9]+),.*/-DCLFFN_ACT_\1=\2/p' \
+  -e 's/^ *CLFFN_DTYPE_([A-Z0-9_]+) = ([0-9]+),.*/-DCLFFN_WTYPE_\1=\2/p' "$top/include/clffn.h")
+[ -n "$enums" ] || { echo "x86_kernels.sh: no enums in $top/include/clffn.h"; exit 1; }
 failed=0 built=0
 build() { # build MARCH VNNI_AND_BF16 WTYPE TOKENS [EXTRA]
   # shellcheck disable=SC2086
