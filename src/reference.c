@@ -53,9 +53,52 @@ static double activate_grad(clffn_activation a, double x) {
     }
 }
 
-/* Index of W[o, i] of an out×in weight in either layout. */
-static size_t widx(clffn_layout layout, size_t out, size_t in, size_t o, size_t i) {
-    return layout == CLFFN_LAYOUT_OUT_IN ? o * in + i : i * out + o;
+/* The three uses of an out×in weight W, each in either layout. The loops follow the layout, so
+ * W is read along its rows, but each sum adds the same terms in the same order in both: over i
+ * (acc[o] += Σ v[i]·W[o, i]), over o (acc[i] += Σ u[o]·W[o, i]), or one term per element
+ * (W[o, i] += u[o]·v[i]). Read down its columns, the [in, out] layout's reference took 8x as long
+ * at the seed shape (the cache line of each step thrown away). */
+static void add_times(clffn_layout layout, size_t out, size_t in, const double *w, const double *v,
+                      double *acc) {
+    if (layout == CLFFN_LAYOUT_OUT_IN) {
+        for (size_t o = 0; o < out; ++o) {
+            double s = acc[o];
+            for (size_t i = 0; i < in; ++i) { s += v[i] * w[o * in + i]; }
+            acc[o] = s;
+        }
+        return;
+    }
+    for (size_t i = 0; i < in; ++i) {
+        for (size_t o = 0; o < out; ++o) { acc[o] += v[i] * w[i * out + o]; }
+    }
+}
+
+static void add_times_t(clffn_layout layout, size_t out, size_t in, const double *w,
+                        const double *u, double *acc) {
+    if (layout == CLFFN_LAYOUT_IN_OUT) {
+        for (size_t i = 0; i < in; ++i) {
+            double s = acc[i];
+            for (size_t o = 0; o < out; ++o) { s += u[o] * w[i * out + o]; }
+            acc[i] = s;
+        }
+        return;
+    }
+    for (size_t o = 0; o < out; ++o) {
+        for (size_t i = 0; i < in; ++i) { acc[i] += u[o] * w[o * in + i]; }
+    }
+}
+
+static void add_outer(clffn_layout layout, size_t out, size_t in, double *w, const double *u,
+                      const double *v) {
+    if (layout == CLFFN_LAYOUT_OUT_IN) {
+        for (size_t o = 0; o < out; ++o) {
+            for (size_t i = 0; i < in; ++i) { w[o * in + i] += u[o] * v[i]; }
+        }
+        return;
+    }
+    for (size_t i = 0; i < in; ++i) {
+        for (size_t o = 0; o < out; ++o) { w[i * out + o] += u[o] * v[i]; }
+    }
 }
 
 static clffn_status check_common(const clffn_config *c, clffn_layout layout, size_t tokens) {
@@ -79,16 +122,14 @@ static void hidden_row(const clffn_config *c, clffn_layout layout, const clffn_r
                        uint64_t offset, double *a, double *g, double *h) {
     const size_t D = c->d_model, F = c->d_ff;
     for (size_t j = 0; j < F; ++j) {
-        double s = c->bias1 ? p->b1[j] : 0.0;
-        for (size_t i = 0; i < D; ++i) { s += xt[i] * p->w1[widx(layout, F, D, j, i)]; }
-        a[j] = s;
-        double v = activate(c->activation, s);
-        if (c->gated) {
-            double q = c->bias_gate ? p->bv[j] : 0.0;
-            for (size_t i = 0; i < D; ++i) { q += xt[i] * p->v[widx(layout, F, D, j, i)]; }
-            g[j] = q;
-            v *= q;
-        }
+        a[j] = c->bias1 ? p->b1[j] : 0.0;
+        if (c->gated) { g[j] = c->bias_gate ? p->bv[j] : 0.0; }
+    }
+    add_times(layout, F, D, p->w1, xt, a);
+    if (c->gated) { add_times(layout, F, D, p->v, xt, g); }
+    for (size_t j = 0; j < F; ++j) {
+        double v = activate(c->activation, a[j]);
+        if (c->gated) { v *= g[j]; }
         if (drop) {
             /* times 0, not set to 0: NaN and Inf stay NaN, as in PyTorch's input * mask */
             v *= clffn_dropout_keep(c->dropout, seed, offset, (uint64_t)t * F + j) ? scale : 0.0;
@@ -119,14 +160,41 @@ clffn_status clffn__ref_forward_d(const clffn_config *c, clffn_layout layout,
         const double *xt = x + t * D;
         hidden_row(c, layout, p, xt, t, drop, scale, seed, offset, a, g, h);
         if (hidden) { memcpy(hidden + t * F, h, F * sizeof *h); }
-        for (size_t o = 0; o < D; ++o) { /* output: h·W2 + b2 (+ x) */
-            double s = c->bias2 ? p->b2[o] : 0.0;
-            for (size_t j = 0; j < F; ++j) { s += h[j] * p->w2[widx(layout, D, F, o, j)]; }
-            y[t * D + o] = s + (c->residual ? xt[o] : 0.0);
+        double *yt = y + t * D; /* output: h·W2 + b2 (+ x) */
+        for (size_t o = 0; o < D; ++o) { yt[o] = c->bias2 ? p->b2[o] : 0.0; }
+        add_times(layout, D, F, p->w2, h, yt);
+        if (c->residual) {
+            for (size_t o = 0; o < D; ++o) { yt[o] += xt[o]; }
         }
     }
     free(buf);
     return CLFFN_SUCCESS;
+}
+
+/* dx = da·W1 [+ dg·V] (+ dy) of one token, W1's and V's terms taken in turn for each j. */
+static void dx_row(const clffn_config *c, clffn_layout layout, const clffn_ref_params *p,
+                   const double *dyt, const double *da, const double *dg, double *dxt) {
+    const size_t D = c->d_model, F = c->d_ff;
+    for (size_t i = 0; i < D; ++i) { dxt[i] = c->residual ? dyt[i] : 0.0; }
+    if (!c->gated) {
+        add_times_t(layout, F, D, p->w1, da, dxt);
+    } else if (layout == CLFFN_LAYOUT_OUT_IN) {
+        for (size_t j = 0; j < F; ++j) {
+            for (size_t i = 0; i < D; ++i) {
+                dxt[i] += da[j] * p->w1[j * D + i];
+                dxt[i] += dg[j] * p->v[j * D + i];
+            }
+        }
+    } else {
+        for (size_t i = 0; i < D; ++i) {
+            double s = dxt[i];
+            for (size_t j = 0; j < F; ++j) {
+                s += da[j] * p->w1[i * F + j];
+                s += dg[j] * p->v[i * F + j];
+            }
+            dxt[i] = s;
+        }
+    }
 }
 
 clffn_status clffn__ref_backward_d(const clffn_config *c, clffn_layout layout,
@@ -160,39 +228,30 @@ clffn_status clffn__ref_backward_d(const clffn_config *c, clffn_layout layout,
         const double *xt = x + t * D, *dyt = dy + t * D;
         hidden_row(c, layout, p, xt, t, drop, scale, seed, offset, a, g, h);
         /* y = h·W2 + b2 (+ x): dW2 += dyᵀh, db2 += dy, dh = dy·W2 */
-        for (size_t o = 0; o < D; ++o) {
-            if (c->bias2) { gr->b2[o] += dyt[o]; }
-            for (size_t j = 0; j < F; ++j) { gr->w2[widx(layout, D, F, o, j)] += dyt[o] * h[j]; }
+        if (c->bias2) {
+            for (size_t o = 0; o < D; ++o) { gr->b2[o] += dyt[o]; }
         }
+        add_outer(layout, D, F, gr->w2, dyt, h);
+        memset(dh, 0, F * sizeof *dh);
+        add_times_t(layout, D, F, p->w2, dyt, dh);
         for (size_t j = 0; j < F; ++j) {
-            double s = 0.0;
-            for (size_t o = 0; o < D; ++o) { s += dyt[o] * p->w2[widx(layout, D, F, o, j)]; }
             /* dropout: the same mask, the same scale */
             if (drop) {
-                s *=
+                dh[j] *=
                     clffn_dropout_keep(c->dropout, seed, offset, (uint64_t)t * F + j) ? scale : 0.0;
             }
-            dh[j] = s;
-        }
-        if (dx) {
-            for (size_t i = 0; i < D; ++i) { dx[t * D + i] = c->residual ? dyt[i] : 0.0; }
-        }
-        for (size_t j = 0; j < F; ++j) {
-            /* h = act(a) [· g]: da = dh · act'(a) [· g], dg = dh · act(a) */
+            /* h = act(a) [· g]: da = dh · act'(a) [· g], dg = dh · act(a); da and dg take dh's
+             * and h's places, which nothing reads after this */
             const double da = dh[j] * activate_grad(c->activation, a[j]) * (c->gated ? g[j] : 1.0);
             const double dg = c->gated ? dh[j] * activate(c->activation, a[j]) : 0.0;
             if (c->bias1) { gr->b1[j] += da; }
             if (c->gated && c->bias_gate) { gr->bv[j] += dg; }
-            for (size_t i = 0; i < D; ++i) {
-                const size_t k = widx(layout, F, D, j, i);
-                gr->w1[k] += da * xt[i];
-                if (dx) { dx[t * D + i] += da * p->w1[k]; }
-                if (c->gated) {
-                    gr->v[k] += dg * xt[i];
-                    if (dx) { dx[t * D + i] += dg * p->v[k]; }
-                }
-            }
+            dh[j] = da;
+            h[j] = dg;
         }
+        add_outer(layout, F, D, gr->w1, dh, xt);
+        if (c->gated) { add_outer(layout, F, D, gr->v, h, xt); }
+        if (dx) { dx_row(c, layout, p, dyt, dh, h, dx + t * D); }
     }
     free(buf);
     return CLFFN_SUCCESS;
