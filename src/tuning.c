@@ -4,8 +4,9 @@
  * its own, so clffn keeps one: a JSON file per (platform, device, driver) under
  * $CLFFN_TUNE_DIR, else $XDG_CACHE_HOME/clffn, else ~/.cache/clffn, written by clffn-tune. When a
  * context opens a device, the device's file is applied through CLBlastOverrideParameters; without
- * one, a built-in profile measured for the device family (POCL on x86-64) is applied; otherwise
- * CLBlast's own database decides. Set CLFFN_NO_TUNING=1 to skip all of this. */
+ * one, a built-in profile measured for the device family (POCL on x86-64, Mesa's llvmpipe,
+ * NVIDIA's H100 and H200) is applied; otherwise CLBlast's own database decides. Set
+ * CLFFN_NO_TUNING=1 to skip all of this. */
 #include "tuning.h"
 
 #include "clffn_defs.h"

@@ -180,6 +180,25 @@
     "\"WGEMV_ROW_GROUP_COLS\":4097,\"KERNEL_MAX_TOKENS_LARGE\":1073741824,"                       \
     "\"KERNEL_LARGE_WEIGHTS\":45088768}}"
 
+/* Mesa's llvmpipe through rusticl (Mesa 22.3.6, LLVM 15, "256 bits"), the OpenCL of a machine
+ * without a GPU driver, as in a container's CI: CLBlast's defaults for it ran every product of
+ * the seed shape through its direct kernel at 0.3 GFLOP/s. The tiled kernel from 204^3 with the
+ * AVX2 profile's Xgemm set (clffn-tune's best after its first candidates there; llvmpipe's
+ * vectors are as wide). On 2026-12-02 on the CI machine (2 cores of an AMD EPYC, Zen 3),
+ * against no profile, two alternated rounds, ms forward (backward): the seed shape 9281-9288
+ * (17606-19327) -> 1059-1321 (2047-2203); 64 tokens of 512 -> 2048 847-996 (1818-2101) ->
+ * 115-147 (288-291); 130 tokens of 256 -> 1024 SwiGLU 735-771 (1466-1482) -> 139-156 (252-293);
+ * one token of 1024 -> 4096 level (docs/PERFORMANCE.md, "Mesa's llvmpipe"). The direct kernel's
+ * parameters stay CLBlast's: the AVX2 profile's two 64-wide tiles take all of llvmpipe's 32 KiB
+ * of local memory, which CLBlast refuses. Products below 204^3 and clffn's own kernels are as
+ * without a profile. */
+#define CLFFN_LLVMPIPE_PROFILE                                                                    \
+    "{\"clblast\":{"                                                                              \
+    "\"Xgemm\":{\"GEMMK\":0,\"KREG\":1,\"KWG\":16,\"KWI\":8,\"MDIMA\":8,\"MDIMC\":8,\"MWG\":128," \
+    "\"NDIMB\":8,\"NDIMC\":8,\"NWG\":64,\"SA\":0,\"SB\":0,\"STRM\":0,\"STRN\":0,\"VWM\":16,"      \
+    "\"VWN\":8},"                                                                                 \
+    "\"GemmRoutine\":{\"XGEMM_MIN_INDIRECT_SIZE\":204}}}"
+
 /* NVIDIA H100 through NVIDIA's OpenCL driver (580.159.04, "NVIDIA CUDA" platform):
  * `clffn-tune --budget 210 --tokens 4096 --d-model 768 --d-ff 3072` on 2026-11-22 on an H100 80GB
  * HBM3 (CLBlast's database has no H100 and falls back to its generic NVIDIA parameters): the
@@ -284,4 +303,5 @@ static const builtin_profile builtin_profiles[] = {
     {"Portable Computing Language", "znver1", CLFFN_POCL_AVX2_PROFILE},
     {"Portable Computing Language", "znver2", CLFFN_POCL_AVX2_PROFILE},
     {"Portable Computing Language", "znver3", CLFFN_POCL_AVX2_PROFILE},
+    {"rusticl", "llvmpipe", CLFFN_LLVMPIPE_PROFILE},
 };
