@@ -53,11 +53,11 @@ static double activate_grad(clffn_activation a, double x) {
     }
 }
 
-/* The three uses of an out×in weight W, each in either layout. The loops follow the layout, so
- * W is read along its rows, but each sum adds the same terms in the same order in both: over i
- * (acc[o] += Σ v[i]·W[o, i]), over o (acc[i] += Σ u[o]·W[o, i]), or one term per element
- * (W[o, i] += u[o]·v[i]). Read down its columns, the [in, out] layout's reference took 8x as long
- * at the seed shape (the cache line of each step thrown away). */
+/* The uses of an out×in weight W, each in either layout. The loops follow the layout, so W is
+ * read along its rows, but each sum adds the same terms in the same order in both: over i
+ * (acc[o] += Σ v[i]·W[o, i]; Wᵀ's product is the same with the other layout, see flip()), or one
+ * term per element (W[o, i] += u[o]·v[i]). Read down its columns, the [in, out] layout's
+ * reference took 8x as long at the seed shape (the cache line of each step thrown away). */
 static void add_times(clffn_layout layout, size_t out, size_t in, const double *w, const double *v,
                       double *acc) {
     if (layout == CLFFN_LAYOUT_OUT_IN) {
@@ -73,19 +73,9 @@ static void add_times(clffn_layout layout, size_t out, size_t in, const double *
     }
 }
 
-static void add_times_t(clffn_layout layout, size_t out, size_t in, const double *w,
-                        const double *u, double *acc) {
-    if (layout == CLFFN_LAYOUT_IN_OUT) {
-        for (size_t i = 0; i < in; ++i) {
-            double s = acc[i];
-            for (size_t o = 0; o < out; ++o) { s += u[o] * w[i * out + o]; }
-            acc[i] = s;
-        }
-        return;
-    }
-    for (size_t o = 0; o < out; ++o) {
-        for (size_t i = 0; i < in; ++i) { acc[i] += u[o] * w[o * in + i]; }
-    }
+/* The other layout: the same bytes read as Wᵀ, an in×out weight. */
+static clffn_layout flip(clffn_layout layout) {
+    return layout == CLFFN_LAYOUT_OUT_IN ? CLFFN_LAYOUT_IN_OUT : CLFFN_LAYOUT_OUT_IN;
 }
 
 static void add_outer(clffn_layout layout, size_t out, size_t in, double *w, const double *u,
@@ -177,7 +167,7 @@ static void dx_row(const clffn_config *c, clffn_layout layout, const clffn_ref_p
     const size_t D = c->d_model, F = c->d_ff;
     for (size_t i = 0; i < D; ++i) { dxt[i] = c->residual ? dyt[i] : 0.0; }
     if (!c->gated) {
-        add_times_t(layout, F, D, p->w1, da, dxt);
+        add_times(flip(layout), D, F, p->w1, da, dxt); /* dx += da·W1 */
     } else if (layout == CLFFN_LAYOUT_OUT_IN) {
         for (size_t j = 0; j < F; ++j) {
             for (size_t i = 0; i < D; ++i) {
@@ -233,7 +223,7 @@ clffn_status clffn__ref_backward_d(const clffn_config *c, clffn_layout layout,
         }
         add_outer(layout, D, F, gr->w2, dyt, h);
         memset(dh, 0, F * sizeof *dh);
-        add_times_t(layout, D, F, p->w2, dyt, dh);
+        add_times(flip(layout), F, D, p->w2, dyt, dh); /* dh = dy·W2 */
         for (size_t j = 0; j < F; ++j) {
             /* dropout: the same mask, the same scale */
             if (drop) {

@@ -144,6 +144,12 @@
     CLFFN_POCL_AVX512_HEAD CLFFN_POCL_AVX512_EVERY_COUNT CLFFN_POCL_AVX512_TAIL \
         ",\"WGEMV_ROW_GROUP_COLS\":512}}"
 
+/* The many-rows Xgemm set of the AVX2 profile below, which llvmpipe's takes too. */
+#define CLFFN_POCL_AVX2_XGEMM                                                                     \
+    "\"Xgemm\":{\"GEMMK\":0,\"KREG\":1,\"KWG\":16,\"KWI\":8,\"MDIMA\":8,\"MDIMC\":8,\"MWG\":128," \
+    "\"NDIMB\":8,\"NDIMC\":8,\"NWG\":64,\"SA\":0,\"SB\":0,\"STRM\":0,\"STRN\":0,\"VWM\":16,"      \
+    "\"VWN\":8},"
+
 /* POCL on AVX2 x86-64 (256-bit vectors, no AVX-512: Haswell to Alder Lake, Zen 1-3):
  * `CLFFN_NO_TUNING=1 clffn-tune --budget 600` on 2026-12-02 on the CI machine (2 cores of an
  * AMD EPYC, Zen 3, which POCL names "pthread-haswell-AMD EPYC"; clffn-bench's copy 13-19 GB/s),
@@ -160,10 +166,7 @@
  * to every AVX2 family LLVM names, as the AVX-512 profile is to its family, because the vector
  * width decides the GEMMs' tiles and no profile left them 4.4x slower. */
 #define CLFFN_POCL_AVX2_PROFILE                                                                   \
-    "{\"clblast\":{"                                                                              \
-    "\"Xgemm\":{\"GEMMK\":0,\"KREG\":1,\"KWG\":16,\"KWI\":8,\"MDIMA\":8,\"MDIMC\":8,\"MWG\":128," \
-    "\"NDIMB\":8,\"NDIMC\":8,\"NWG\":64,\"SA\":0,\"SB\":0,\"STRM\":0,\"STRN\":0,\"VWM\":16,"      \
-    "\"VWN\":8},"                                                                                 \
+    "{\"clblast\":{" CLFFN_POCL_AVX2_XGEMM                                                        \
     "\"XgemmDirect\":{\"KWID\":8,\"MDIMAD\":8,\"MDIMCD\":16,\"NDIMBD\":16,\"NDIMCD\":8,"          \
     "\"PADA\":0,\"PADB\":0,\"VWMD\":4,\"VWND\":4,\"WGD\":64},"                                    \
     "\"GemmRoutine\":{\"XGEMM_MIN_INDIRECT_SIZE\":204},"                                          \
@@ -192,12 +195,8 @@
  * parameters stay CLBlast's: the AVX2 profile's two 64-wide tiles take all of llvmpipe's 32 KiB
  * of local memory, which CLBlast refuses. Products below 204^3 and clffn's own kernels are as
  * without a profile. */
-#define CLFFN_LLVMPIPE_PROFILE                                                                    \
-    "{\"clblast\":{"                                                                              \
-    "\"Xgemm\":{\"GEMMK\":0,\"KREG\":1,\"KWG\":16,\"KWI\":8,\"MDIMA\":8,\"MDIMC\":8,\"MWG\":128," \
-    "\"NDIMB\":8,\"NDIMC\":8,\"NWG\":64,\"SA\":0,\"SB\":0,\"STRM\":0,\"STRN\":0,\"VWM\":16,"      \
-    "\"VWN\":8},"                                                                                 \
-    "\"GemmRoutine\":{\"XGEMM_MIN_INDIRECT_SIZE\":204}}}"
+#define CLFFN_LLVMPIPE_PROFILE \
+    "{\"clblast\":{" CLFFN_POCL_AVX2_XGEMM "\"GemmRoutine\":{\"XGEMM_MIN_INDIRECT_SIZE\":204}}}"
 
 /* NVIDIA H100 through NVIDIA's OpenCL driver (580.159.04, "NVIDIA CUDA" platform):
  * `clffn-tune --budget 210 --tokens 4096 --d-model 768 --d-ff 3072` on 2026-11-22 on an H100 80GB
