@@ -170,8 +170,13 @@
 #endif
 // The row kernel's vectors: 16 values while the tokens' accumulators stay few (or fit AVX-512's
 // 32 registers, above), else 8; and two blocks in flight (two accumulator chains) for up to 4
-// tokens.
-#if CLFFN_WTOKENS <= 4 || (CLFFN_ROW_DIRECT && defined(__AVX512F__))
+// tokens. Where the compiler targets AVX2 without AVX-512, 8 at every count: a 16-value vector
+// takes two of its 16 registers, and four rows' accumulators for 2 tokens (clffn_wgemv_rows4)
+// took them all. 4096 -> 11008 SwiGLU on an AMD EPYC (2 cores), two alternated rounds, ms: f32 at
+// 2 tokens 24.5-24.8 -> 19.5-19.9, at 4 26.8-28.6 -> 22.9-23.6; f16 at 2 9.3-9.5 -> 8.6-8.7;
+// q4_0 at 2 10.2-10.3 -> 8.5; one token level (docs/PERFORMANCE.md).
+#if (CLFFN_WTOKENS <= 4 && !(defined(__AVX2__) && !defined(__AVX512F__))) ||                    \
+    (CLFFN_ROW_DIRECT && defined(__AVX512F__))
   #define CLFFN_RV 16
 #else
   #define CLFFN_RV 8
@@ -406,11 +411,14 @@ inline float clffn_hsum16(float16 v) {
 // significant bits, a q8_0 or q4_0 value at most 8), and each token's products go straight into
 // its accumulator: two multiply-adds a token and vector pair instead of a product, a
 // multiply-add and a scaled add. The sums then run in another order than the other form's, so
-// the last bits differ.
+// the last bits differ. f32, f16 and bf16 (d is 1) take that form up to 2 tokens too, where the
+// other one's sum of a block's products, then added, kept a core's stream of one f32 row below
+// the memory's: 4096 -> 11008 SwiGLU at one token on an AMD EPYC (2 cores), f32 18.7-19.2 ->
+// 16.5-17.4 ms, ggml's 16.5-16.7 (docs/PERFORMANCE.md).
 inline CLFFN_ALWAYS_INLINE void clffn_block_dot(const floatRV v[CLFFN_NV], float d,
                                                 __global const float *xr, ulong ldx, ulong c,
                                                 uint tokens, floatRV acc[CLFFN_WTOKENS]) {
-#if CLFFN_ROW_DIRECT && CLFFN_WTOKENS > 2
+#if (CLFFN_ROW_DIRECT && CLFFN_WTOKENS > 2) || (!CLFFN_QUANTIZED && CLFFN_WTOKENS <= 2)
   const floatRV w0 = v[0] * d, w1 = v[1] * d;
   #if CLFFN_NV == 4
   const floatRV w2 = v[2] * d, w3 = v[3] * d;
