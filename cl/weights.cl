@@ -1318,6 +1318,15 @@ void clffn_wgemv_rows4(CLFFN_ROWS_PARAMS, const float beta, __global const uint 
   #else
     #define CLFFN_QX_R16 0
   #endif
+  // the 16-row form in 256-bit vectors where the CPU has AVX2 alone (clffn_qx_rows16_avx2), for
+  // q4_0, whose unsigned nibbles' products with x's quants vpmaddubsw sums in 16 bits
+  #if CLFFN_QX_AVX2 && CLFFN_QX_WIDE_HERE && CLFFN_WTYPE == CLFFN_WTYPE_Q4_0 && CLFFN_WTOKENS > 1
+    #define CLFFN_QX_R16_AVX2 1
+  #else
+    #define CLFFN_QX_R16_AVX2 0
+  #endif
+  // either 16-row form: x's quantized rows block-major (CLFFN_XQ_SLOT)
+  #define CLFFN_QX_TILED (CLFFN_QX_R16 || CLFFN_QX_R16_AVX2)
   #if (CLFFN_WTYPE == CLFFN_WTYPE_Q4_0 && CLFFN_WTOKENS == 1) || CLFFN_QX_WIDE_HERE
     #define CLFFN_XQ_C 1
   #else
@@ -1372,7 +1381,7 @@ CLFFN_XQUANT_KERNEL {
       vstore_half_rte(dd, 0, (__private half *)&h);
       d = finite ? vload_half(0, (__private const half *)&h) : NAN;
     }
-  #if CLFFN_QX_R16 // block-major (see CLFFN_XQ_SLOT)
+  #if CLFFN_QX_TILED // block-major (see CLFFN_XQ_SLOT)
     __global uchar *q = xq + CLFFN_XQ_SLOT(b, t) * CLFFN_QK;
     ((__global float *)(xq + CLFFN_XQ_SCALES_AT(pairs)))[CLFFN_XQ_SLOT(b, t)] = d;
   #else
@@ -1388,7 +1397,7 @@ CLFFN_XQUANT_KERNEL {
     vstore16(hi, 1, v);
     int sum = 0;
     for (uint i = 0; i < 32; ++i) { sum += v[i]; }
-    #if CLFFN_QX_R16
+    #if CLFFN_QX_TILED
     ((__global int *)(xq + CLFFN_XQ_SUMS_AT(pairs)))[CLFFN_XQ_SLOT(b, t)] =
         -sum * (CLFFN_WTYPE == CLFFN_WTYPE_Q4_0 ? 8 : 128);
     #else
@@ -1638,6 +1647,29 @@ CLFFN_QX_ROW_INLINE void clffn_qx_row(__global const uchar *row, ulong blocks,
   #define CLFFN_QX_R 1
 #endif
 
+#if CLFFN_QX_TILED
+// Both 16-row forms' first steps for block b of the rows at rp[16] (o bytes in): a line ahead
+// prefetched in each row as a line of blocks begins, the rows' scales (dw), and their quants'
+// 16 bytes, four rows in each of p0 … p3.
+#define CLFFN_QX16_BLOCK()                                                                     \
+  if (CLFFN_QX_R16_PREFETCH > 0 && b % (64 / CLFFN_BLOCK_BYTES) == 0) {                        \
+    _Pragma("unroll") for (uint i = 0; i < 16; ++i) {                                          \
+      CLFFN_PREFETCH_NEXT(rp[i], o + CLFFN_QX_R16_PREFETCH, row_bytes, 16);                    \
+    }                                                                                          \
+  }                                                                                            \
+  ushort sc[16];                                                                               \
+  uint4 a[16];                                                                                 \
+  _Pragma("unroll") for (uint i = 0; i < 16; ++i) {                                            \
+    sc[i] = *(__global const ushort *)(rp[i] + o);                                             \
+    a[i] = as_uint4(vload16(0, rp[i] + o + 2));                                                \
+  }                                                                                            \
+  const float16 dw = clffn_halves16(vload16(0, sc));                                           \
+  const uint16 p0 = (uint16)(a[0], a[1], a[2], a[3]), p1 = (uint16)(a[4], a[5], a[6], a[7]);   \
+  const uint16 p2 = (uint16)(a[8], a[9], a[10], a[11]);                                        \
+  const uint16 p3 = (uint16)(a[12], a[13], a[14], a[15])
+
+#endif
+
 #if CLFFN_QX_R16
 // acc[t] (lane i: row i of 16 from row0, row_bytes apart; rows past `rows` repeat the last) =
 // the rows' products with the pass's quantized rows. Each block's quants are transposed a dword
@@ -1661,23 +1693,7 @@ CLFFN_QX_ROW_INLINE void clffn_qx_rows16(__global const uchar *row0, ulong row_b
   for (uint i = 0; i < 16; ++i) { rp[i] = row0 + min(i, rows - 1) * row_bytes; }
   for (ulong b = 0; b < blocks; ++b) {
     const ulong o = b * CLFFN_BLOCK_BYTES;
-    if (CLFFN_QX_R16_PREFETCH > 0 && b % (64 / CLFFN_BLOCK_BYTES) == 0) {
-  #pragma unroll
-      for (uint i = 0; i < 16; ++i) {
-        CLFFN_PREFETCH_NEXT(rp[i], o + CLFFN_QX_R16_PREFETCH, row_bytes, 16);
-      }
-    }
-    ushort sc[16];
-    uint4 a[16];
-  #pragma unroll
-    for (uint i = 0; i < 16; ++i) {
-      sc[i] = *(__global const ushort *)(rp[i] + o);
-      a[i] = as_uint4(vload16(0, rp[i] + o + 2));
-    }
-    const float16 dw = clffn_halves16(vload16(0, sc));
-    const uint16 p0 = (uint16)(a[0], a[1], a[2], a[3]), p1 = (uint16)(a[4], a[5], a[6], a[7]);
-    const uint16 p2 = (uint16)(a[8], a[9], a[10], a[11]);
-    const uint16 p3 = (uint16)(a[12], a[13], a[14], a[15]);
+    CLFFN_QX16_BLOCK();
     clffn_v16si w[8];
   #define CLFFN_QX_T(j, p0, p1, p2, p3)                                                          \
     (clffn_v16si)(uint16)(__builtin_shufflevector(p0, p1, j, 4 + j, 8 + j, 12 + j, 16 + j,       \
@@ -1719,6 +1735,73 @@ CLFFN_QX_ROW_INLINE void clffn_qx_rows16(__global const uchar *row0, ulong row_b
           sum = __builtin_ia32_vpdpbusd512(sum, w[k], (clffn_v16si)((int16)xd[8 * t + k]));
         }
         acc[t] = fma(__builtin_convertvector(sum, float16), dw * dx[t], acc[t]);
+      }
+    }
+  }
+}
+#endif
+
+#if CLFFN_QX_R16_AVX2
+typedef char clffn_v32qi __attribute__((__vector_size__(32)));
+typedef short clffn_v16hi __attribute__((__vector_size__(32)));
+typedef int clffn_v8si __attribute__((__vector_size__(32)));
+// clffn_qx_rows16 where the CPU has AVX2 without VNNI, for q4_0 from 2 tokens: the same
+// transposed dwords, eight rows a register, and for each a vpmaddubsw (the nibbles unsigned
+// against x's dword broadcast, signed; a pair at most 2·15·128) into 16-bit sums, added over the
+// block's eight dwords (at most 8·3840, within 16 bits), then one vpmaddwd into each row's 32-bit
+// sum. The integer sums are the VNNI form's, and so is every float step, so both give the same
+// bits. Every token of the pass in one walk of the rows, though their sums outnumber AVX2's 16
+// registers: in walks of 2, 4 or 8 tokens, each transposing the blocks again, 16 tokens took
+// 26-38 ms against 16-26 (4096 -> 11008 SwiGLU, AMD EPYC, 2 cores; docs/PERFORMANCE.md).
+CLFFN_QX_ROW_INLINE void clffn_qx_rows16_avx2(__global const uchar *row0, ulong row_bytes,
+                                              uint rows, ulong blocks,
+                                              __global const uchar *xq, uint tokens,
+                                              float16 acc[CLFFN_WTOKENS]) {
+  const ulong pairs = (blocks + 1) / 2;
+  __global const float *ds = (__global const float *)(xq + CLFFN_XQ_SCALES_AT(pairs));
+  __global const int *cs = (__global const int *)(xq + CLFFN_XQ_SUMS_AT(pairs));
+  for (uint t = 0; t < CLFFN_WTOKENS; ++t) { acc[t] = (float16)0.0f; }
+  const uint8 m4 = (uint8)0x0f0f0f0fu;
+  const clffn_v16hi ones = (clffn_v16hi)((short16)1);
+  __global const uchar *rp[16];
+  for (uint i = 0; i < 16; ++i) { rp[i] = row0 + min(i, rows - 1) * row_bytes; }
+  for (ulong b = 0; b < blocks; ++b) {
+    const ulong o = b * CLFFN_BLOCK_BYTES;
+    CLFFN_QX16_BLOCK();
+    __global const int *xd = (__global const int *)(xq + CLFFN_XQ_SLOT(b, 0) * CLFFN_QK);
+    clffn_v16hi s[CLFFN_WTOKENS][2];
+  #pragma unroll
+    for (uint t = 0; t < CLFFN_WTOKENS; ++t) { s[t][0] = s[t][1] = (clffn_v16hi)((short16)0); }
+  // dword j of the block's quants (values 4j … 4j + 3 in the low nibbles, 16 + 4j … in the
+  // high ones): rows 0-7's, then rows 8-15's, against each token's x there
+  #define CLFFN_QX_A2_STEP(j)                                                                    \
+    {                                                                                            \
+      const uint8 q0 = __builtin_shufflevector(p0, p1, j, 4 + j, 8 + j, 12 + j, 16 + j, 20 + j,  \
+                                               24 + j, 28 + j);                                  \
+      const uint8 q1 = __builtin_shufflevector(p2, p3, j, 4 + j, 8 + j, 12 + j, 16 + j, 20 + j,  \
+                                               24 + j, 28 + j);                                  \
+      const clffn_v32qi lo0 = (clffn_v32qi)(q0 & m4), hi0 = (clffn_v32qi)((q0 >> 4) & m4);       \
+      const clffn_v32qi lo1 = (clffn_v32qi)(q1 & m4), hi1 = (clffn_v32qi)((q1 >> 4) & m4);       \
+      _Pragma("unroll") for (uint t = 0; t < CLFFN_WTOKENS; ++t) {                               \
+        if (t < tokens) {                                                                        \
+          const clffn_v32qi xl = (clffn_v32qi)((int8)xd[8 * t + (j)]);                           \
+          const clffn_v32qi xh = (clffn_v32qi)((int8)xd[8 * t + 4 + (j)]);                       \
+          s[t][0] += __builtin_ia32_pmaddubsw256(lo0, xl) + __builtin_ia32_pmaddubsw256(hi0, xh); \
+          s[t][1] += __builtin_ia32_pmaddubsw256(lo1, xl) + __builtin_ia32_pmaddubsw256(hi1, xh); \
+        }                                                                                        \
+      }                                                                                          \
+    }
+    CLFFN_QX_A2_STEP(0) CLFFN_QX_A2_STEP(1) CLFFN_QX_A2_STEP(2) CLFFN_QX_A2_STEP(3)
+  #undef CLFFN_QX_A2_STEP
+  #pragma unroll
+    for (uint t = 0; t < CLFFN_WTOKENS; ++t) {
+      if (t < tokens) {
+        const clffn_v8si c = (clffn_v8si)((int8)cs[CLFFN_XQ_SLOT(b, t)]);
+        const clffn_v8si i0 = __builtin_ia32_pmaddwd256(s[t][0], ones) + c;
+        const clffn_v8si i1 = __builtin_ia32_pmaddwd256(s[t][1], ones) + c;
+        const float16 f =
+            (float16)(__builtin_convertvector(i0, float8), __builtin_convertvector(i1, float8));
+        acc[t] = fma(f, dw * ds[CLFFN_XQ_SLOT(b, t)], acc[t]);
       }
     }
   }
@@ -1797,14 +1880,19 @@ CLFFN_ROWS_QX_KERNEL {
   }
   __local float part[CLFFN_ROW_ROWS][CLFFN_WTOKENS][CLFFN_ROW_SPLIT];
   clffn_lanes_sum(part[get_local_id(1)], s, sum);
-#elif CLFFN_QX_R16
+#elif CLFFN_QX_TILED
   // stores its rows here, a token's 16 at a time, not through sum below: copied into sum, the
   // 4- and 16-token kernels measured 0-12% slower in three alternated rounds
   const uint s = 1;
   if (r0 < rows && live) {
     float16 acc[CLFFN_WTOKENS];
     const uint n = (uint)min((ulong)16, rows - r0);
+  #if CLFFN_QX_R16
     clffn_qx_rows16(w + w_off + r0 * row_bytes, row_bytes, n, cols / CLFFN_QK, xq, tokens, acc);
+  #else
+    clffn_qx_rows16_avx2(w + w_off + r0 * row_bytes, row_bytes, n, cols / CLFFN_QK, xq, tokens,
+                         acc);
+  #endif
     for (uint t = 0; t < CLFFN_WTOKENS; ++t) {
       if (t < tokens) {
         float v[16];

@@ -151,20 +151,23 @@
     "\"VWN\":8},"
 
 /* POCL on AVX2 x86-64 (256-bit vectors, no AVX-512: Haswell to Alder Lake, Zen 1-3):
- * `CLFFN_NO_TUNING=1 clffn-tune --budget 600` on 2026-12-02 on the CI machine (2 cores of an
- * AMD EPYC, Zen 3, which POCL names "pthread-haswell-AMD EPYC"; clffn-bench's copy 13-19 GB/s),
- * FFN 640 tokens, 512 -> 2048: the GEMMs 9.0 -> 39.9 GFLOP/s. Its crossovers as it measured
- * them: the kernels for f32 at every count with the weights kept [out, in] (ahead of CLBlast
- * from 1 token to 1024 on 512 -> 2048), for compressed weights to 192 tokens (48 with quantized
- * inputs) there and at every count in products of 4096 -> 11008's size. Against no profile, the
- * same host, two alternated rounds, ms forward (backward): the seed shape 522-566 (713-949) ->
- * 44-54 (110-126); 4096 -> 11008 SwiGLU at one token f32 156-166 (488-533) -> 40-45 (165-173),
- * f16, bf16, q8_0 and q4_0 level (the same kernels either way); at 16 tokens f32 857-870
- * (2103-2188) -> 98-123 (273-346), q8_0 976-1195 (929-1093) -> 49-57 (120-135); 1024 -> 2816
- * at 64 tokens f16 239-263 -> 20; 768 -> 3072 GELU at 2048 tokens f32 1768-2013 (3813-3857) ->
- * 422-531 (946-983) (docs/PERFORMANCE.md, "POCL on AVX2"). Measured on AMD's cores only; applied
- * to every AVX2 family LLVM names, as the AVX-512 profile is to its family, because the vector
- * width decides the GEMMs' tiles and no profile left them 4.4x slower. */
+ * `CLFFN_NO_TUNING=1 clffn-tune --budget 600` on 2026-12-02 on the CI machine (2 cores of an AMD
+ * EPYC, Zen 3, which POCL names "pthread-haswell-AMD EPYC"; clffn-bench's copy 13-19 GB/s), FFN
+ * 640 tokens, 512 -> 2048: the GEMMs 9.0 -> 39.9 GFLOP/s. Its crossovers as it measured them: the
+ * kernels for f32 at every count with the weights kept [out, in] (ahead of CLBlast from 1 token to
+ * 1024 on 512 -> 2048), for compressed weights to 192 tokens (48 with quantized inputs, measured
+ * before q4_0's AVX2 16-row form; with it, 192, below) there and at every count in products of
+ * 4096 -> 11008's size. Against no profile, the same host, two alternated rounds, ms forward
+ * (backward): the seed shape 522-566 (713-949) -> 44-54 (110-126); 4096 -> 11008 SwiGLU at one
+ * token f32 156-166 (488-533) -> 40-45 (165-173), f16, bf16, q8_0 and q4_0 level (the same kernels
+ * either way); at 16 tokens f32 857-870 (2103-2188) -> 98-123 (273-346), q8_0 976-1195 (929-1093)
+ * -> 49-57 (120-135); 1024 -> 2816 at 64 tokens f16 239-263 -> 20; 768 -> 3072 GELU at 2048 tokens
+ * f32 1768-2013 (3813-3857) -> 422-531 (946-983) (docs/PERFORMANCE.md, "POCL on AVX2"). Measured
+ * on AMD's cores only; applied to every AVX2 family LLVM names, as the AVX-512 profile is to its
+ * family, because the vector width decides the GEMMs' tiles and no profile left them 4.4x slower.
+ * With quantized inputs the kernels (q4_0's in its 16-row form) beat the dequantized SGEMM to 192
+ * tokens on 512 -> 2048 (q8_0 there 15.9 against 19.8 ms, 30.2 against 25.2 at 384) and to 384 at
+ * least on 4096 -> 11008 SwiGLU (q4_0 643 against 1600 ms, q8_0 914 against 1682). */
 #define CLFFN_POCL_AVX2_PROFILE                                                                   \
     "{\"clblast\":{" CLFFN_POCL_AVX2_XGEMM                                                        \
     "\"XgemmDirect\":{\"KWID\":8,\"MDIMAD\":8,\"MDIMCD\":16,\"NDIMBD\":16,\"NDIMCD\":8,"          \
@@ -179,7 +182,7 @@
     "\"clffn\":{\"GEMM_K_BLOCK\":256,\"GEMM_K_BLOCK_MIN_ROWS\":640,\"GEMV_MAX_TOKENS\":1,"        \
     "\"XGEMM_FEW_ROWS\":33,\"WGEMV_ROW_SPLIT\":1,\"WGEMV_ROW_ROWS\":4,\"WGEMV_COL_WIDTH\":64,"    \
     "\"WGEMV_COL_SPLIT\":1,\"WGEMV_COL_GROUPS\":4,\"KERNEL_MAX_TOKENS\":192,"                     \
-    "\"KERNEL_MAX_TOKENS_QX\":48,\"KERNEL_MAX_TOKENS_F32\":1073741824,\"WEIGHT_LAYOUT\":0,"       \
+    "\"KERNEL_MAX_TOKENS_QX\":192,\"KERNEL_MAX_TOKENS_F32\":1073741824,\"WEIGHT_LAYOUT\":0,"      \
     "\"WGEMV_ROW_GROUP_COLS\":4097,\"KERNEL_MAX_TOKENS_LARGE\":1073741824,"                       \
     "\"KERNEL_LARGE_WEIGHTS\":45088768}}"
 

@@ -239,7 +239,7 @@ Test(settings, builtin_profile_by_name) {
         if (cases[i].kind == AVX2) {
             cr_assert(strstr(json, f32_avx2) != NULL, "%s: %s", cases[i].name, json);
             cr_assert(strstr(json, "\"KERNEL_MAX_TOKENS\":192,") != NULL, "%s", json);
-            cr_assert(strstr(json, "\"KERNEL_MAX_TOKENS_QX\":48,") != NULL, "%s", json);
+            cr_assert(strstr(json, "\"KERNEL_MAX_TOKENS_QX\":192,") != NULL, "%s", json);
             cr_assert(strstr(json, "\"KERNEL_MAX_TOKENS_LARGE\":1073741824,") != NULL, "%s", json);
             cr_assert(strstr(json, "\"WGEMV_ROW_GROUP_COLS\":4097,") != NULL, "%s", json);
             continue;
