@@ -313,6 +313,13 @@ inline void clffn_q4_vecs8(__global const uchar *blk, float8 v[4]) {
   v[3] = as_float8((b1 >> 4) | 0x4B000000u) - CLFFN_Q4_BIAS;
 }
 
+// The same as two 16-wide vectors: the bytes widened once, each nibble q made the float 2^23 + q.
+inline void clffn_q4_vecs16(__global const uchar *blk, float16 v[2]) {
+  const uint16 b = convert_uint16(vload16(0, blk + 2));
+  v[0] = as_float16((b & 15u) | 0x4B000000u) - CLFFN_Q4_BIAS;
+  v[1] = as_float16((b >> 4) | 0x4B000000u) - CLFFN_Q4_BIAS;
+}
+
 // The 32 values of the block at c (a multiple of 32) as CLFFN_NV vectors, without the scale
 // for the quantized types (*d receives it). q4_0's low nibbles are values 0-15, the high ones
 // 16-31.
@@ -352,10 +359,8 @@ inline void clffn_wload_block(__global const uchar *row, ulong c, float *d, floa
   const uint16 b = convert_uint16(vload16(0, blk + 2));
   v[0] = as_float16(__builtin_ia32_permvarsf512(lut, (clffn_v16si)b));
   v[1] = as_float16(__builtin_ia32_permvarsf512(lut, (clffn_v16si)(b >> 4)));
-#elif CLFFN_RV == 16 // q4_0: the bytes widened once, each nibble q made the float 2^23 + q
-  const uint16 b = convert_uint16(vload16(0, blk + 2));
-  v[0] = as_float16((b & 15u) | 0x4B000000u) - CLFFN_Q4_BIAS;
-  v[1] = as_float16((b >> 4) | 0x4B000000u) - CLFFN_Q4_BIAS;
+#elif CLFFN_RV == 16
+  clffn_q4_vecs16(blk, v);
 #else
   clffn_q4_vecs8(blk, v);
 #endif
@@ -2312,9 +2317,14 @@ void clffn_wgemv_cols(CLFFN_ROWS_PARAMS, const float beta, const ulong chunk_row
 // 8-byte loads. 16-wide q4_0 vectors (CLFFN_ROW_DIRECT on AVX-512) made ∂x through 4096 -> 11008
 // SwiGLU at 16 tokens on an Intel Xeon slower (57.6-59.5 -> 67.5-68.3 ms; the strip kernel 25.2
 // -> 33.4 ms a launch, and 33.4 still with the 16-wide decoding split into halves); the other
-// types' strips ran level or faster at 16.
+// types' strips ran level or faster at 16. Up to 4 tokens they are 16 values where the rows' are
+// 8 (AVX2): 8-wide strips made ∂x through 4096 -> 11008 SwiGLU on an AMD EPYC (2 cores) slower,
+// best of five alternated rounds, q4_0 at 2 tokens 13.1 -> 15.1 ms, and of four, bf16 at one
+// token 14.6 -> 17.3, q8_0 12.1 -> 14.0, f16 at 2 19.8 -> 22.6.
 #if CLFFN_WTYPE == CLFFN_WTYPE_Q4_0 && CLFFN_WTOKENS > 4
   #define CLFFN_SV 8
+#elif CLFFN_WTOKENS <= 4
+  #define CLFFN_SV 16
 #else
   #define CLFFN_SV CLFFN_RV
 #endif
@@ -2323,11 +2333,20 @@ void clffn_wgemv_cols(CLFFN_ROWS_PARAMS, const float beta, const ulong chunk_row
 #if CLFFN_SV == CLFFN_RV
   #define clffn_strip_load clffn_wload_block
 #else
+  #if CLFFN_SV == 8 // q4_0, beside 16-wide rows
 inline void clffn_strip_load(__global const uchar *row, ulong c, float *d, float8 v[4]) {
   __global const uchar *blk = row + (c / CLFFN_QK) * CLFFN_BLOCK_BYTES;
   *d = clffn_whalf(blk);
   clffn_q4_vecs8(blk, v);
 }
+  #else // beside 8-wide rows: their vectors, joined in pairs (the values in the same order)
+inline void clffn_strip_load(__global const uchar *row, ulong c, float *d, float16 v[2]) {
+  float8 h[4];
+  clffn_wload_block(row, c, d, h);
+  v[0] = (float16)(h[0], h[1]);
+  v[1] = (float16)(h[2], h[3]);
+}
+  #endif
 #endif
 
 // clffn_strip_load where live, else zeros (and d = 0).
