@@ -140,12 +140,14 @@ ParameterizedTestParameters(forward, variants) {
     return cr_make_param_array(variant, vs, n);
 }
 
-ParameterizedTest(variant *v, forward, variants, .timeout = 120) { run_variant(v); }
+ParameterizedTest(variant *v, forward, variants, .timeout = 120 + TEST_COLD_GEMM_BUILDS) {
+    run_variant(v);
+}
 
 /* SGEMMs split along K (clffn_context_set_gemm_k_block): with a 64 block every product of these
  * shapes runs as 2-3 CLBlast calls summed into the output, the last one short; both layouts (so
  * both transposes of the weights), plain and gated. Unsplit shapes would not test it. */
-Test(forward, k_blocked_gemms, .timeout = 180) {
+Test(forward, k_blocked_gemms, .timeout = 180 + TEST_COLD_GEMM_BUILDS) {
     clffn_context *ctx = test_clblast_context();
     ASSERT_OK(clffn_context_set_gemm_k_block(ctx, 64));
     ASSERT_OK(clffn_context_set_gemm_k_block_min_rows(ctx, 0)); /* every product */

@@ -322,7 +322,7 @@ static void assert_local_memory_refusal(cl_device_id dev, const char *json, cons
  * one, by the profile's crossover; a few-rows Xgemm set's side) and 130 (above the few-rows
  * threshold, 128 on POCL), then with the crossover moved so the tiled kernel takes every
  * product. */
-Test(settings, every_builtin_profile_computes_here, .timeout = 300) {
+Test(settings, every_builtin_profile_computes_here, .timeout = 300 + 2 * TEST_COLD_GEMM_BUILDS) {
     char dir[] = "/tmp/clffn-builtin-XXXXXX", path[1400];
     cr_assert(mkdtemp(dir));
     setenv("CLFFN_TUNE_DIR", dir, 1);

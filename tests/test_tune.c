@@ -211,7 +211,7 @@ static void assert_kept_gemms(const cJSON *o, const char *out) {
 /* A short search runs its phases and either writes a profile whose GEMMs beat what was applied,
  * or keeps those and writes the kernels' findings into the profile that stays, or says that it
  * holds them already. */
-Test(clffn_tune, short_search, .timeout = 400) {
+Test(clffn_tune, short_search, .timeout = 400 + TEST_COLD_GEMM_BUILDS) {
     make_dir();
     char cmd[1024], out[16384];
     snprintf(
@@ -255,7 +255,7 @@ Test(clffn_tune, short_search, .timeout = 400) {
  * keeps that profile's GEMM parameters and writes the kernels' findings into it. Devices with no
  * built-in profile compare against CLBlast's defaults, which that set need not lose to: skipped
  * there. */
-Test(clffn_tune, kernels_written_where_the_gemms_lose, .timeout = 600) {
+Test(clffn_tune, kernels_written_where_the_gemms_lose, .timeout = 600 + TEST_COLD_GEMM_BUILDS) {
     make_dir();
     setenv("CLFFN_TUNE_DIR", dir, 1);
     clffn_context *ctx = test_context();
@@ -297,7 +297,7 @@ Test(clffn_tune, kernels_written_where_the_gemms_lose, .timeout = 600) {
  * tile longer than its work-group (CLBlast's kernel then loads part of the vector and computes
  * wrong results) it exits 3, wrong result, instead of timing it, whatever the crossover (1 token,
  * the weight layout phase's, included). */
-Test(clffn_tune, gemv_candidate_checked, .timeout = 120) {
+Test(clffn_tune, gemv_candidate_checked, .timeout = 120 + TEST_COLD_GEMM_BUILDS) {
     char cmd[1024], out[4096], err[4096];
     const char *specs[3] = {"65536:16,16,16,8,2,2", "65536:16,16,16,4,8,4", "1:16,16,16,4,8,4"};
     for (int i = 0; i < 3; ++i) {
@@ -321,7 +321,7 @@ Test(clffn_tune, gemv_candidate_checked, .timeout = 120) {
  * and not checked to agree first); a malformed spec or type is refused. The times are standard
  * output alone: POCL's compiler prints "N warnings generated." to standard error as it builds a
  * kernel the first time on a CPU without AVX-512 (the float16 ABI), and that is no time. */
-Test(clffn_tune, kernel_evaluation, .timeout = 180) {
+Test(clffn_tune, kernel_evaluation, .timeout = 180 + TEST_COLD_GEMM_BUILDS) {
     char cmd[1024], out[4096], err[4096];
     static const char *const specs[8] = {"q4_0:cross:1,8,64,1,4",
                                          "f16:shapes:1,8,64,1,4;1,4,32,1,8",
@@ -373,7 +373,7 @@ Test(clffn_tune, kernel_evaluation, .timeout = 180) {
  * parameters it does not evaluate are CLBlast's defaults, not the device's profile: with the
  * AVX2 profile's direct kernel (64-wide tiles, 8-deep K steps) its first compile alone took the
  * child 105 s on a 2-core host, 30 s with the defaults. */
-Test(clffn_tune, few_tokens_set_evaluated, .timeout = 120) {
+Test(clffn_tune, few_tokens_set_evaluated, .timeout = 120 + TEST_COLD_GEMM_BUILDS) {
     char cmd[1024], out[4096], err[4096], wide[128] = "", narrow[128] = "";
     for (int i = 0; i < 16; ++i) {
         const size_t n = strlen(wide), m = strlen(narrow);
