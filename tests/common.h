@@ -15,11 +15,12 @@
 #define TOL_RTOL 1e-5
 #define TOL_ATOL 1e-6
 
-/* Seconds added to the timeout of a test that is the first to build CLBlast's GEMM programs
- * for a parameter set. On a fresh machine POCL's kernel cache is empty, and when CLBlast reads a
- * program's binary back to keep it (as it does after every build), POCL compiles each of the
- * program's kernels: XgemmDirect's four, for the AVX2 profile's direct parameters, took 49 s of
- * a 2-core AVX2 host's compiler for every Xgemm set (its copy kernels and Xgemm 3 s). A test
+/* Seconds added to the timeout of a test that may be the first to build kernels for a parameter
+ * set: CLBlast's GEMM programs above all (clffn-tune's evaluations build clffn's weight kernels
+ * and CLBlast's beside them). On a fresh machine POCL's kernel cache is empty, and when CLBlast
+ * reads a program's binary back to keep it (as it does after every build), POCL compiles each of
+ * the program's kernels: XgemmDirect's four, for the AVX2 profile's direct parameters, took 49 s
+ * of a 2-core AVX2 host's compiler for every Xgemm set (its copy kernels and Xgemm 3 s). A test
  * that runs in seconds on a warm cache then took minutes on a cold one, two at a time under
  * ctest -j2, and ran past timeouts sized for the warm cache. */
 #define TEST_COLD_GEMM_BUILDS 480
