@@ -2451,8 +2451,13 @@ clffn_strip_group(__global const uchar *row0, ulong row_bytes, uint m, ulong c0,
 #endif
 
 // Four rows at a time: four streams for the prefetchers, a quarter of the sums' traffic. The
-// last group may hold fewer (m): its missing rows are not read, zeros in their place (not a
-// weight times 0, which is NaN for an infinite one).
+// rows after the last whole group go one at a time (m = 1: the other three rows are not read,
+// zeros in their place, not a weight times 0, which is NaN for an infinite one). A second copy
+// of the group for m of 1 to 3, known only at run time, cost more to compile than the whole
+// group: on POCL on an AMD EPYC (AVX2), this kernel's code generation at one token took 14-17 s
+// for each type against 6-7 s one row at a time, at 2 tokens 5.4-8.5 s against 4.4-6.2; the
+// backward ran level (q8_0 at one token through 4096 -> 11008 SwiGLU, best of five alternated
+// rounds, 16.2 ms either way).
 inline void clffn_strip_sums(__global const uchar *w, ulong row_bytes, ulong r0, ulong r1,
                              ulong c0, uint blocks, uint n, __global const float *xr, ulong ldx,
                              uint tokens, floatSV acc[CLFFN_STRIP_PART][CLFFN_STRIP / CLFFN_SV],
@@ -2471,8 +2476,10 @@ inline void clffn_strip_sums(__global const uchar *w, ulong row_bytes, ulong r0,
     if (r1 - r >= 4) { // the group whole, its loads unconditional once inlined
       clffn_strip_group(row, row_bytes, 4, c0, blocks, n, xr, ldx, r, tokens, acc, tail);
     } else {
-      clffn_strip_group(row, row_bytes, (uint)(r1 - r), c0, blocks, n, xr, ldx, r, tokens, acc,
-                        tail);
+      for (ulong q = r; q < r1; ++q) {
+        clffn_strip_group(w + q * row_bytes, row_bytes, 1, c0, blocks, n, xr, ldx, q, tokens, acc,
+                          tail);
+      }
     }
   }
 }

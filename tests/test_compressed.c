@@ -321,7 +321,8 @@ Test(compressed, backward_input_and_bias_gradients, .timeout = 600) {
  * CLFFN_WCOL_STRIP_VALUES over the pass's tokens, in chunks of CLFFN_WCOL_CHUNK_ROWS rows read
  * four at a time. d_model 1088 is one whole strip and part of another at one token (two whole
  * ones at 2 tokens, 17 at 16); d_ff 160 two chunks, the second of 32 rows; 1061 and 133 end the
- * last strip in a scalar tail and the last chunk one row past a group of four. Every token
+ * last strip in a scalar tail and the last chunk one row past a group of four, 1063 and 135
+ * three rows past (the rows after the last whole group go one at a time). Every token
  * bucket for f16 and q4_0 (both of q4_0's decodings), gated (V's product added onto W1's).
  * About 20 weight programs: on rusticl's llvmpipe on a 2-core AVX2 host, with Mesa's shader
  * cache cold and a second suite beside it, this ran past 600 s. */
@@ -337,6 +338,7 @@ Test(compressed, backward_column_strips_and_chunks, .timeout = 1200) {
         backward_case(ctx, CLFFN_DTYPE_Q8_0, CLFFN_LAYOUT_OUT_IN, 1, 1088, 160, some[i]);
         backward_case(ctx, CLFFN_DTYPE_BF16, CLFFN_LAYOUT_OUT_IN, 1, 1061, 133, some[i]);
     }
+    backward_case(ctx, CLFFN_DTYPE_BF16, CLFFN_LAYOUT_OUT_IN, 0, 1063, 135, 3);
     /* f32 kept [in, out]: the forward's products run down the columns */
     ASSERT_OK(clffn_context_set_weight_layout(ctx, CLFFN_LAYOUT_IN_OUT));
     forward_case(ctx, CLFFN_DTYPE_F32, 1, CLFFN_LAYOUT_OUT_IN, 133, 1061);
