@@ -718,7 +718,18 @@ Test(clffn_bench, experts_report, .timeout = 120) {
     cr_assert_eq(field(out, "weights_read_bytes"), 2 * 4 * (3 * 16 * 32) + 4 * 6 * 16, "%s%s", out,
                  err);
     cr_assert_eq(field(out, "dense_rows"), 1);
+    cr_assert(field(out, "rows_most") == 1 && field(out, "rows_fewest") == 0,
+              "one token: a row for each of its two experts, none for the other four: %s", out);
     cr_assert(field(out, "best_s") > 0 && field(out, "speed_vs_dense") > 0);
+    snprintf(cmd, sizeof cmd, /* 80 rows over 6 experts: at least 14 for one, at most 13 for
+                               * another; an expert takes a token once */
+             "'%s' --json --experts 6 --top-k 2 --tokens 40 --d-model 16 --d-ff 32 "
+             "--activation swiglu --reps 2",
+             CLFFN_BENCH_PATH);
+    cr_assert_eq(run_split(cmd, out, sizeof out, err, sizeof err), 0, "%s%s", out, err);
+    cr_assert_eq(field(out, "dense_rows"), 14, "%s", out);
+    cr_assert(field(out, "rows_most") >= 14 && field(out, "rows_most") <= 40, "%s", out);
+    cr_assert(field(out, "rows_fewest") <= 13, "%s", out);
     snprintf(cmd, sizeof cmd, /* the experts over three contexts: the same experts read */
              "'%s' --json --experts 6 --expert-split 3 --tokens 1 --d-model 16 --d-ff 32 "
              "--activation swiglu --reps 2",

@@ -16,6 +16,7 @@
 typedef struct moe_run {
     clffn_moe *moe;
     size_t chosen;           /* distinct experts the timed tokens choose */
+    size_t most, fewest;     /* the rows of the busiest expert and of the idlest (0: unchosen) */
     clffn_context *more[64]; /* --expert-split: the group's contexts past the first */
 } moe_run;
 
@@ -52,12 +53,14 @@ static int moe_setup(moe_run *m, device_run *r, const args *a) {
     return 0;
 }
 
-/* The distinct experts r's first T tokens choose. */
+/* The distinct experts r's first T tokens choose, and the most and fewest rows an expert gets:
+ * a layer whose routing leaves experts far from the mean runs some of them past a crossover the
+ * dense FFN of the mean's rows does not reach. */
 static int count_chosen(moe_run *m, device_run *r, size_t T, const args *a) {
     const size_t n = T * a->d_model;
     float *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y);
     int32_t *ch = malloc(T * a->top_k * sizeof *ch);
-    char *seen = calloc(a->experts, 1);
+    size_t *seen = calloc(a->experts, sizeof *seen);
     clffn_status st = x && y && ch && seen ? CLFFN_SUCCESS : CLFFN_ERROR_OUT_OF_HOST_MEMORY;
     if (st == CLFFN_SUCCESS) {
         st = (clffn_status)clEnqueueReadBuffer(clffn_context_queue(r->ctx), r->x, CL_TRUE, 0,
@@ -67,7 +70,12 @@ static int count_chosen(moe_run *m, device_run *r, size_t T, const args *a) {
     m->chosen = 0;
     for (size_t i = 0; st == CLFFN_SUCCESS && i < T * a->top_k; ++i) {
         m->chosen += !seen[ch[i]];
-        seen[ch[i]] = 1;
+        seen[ch[i]]++;
+    }
+    m->most = 0, m->fewest = SIZE_MAX;
+    for (size_t e = 0; st == CLFFN_SUCCESS && e < a->experts; ++e) {
+        m->most = seen[e] > m->most ? seen[e] : m->most;
+        m->fewest = seen[e] < m->fewest ? seen[e] : m->fewest;
     }
     free(x), free(y), free(ch), free(seen);
     return st == CLFFN_SUCCESS ? 0 : bench_fail("the routing", st);
@@ -104,10 +112,11 @@ static void report(const args *a, const moe_run *m, size_t rows, const timing *t
                "\"median_s\": %.6g, "
                "\"gflops\": %.6g, \"experts_read\": %zu, \"weights_read_bytes\": %.0f, "
                "\"dense_rows\": %zu, \"dense_best_s\": %.6g, \"speed_vs_dense\": %.4g, "
+               "\"rows_most\": %zu, \"rows_fewest\": %zu, "
                "\"contexts\": %zu, \"counts\": \"%s\", \"counts_kept\": %s, \"grouped\": %s}\n",
                a->experts, a->top_k, T, a->d_model, a->d_ff, a->no_bias ? "false" : "true",
                clffn_dtype_name(a->dtype), tm->best_s, tm->median_s, gflops, m->chosen, read, rows,
-               td->best_s, ratio, a->split > 1 ? a->split : (size_t)1,
+               td->best_s, ratio, m->most, m->fewest, a->split > 1 ? a->split : (size_t)1,
                tool_moe_counts_name(a->counts), clffn_moe_counts_kept(m->moe) ? "true" : "false",
                clffn_moe_experts_grouped(m->moe) ? "true" : "false");
         return;
@@ -125,6 +134,7 @@ static void report(const args *a, const moe_run *m, size_t rows, const timing *t
            tm->best_s * 1e3, tm->median_s * 1e3, a->reps, gflops);
     printf("weights read:  %zu of %zu experts, %.0f bytes (router included): %.1f GB/s\n",
            m->chosen, a->experts, read, read / tm->best_s * 1e-9);
+    printf("routing:       %zu to %zu rows an expert, %zu on average\n", m->fewest, m->most, rows);
     printf("dense FFN:     %zu row(s) in %.3f ms; the layer's %zu rows at %.2fx its rows/s\n", rows,
            td->best_s * 1e3, work, ratio);
 }
