@@ -514,13 +514,15 @@ CLFFN_API clffn_layout clffn_context_weight_layout(const clffn_context *ctx);
 /** Which products a few-token crossover is for (clffn_context_set_kernel_max_tokens). */
 typedef enum clffn_kernel_class {
     CLFFN_KERNELS_F32 = 0,        /* over f32 weights, against CLBlast's GEMV or SGEMM */
-    CLFFN_KERNELS_COMPRESSED = 1, /* over f16, bf16, q8_0 or q4_0 weights with f32 inputs,
-                                     against dequantized blocks and SGEMM */
+    CLFFN_KERNELS_COMPRESSED = 1, /* over f16 or bf16 weights with f32 inputs, against
+                                     dequantized blocks and SGEMM */
     CLFFN_KERNELS_QUANTIZED = 2,  /* over q8_0, q4_0 or bf16 weights kept [out, in] whose inputs
                                      the context quantizes (clffn_context_set_quantized_inputs),
                                      against the same */
-    CLFFN_KERNELS_COMPRESSED_LARGE = 3 /* as CLFFN_KERNELS_COMPRESSED, in products of at least
-                                          clffn_context_kernel_large_weights() weights */
+    CLFFN_KERNELS_COMPRESSED_LARGE = 3, /* over any compressed weights with f32 inputs, in
+                                           products of at least
+                                           clffn_context_kernel_large_weights() weights */
+    CLFFN_KERNELS_BLOCKS = 4 /* over q8_0 or q4_0 weights with f32 inputs, against the same */
 } clffn_kernel_class;
 
 /** The few-token crossovers of a device with no tuning profile that says otherwise: weights
@@ -547,12 +549,16 @@ typedef enum clffn_kernel_class {
  *  (CLFFN_KERNELS_COMPRESSED_LARGE, products of at least clffn_context_kernel_large_weights()
  *  weights): SGEMM over dequantized blocks gets slower per token as the inner dimension grows,
  *  the kernels do not, so on a CPU the kernels win further on a 4096 → 11008 layer than on a
- *  1024 → 2816 one. Setting CLFFN_KERNELS_COMPRESSED sets the large products' crossover too;
- *  set CLFFN_KERNELS_COMPRESSED_LARGE after it to tell them apart. The tuning profile sets
- *  them ("clffn": {"KERNEL_MAX_TOKENS": n, "KERNEL_MAX_TOKENS_F32": n, "KERNEL_MAX_TOKENS_QX":
- *  n, "KERNEL_MAX_TOKENS_LARGE": n, "KERNEL_LARGE_WEIGHTS": w}; clffn-tune measures where the
- *  kernels stop winning), else the defaults above, the large products' crossover being the
- *  compressed one where a profile gives none. Results differ from the other paths' only by
+ *  1024 → 2816 one. Below that size q8_0's and q4_0's kernels decode bytes where f16's and
+ *  bf16's convert halves, and on a CPU they win further (CLFFN_KERNELS_BLOCKS: on POCL on an
+ *  AMD EPYC, at every count to 1024 tokens, where f16 and bf16 stop near 256). Setting
+ *  CLFFN_KERNELS_COMPRESSED sets the large products' and the blocks' crossovers too; set
+ *  CLFFN_KERNELS_COMPRESSED_LARGE or CLFFN_KERNELS_BLOCKS after it to tell them apart. The
+ *  tuning profile sets them ("clffn": {"KERNEL_MAX_TOKENS": n, "KERNEL_MAX_TOKENS_F32": n,
+ *  "KERNEL_MAX_TOKENS_QX": n, "KERNEL_MAX_TOKENS_LARGE": n, "KERNEL_MAX_TOKENS_BLOCKS": n,
+ *  "KERNEL_LARGE_WEIGHTS": w}; clffn-tune measures where the kernels stop winning), else the
+ *  defaults above, the large products' and the blocks' crossovers being the compressed one
+ *  where a profile gives none. Results differ from the other paths' only by
  *  float summation order. Same rules of effect as clffn_context_set_gemm_k_block(). Errors:
  *  NULL_ARGUMENT. */
 CLFFN_API clffn_status clffn_context_set_kernel_max_tokens(clffn_context *ctx, int which,

@@ -305,7 +305,8 @@ size_t clffn_context_xgemm_few_rows(const clffn_context *ctx) {
 
 /* clffn_kernel_class's index, any other nonzero value taken as compressed */
 static int kernel_class(int which) {
-    if (which == CLFFN_KERNELS_QUANTIZED || which == CLFFN_KERNELS_COMPRESSED_LARGE) {
+    if (which == CLFFN_KERNELS_QUANTIZED || which == CLFFN_KERNELS_COMPRESSED_LARGE ||
+        which == CLFFN_KERNELS_BLOCKS) {
         return which;
     }
     return which ? CLFFN_KERNELS_COMPRESSED : CLFFN_KERNELS_F32;
@@ -315,8 +316,10 @@ clffn_status clffn_context_set_kernel_max_tokens(clffn_context *ctx, int which, 
     if (!ctx) { return CLFFN_ERROR_NULL_ARGUMENT; }
     const int c = kernel_class(which);
     ctx->kernel_max_tokens[c] = max_tokens;
-    if (c == CLFFN_KERNELS_COMPRESSED) { /* one crossover for every size until told apart */
+    /* one crossover for every size and type until told apart */
+    if (c == CLFFN_KERNELS_COMPRESSED) {
         ctx->kernel_max_tokens[CLFFN_KERNELS_COMPRESSED_LARGE] = max_tokens;
+        ctx->kernel_max_tokens[CLFFN_KERNELS_BLOCKS] = max_tokens;
     }
     return CLFFN_SUCCESS;
 }

@@ -38,10 +38,11 @@ struct clffn_context {
     clffn_xgemm_set xgemm, xgemm_few;
     size_t xgemm_few_rows;
     /* products over at most this many token rows run clffn's few-token kernels, indexed by
-     * clffn_kernel_class: [0] with f32 weights, [1] with compressed ones, [2] with quantized
-     * inputs, [3] with compressed ones in products of at least kernel_large_weights weights;
-     * from the tuning profile, or clffn_context_set_kernel_max_tokens() */
-    size_t kernel_max_tokens[4];
+     * clffn_kernel_class: [0] with f32 weights, [1] with f16 or bf16 ones, [2] with quantized
+     * inputs, [3] with compressed ones in products of at least kernel_large_weights weights,
+     * [4] with q8_0 or q4_0 ones; from the tuning profile, or
+     * clffn_context_set_kernel_max_tokens() */
+    size_t kernel_max_tokens[CLFFN_KERNEL_CLASSES];
     size_t kernel_large_weights;
     /* on a CPU, the row kernels take rows several a work-item where x has at least this many
      * floats (src/wmatrix.c); from the tuning profile, or clffn_context_set_row_group_cols() */

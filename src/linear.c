@@ -44,9 +44,11 @@ size_t clffn__kernel_max_tokens(const clffn_context *ctx, const clffn_linear *w)
         return ctx->kernel_max_tokens[CLFFN_KERNELS_QUANTIZED];
     }
     /* in·out cannot overflow: the weights were allocated */
-    return w->in * w->out >= ctx->kernel_large_weights
-               ? ctx->kernel_max_tokens[CLFFN_KERNELS_COMPRESSED_LARGE]
-               : ctx->kernel_max_tokens[CLFFN_KERNELS_COMPRESSED];
+    if (w->in * w->out >= ctx->kernel_large_weights) {
+        return ctx->kernel_max_tokens[CLFFN_KERNELS_COMPRESSED_LARGE];
+    }
+    const bool blocks = w->dtype == CLFFN_DTYPE_Q8_0 || w->dtype == CLFFN_DTYPE_Q4_0;
+    return ctx->kernel_max_tokens[blocks ? CLFFN_KERNELS_BLOCKS : CLFFN_KERNELS_COMPRESSED];
 }
 
 /* Whether a forward product over `tokens` rows with w runs clffn's few-token kernels. */

@@ -99,6 +99,7 @@ static void own_defaults(clffn_tuning *t) {
     t->kernel_max_tokens[1] = CLFFN_DEFAULT_KERNEL_MAX_TOKENS;
     t->kernel_max_tokens[2] = CLFFN_DEFAULT_KERNEL_MAX_TOKENS;
     t->kernel_max_tokens[3] = CLFFN_DEFAULT_KERNEL_MAX_TOKENS;
+    t->kernel_max_tokens[4] = CLFFN_DEFAULT_KERNEL_MAX_TOKENS;
     t->kernel_large_weights = CLFFN_DEFAULT_KERNEL_LARGE_WEIGHTS;
     t->row_group_cols = CLFFN_DEFAULT_ROW_GROUP_COLS;
     memset(t->wgemv, 0, sizeof t->wgemv);
@@ -128,9 +129,10 @@ static int take_kernel_value(const cJSON *p, clffn_tuning *out) {
         out->wgemv[i] = (size_t)v;
         return 1;
     }
-    static const char *const crossovers[4] = {"KERNEL_MAX_TOKENS_F32", "KERNEL_MAX_TOKENS",
-                                              "KERNEL_MAX_TOKENS_QX", "KERNEL_MAX_TOKENS_LARGE"};
-    for (int i = 0; i < 4; ++i) {
+    static const char *const crossovers[CLFFN_KERNEL_CLASSES] = {
+        "KERNEL_MAX_TOKENS_F32", "KERNEL_MAX_TOKENS", "KERNEL_MAX_TOKENS_QX",
+        "KERNEL_MAX_TOKENS_LARGE", "KERNEL_MAX_TOKENS_BLOCKS"};
+    for (int i = 0; i < CLFFN_KERNEL_CLASSES; ++i) {
         if (strcmp(p->string, crossovers[i])) { continue; }
         const double v = whole_in(p, CLFFN_KERNEL_MAX_TOKENS_MOST);
         if (v < 0) { return -1; }
@@ -201,8 +203,9 @@ static clffn_status parse_clffn_section(const cJSON *root, clffn_tuning *out) {
             return CLFFN_ERROR_INVALID_ARGUMENT;
         }
     }
-    static const char *const follow[2] = {"KERNEL_MAX_TOKENS_QX", "KERNEL_MAX_TOKENS_LARGE"};
-    for (int i = 0; i < 2; ++i) { /* where the profile gives neither: the compressed one */
+    static const char *const follow[3] = {"KERNEL_MAX_TOKENS_QX", "KERNEL_MAX_TOKENS_LARGE",
+                                          "KERNEL_MAX_TOKENS_BLOCKS"};
+    for (int i = 0; i < 3; ++i) { /* where the profile gives none: the compressed one */
         if (!cJSON_GetObjectItemCaseSensitive(sec, follow[i])) {
             out->kernel_max_tokens[2 + i] = out->kernel_max_tokens[1];
         }

@@ -5,6 +5,10 @@
 
 #include "common.h"
 
+/* The few-token kernels' crossovers, one a clffn_kernel_class (CLFFN_KERNELS_F32 …
+ * CLFFN_KERNELS_BLOCKS). */
+#define CLFFN_KERNEL_CLASSES 5
+
 /* CLBlast 1.5's Xgemm kernel takes 16 parameters (GEMMK ... VWN). */
 #define CLFFN_XGEMM_PARAMS 16
 
@@ -26,10 +30,11 @@ typedef struct clffn_tuning {
     clffn_xgemm_set xgemm_few;    /* "clblast_few_rows": {"Xgemm": {...}} */
     size_t xgemm_few_rows;        /* "XGEMM_FEW_ROWS": n: products of fewer tokens use xgemm_few */
     /* "KERNEL_MAX_TOKENS_F32", "KERNEL_MAX_TOKENS", "KERNEL_MAX_TOKENS_QX",
-     * "KERNEL_MAX_TOKENS_LARGE": the few-token kernels' crossovers for each clffn_kernel_class;
-     * the CLFFN_DEFAULT_KERNEL_MAX_TOKENS* without, and the compressed one for quantized inputs
-     * and for large products where a profile gives that alone */
-    size_t kernel_max_tokens[4];
+     * "KERNEL_MAX_TOKENS_LARGE", "KERNEL_MAX_TOKENS_BLOCKS": the few-token kernels' crossovers
+     * for each clffn_kernel_class; the CLFFN_DEFAULT_KERNEL_MAX_TOKENS* without, and the
+     * compressed one for quantized inputs, large products and q8_0's and q4_0's blocks where a
+     * profile gives that alone */
+    size_t kernel_max_tokens[CLFFN_KERNEL_CLASSES];
     size_t kernel_large_weights; /* "KERNEL_LARGE_WEIGHTS"; CLFFN_DEFAULT_KERNEL_LARGE_WEIGHTS */
     /* "WGEMV_ROW_GROUP_COLS": on a CPU, rows go several to a work-item of the row kernels where
      * x has at least this many floats; CLFFN_DEFAULT_ROW_GROUP_COLS without */

@@ -167,7 +167,12 @@
  * family, because the vector width decides the GEMMs' tiles and no profile left them 4.4x slower.
  * With quantized inputs the kernels (q4_0's in its 16-row form) beat the dequantized SGEMM to 192
  * tokens on 512 -> 2048 (q8_0 there 15.9 against 19.8 ms, 30.2 against 25.2 at 384) and to 384 at
- * least on 4096 -> 11008 SwiGLU (q4_0 643 against 1600 ms, q8_0 914 against 1682). */
+ * least on 4096 -> 11008 SwiGLU (q4_0 643 against 1600 ms, q8_0 914 against 1682). The
+ * compressed crossovers below the large products' were measured again on the same host, one run
+ * of each count, the kernels against dequantized SGEMM (docs/PERFORMANCE.md, "The crossovers by
+ * type on AVX2"): q8_0 and q4_0 with f32 inputs ahead at every count to 1024 tokens on 512 ->
+ * 2048, 1024 -> 2816 SwiGLU and 2048 -> 768 SwiGLU (KERNEL_MAX_TOKENS_BLOCKS: every count); f16
+ * and bf16 ahead at 256 but for one bf16 run within 6%, level at 320 and behind at 384 (256). */
 #define CLFFN_POCL_AVX2_PROFILE                                                                   \
     "{\"clblast\":{" CLFFN_POCL_AVX2_XGEMM                                                        \
     "\"XgemmDirect\":{\"KWID\":8,\"MDIMAD\":8,\"MDIMCD\":16,\"NDIMBD\":16,\"NDIMCD\":8,"          \
@@ -181,10 +186,10 @@
     "\"VWN\":8}},"                                                                                \
     "\"clffn\":{\"GEMM_K_BLOCK\":256,\"GEMM_K_BLOCK_MIN_ROWS\":640,\"GEMV_MAX_TOKENS\":1,"        \
     "\"XGEMM_FEW_ROWS\":33,\"WGEMV_ROW_SPLIT\":1,\"WGEMV_ROW_ROWS\":4,\"WGEMV_COL_WIDTH\":64,"    \
-    "\"WGEMV_COL_SPLIT\":1,\"WGEMV_COL_GROUPS\":4,\"KERNEL_MAX_TOKENS\":192,"                     \
+    "\"WGEMV_COL_SPLIT\":1,\"WGEMV_COL_GROUPS\":4,\"KERNEL_MAX_TOKENS\":256,"                     \
     "\"KERNEL_MAX_TOKENS_QX\":192,\"KERNEL_MAX_TOKENS_F32\":1073741824,\"WEIGHT_LAYOUT\":0,"      \
     "\"WGEMV_ROW_GROUP_COLS\":4097,\"KERNEL_MAX_TOKENS_LARGE\":1073741824,"                       \
-    "\"KERNEL_LARGE_WEIGHTS\":45088768}}"
+    "\"KERNEL_MAX_TOKENS_BLOCKS\":1073741824,\"KERNEL_LARGE_WEIGHTS\":45088768}}"
 
 /* Mesa's llvmpipe through rusticl (Mesa 22.3.6, LLVM 15, "256 bits"), the OpenCL of a machine
  * without a GPU driver, as in a container's CI: CLBlast's defaults for it ran every product of

@@ -221,45 +221,50 @@ Test(compressed, either_path_at_the_same_tokens, .timeout = 300) {
     clffn_context_destroy(ctx);
 }
 
-/* The large products' crossover applies by each product's weights: at 20 tokens (two passes of
- * the kernels) a plain FFN of 96 → 128 (12288 weights a product) gives the kernels' bits where its
- * products count as large with that crossover above 20, and SGEMM's where they fall below the
- * threshold by one weight. The two paths sum in other orders, so their bits differ somewhere,
- * which is what tells them apart here. */
-Test(compressed, large_products_crossover, .timeout = 300) {
-    clffn_context *ctx = test_context();
+/* Each product takes its class's crossover: by its weights the large products' one, below it
+ * f16's the compressed one and q8_0's the blocks' one. At 20 tokens (two passes of the kernels)
+ * a plain FFN of 96 → 128 (12288 weights a product) gives the kernels' bits where its class's
+ * crossover is above 20, and SGEMM's where it is 0, whatever the other classes say; the
+ * products fall below the large threshold by one weight. The two paths sum in other orders, so
+ * their bits differ somewhere, which is what tells them apart here. */
+static void crossover_case(clffn_context *ctx, clffn_dtype t, const int same_as[7]) {
     clffn_config c = case_config(96, 128, 0);
     test_weights w;
     typed_set s;
-    clffn_ffn *ffn = typed_ffn(ctx, &c, CLFFN_DTYPE_F16, CLFFN_LAYOUT_OUT_IN, 5, &w, &s);
-    enum { T = 20 };
+    clffn_ffn *ffn = typed_ffn(ctx, &c, t, CLFFN_LAYOUT_OUT_IN, 5, &w, &s);
+    enum { T = 20, RUNS = 7 };
     const size_t n = T * 96, weights = 96 * 128;
-    float *x = malloc(n * sizeof *x), *y[5];
+    float *x = malloc(n * sizeof *x), *y[RUNS];
     cr_assert(x);
     fill_uniform(x, n, -1, 1, 77);
-    /* compressed crossover, large one, threshold: the kernels, SGEMM, then large products
-     * taking each side, then the threshold one weight past the products */
-    static const size_t runs[5][3] = {{32, 32, 1}, {0, 0, 1}, {0, 32, 0}, {32, 0, 0}, {0, 32, 1}};
-    for (int r = 0; r < 5; ++r) {
-        y[r] = malloc(n * sizeof *y[r]);
-        cr_assert(y[r]);
+    /* compressed, blocks', large crossovers, the threshold past the products' weights */
+    static const size_t runs[RUNS][4] = {{32, 32, 32, 1}, {0, 0, 0, 1},  {0, 0, 32, 0},
+                                         {32, 32, 0, 0},  {0, 0, 32, 1}, {32, 0, 0, 1},
+                                         {0, 32, 0, 1}};
+    for (int r = 0; r < RUNS; ++r) {
+        cr_assert((y[r] = malloc(n * sizeof *y[r])) != NULL);
         ASSERT_OK(clffn_context_set_kernel_max_tokens(ctx, CLFFN_KERNELS_COMPRESSED, runs[r][0]));
+        ASSERT_OK(clffn_context_set_kernel_max_tokens(ctx, CLFFN_KERNELS_BLOCKS, runs[r][1]));
         ASSERT_OK(
-            clffn_context_set_kernel_max_tokens(ctx, CLFFN_KERNELS_COMPRESSED_LARGE, runs[r][1]));
-        ASSERT_OK(clffn_context_set_kernel_large_weights(ctx, weights + runs[r][2]));
+            clffn_context_set_kernel_max_tokens(ctx, CLFFN_KERNELS_COMPRESSED_LARGE, runs[r][2]));
+        ASSERT_OK(clffn_context_set_kernel_large_weights(ctx, weights + runs[r][3]));
         ASSERT_OK(clffn_forward_host(ffn, T, x, n, y[r], n));
     }
     cr_assert(memcmp(y[0], y[1], n * sizeof *x) != 0, "the paths gave the same bits");
-    static const int same_as[5] = {0, 1, 0, 1, 1};
-    for (int r = 2; r < 5; ++r) {
-        cr_assert(memcmp(y[r], y[same_as[r]], n * sizeof *x) == 0, "run %d", r);
+    for (int r = 2; r < RUNS; ++r) {
+        cr_assert(memcmp(y[r], y[same_as[r]], n * sizeof *x) == 0, "%s, run %d",
+                  clffn_dtype_name(t), r);
     }
-    assert_forward(ffn, &c, &s, T, "below the threshold by one weight"); /* the last run's */
-    for (int r = 0; r < 5; ++r) { free(y[r]); }
-    free(x);
-    clffn_ffn_destroy(ffn);
-    typed_free(&s);
-    test_weights_free(&w);
+    assert_forward(ffn, &c, &s, T, clffn_dtype_name(t)); /* the last run's */
+    for (int r = 0; r < RUNS; ++r) { free(y[r]); }
+    free(x), clffn_ffn_destroy(ffn), typed_free(&s), test_weights_free(&w);
+}
+
+Test(compressed, crossovers_by_type_and_size, .timeout = 300) {
+    clffn_context *ctx = test_context();
+    static const int f16[7] = {0, 1, 0, 1, 1, 0, 1}, q8_0[7] = {0, 1, 0, 1, 1, 1, 0};
+    crossover_case(ctx, CLFFN_DTYPE_F16, f16);
+    crossover_case(ctx, CLFFN_DTYPE_Q8_0, q8_0);
     clffn_context_destroy(ctx);
 }
 

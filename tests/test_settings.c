@@ -238,9 +238,10 @@ Test(settings, builtin_profile_by_name) {
         const char *f32_avx2 = "\"KERNEL_MAX_TOKENS_F32\":1073741824,\"WEIGHT_LAYOUT\":0,";
         if (cases[i].kind == AVX2) {
             cr_assert(strstr(json, f32_avx2) != NULL, "%s: %s", cases[i].name, json);
-            cr_assert(strstr(json, "\"KERNEL_MAX_TOKENS\":192,") != NULL, "%s", json);
+            cr_assert(strstr(json, "\"KERNEL_MAX_TOKENS\":256,") != NULL, "%s", json);
             cr_assert(strstr(json, "\"KERNEL_MAX_TOKENS_QX\":192,") != NULL, "%s", json);
             cr_assert(strstr(json, "\"KERNEL_MAX_TOKENS_LARGE\":1073741824,") != NULL, "%s", json);
+            cr_assert(strstr(json, "\"KERNEL_MAX_TOKENS_BLOCKS\":1073741824,") != NULL, "%s", json);
             cr_assert(strstr(json, "\"WGEMV_ROW_GROUP_COLS\":4097,") != NULL, "%s", json);
             continue;
         }
@@ -394,43 +395,45 @@ Test(settings, every_builtin_profile_computes_here, .timeout = 300 + 2 * TEST_CO
     unsetenv("CLFFN_TUNE_DIR");
 }
 
-/* A profile's few-token crossovers, each class's own: the quantized inputs' and the large
- * products' where given, else the compressed one, with the large products' threshold; a profile
+/* A profile's few-token crossovers, each class's own: the quantized inputs', the large
+ * products' and q8_0's and q4_0's blocks' where given, else the compressed one, with the large
+ * products' threshold; a profile
  * without them, or no profile, gives the defaults; a count past any forward's, a negative or a
  * fractional value damages the profile. The setter takes any count (past
  * CLFFN_MAX_KERNEL_TOKENS the kernels run in passes). */
 Test(settings, kernel_crossovers_from_a_profile) {
     char dir[] = "/tmp/clffn-cross-XXXXXX", path[1400];
     test_profile_dir(dir, path, sizeof path);
-    static const char *const texts[7] = {
+    static const char *const texts[8] = {
         "{\"clblast\":{},\"clffn\":{\"KERNEL_MAX_TOKENS\":100,\"KERNEL_MAX_TOKENS_QX\":5000,"
         "\"KERNEL_MAX_TOKENS_F32\":3,\"KERNEL_MAX_TOKENS_LARGE\":300,"
-        "\"KERNEL_LARGE_WEIGHTS\":5000000000}}",
+        "\"KERNEL_MAX_TOKENS_BLOCKS\":700,\"KERNEL_LARGE_WEIGHTS\":5000000000}}",
         "{\"clblast\":{},\"clffn\":{\"KERNEL_MAX_TOKENS\":40}}",
         "{\"clblast\":{}}",
         "{\"clblast\":{},\"clffn\":{\"KERNEL_MAX_TOKENS_QX\":-1}}",
         "{\"clblast\":{},\"clffn\":{\"KERNEL_MAX_TOKENS\":2e9}}",
         "{\"clblast\":{},\"clffn\":{\"KERNEL_LARGE_WEIGHTS\":-4}}",
-        "{\"clblast\":{},\"clffn\":{\"KERNEL_MAX_TOKENS_LARGE\":0.5}}"};
+        "{\"clblast\":{},\"clffn\":{\"KERNEL_MAX_TOKENS_LARGE\":0.5}}",
+        "{\"clblast\":{},\"clffn\":{\"KERNEL_MAX_TOKENS_BLOCKS\":-2}}"};
     enum { GOOD = 3, TEXTS = sizeof texts / sizeof texts[0] };
     /* per class (clffn_kernel_class), then the large products' threshold */
-    static const size_t want[GOOD][5] = {
-        {3, 100, 5000, 300, 5000000000},
-        {CLFFN_DEFAULT_KERNEL_MAX_TOKENS_F32, 40, 40, 40, CLFFN_DEFAULT_KERNEL_LARGE_WEIGHTS},
+    static const size_t want[GOOD][6] = {
+        {3, 100, 5000, 300, 700, 5000000000},
+        {CLFFN_DEFAULT_KERNEL_MAX_TOKENS_F32, 40, 40, 40, 40, CLFFN_DEFAULT_KERNEL_LARGE_WEIGHTS},
         {CLFFN_DEFAULT_KERNEL_MAX_TOKENS_F32, CLFFN_DEFAULT_KERNEL_MAX_TOKENS,
          CLFFN_DEFAULT_KERNEL_MAX_TOKENS, CLFFN_DEFAULT_KERNEL_MAX_TOKENS,
-         CLFFN_DEFAULT_KERNEL_LARGE_WEIGHTS}};
+         CLFFN_DEFAULT_KERNEL_MAX_TOKENS, CLFFN_DEFAULT_KERNEL_LARGE_WEIGHTS}};
     for (int i = 0; i < TEXTS; ++i) {
         test_write_text(path, texts[i]);
         clffn_context *ctx = test_context();
         const char *applied = clffn_context_tuning(ctx);
         if (i < GOOD) {
             cr_assert(strncmp(applied, "profile", 7) == 0, "text %d not applied: %s", i, applied);
-            for (int k = 0; k < 4; ++k) {
+            for (int k = 0; k < 5; ++k) {
                 cr_assert_eq(clffn_context_kernel_max_tokens(ctx, k), want[i][k], "text %d, %d", i,
                              k);
             }
-            cr_assert_eq(clffn_context_kernel_large_weights(ctx), want[i][4], "text %d", i);
+            cr_assert_eq(clffn_context_kernel_large_weights(ctx), want[i][5], "text %d", i);
         } else {
             cr_assert(strstr(applied, "could not be applied"), "text %d: %s", i, applied);
         }
@@ -439,7 +442,7 @@ Test(settings, kernel_crossovers_from_a_profile) {
     setenv("CLFFN_NO_TUNING", "1", 1); /* no profile at all: the defaults */
     clffn_context *ctx = test_context();
     unsetenv("CLFFN_NO_TUNING");
-    for (int k = 0; k < 4; ++k) {
+    for (int k = 0; k < 5; ++k) {
         cr_assert_eq(clffn_context_kernel_max_tokens(ctx, k), want[GOOD - 1][k], "no profile, %d",
                      k);
     }
@@ -448,10 +451,14 @@ Test(settings, kernel_crossovers_from_a_profile) {
     cr_assert_eq(clffn_context_kernel_max_tokens(ctx, CLFFN_KERNELS_QUANTIZED), SIZE_MAX);
     ASSERT_OK(clffn_context_set_kernel_max_tokens(ctx, 7, 33)); /* nonzero: compressed */
     cr_assert_eq(clffn_context_kernel_max_tokens(ctx, CLFFN_KERNELS_COMPRESSED), 33);
-    /* the compressed crossover sets the large products' too; theirs alone leaves it */
+    /* the compressed crossover sets the large products' and the blocks' too; theirs alone
+     * leaves it */
     cr_assert_eq(clffn_context_kernel_max_tokens(ctx, CLFFN_KERNELS_COMPRESSED_LARGE), 33);
+    cr_assert_eq(clffn_context_kernel_max_tokens(ctx, CLFFN_KERNELS_BLOCKS), 33);
     ASSERT_OK(clffn_context_set_kernel_max_tokens(ctx, CLFFN_KERNELS_COMPRESSED_LARGE, 50));
+    ASSERT_OK(clffn_context_set_kernel_max_tokens(ctx, CLFFN_KERNELS_BLOCKS, 60));
     cr_assert_eq(clffn_context_kernel_max_tokens(ctx, CLFFN_KERNELS_COMPRESSED_LARGE), 50);
+    cr_assert_eq(clffn_context_kernel_max_tokens(ctx, CLFFN_KERNELS_BLOCKS), 60);
     cr_assert_eq(clffn_context_kernel_max_tokens(ctx, CLFFN_KERNELS_COMPRESSED), 33);
     ASSERT_OK(clffn_context_set_kernel_large_weights(ctx, 77));
     cr_assert_eq(clffn_context_kernel_large_weights(ctx), 77);

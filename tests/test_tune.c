@@ -162,9 +162,10 @@ static void assert_gemm_sections(const cJSON *o, const char *text) {
 static void assert_kernel_keys(const cJSON *own, const char *text, double layout_value,
                                long f32_most) {
     static const char *const kernel_keys[] = {
-        "WGEMV_ROW_SPLIT",       "WGEMV_ROW_ROWS",       "WGEMV_COL_WIDTH",
-        "WGEMV_COL_SPLIT",       "WGEMV_COL_GROUPS",     "KERNEL_MAX_TOKENS",
-        "KERNEL_MAX_TOKENS_F32", "KERNEL_MAX_TOKENS_QX", "KERNEL_MAX_TOKENS_LARGE"};
+        "WGEMV_ROW_SPLIT",         "WGEMV_ROW_ROWS",       "WGEMV_COL_WIDTH",
+        "WGEMV_COL_SPLIT",         "WGEMV_COL_GROUPS",     "KERNEL_MAX_TOKENS",
+        "KERNEL_MAX_TOKENS_F32",   "KERNEL_MAX_TOKENS_QX", "KERNEL_MAX_TOKENS_LARGE",
+        "KERNEL_MAX_TOKENS_BLOCKS"};
     for (size_t i = 0; i < sizeof kernel_keys / sizeof kernel_keys[0]; ++i) {
         const double v = json_num(own, kernel_keys[i]); /* crossovers: a count measured, or all */
         cr_assert(v >= (i < 5 ? 1 : 0) && (v <= (i < 5 ? 256 : 1024) || v == 1073741824.0), "%s",

@@ -33,6 +33,8 @@ static void json_choices(cJSON *o, clffn_context *ctx) {
     cJSON_AddNumberToObject(
         o, "kernel_max_tokens_large",
         (double)clffn_context_kernel_max_tokens(ctx, CLFFN_KERNELS_COMPRESSED_LARGE));
+    cJSON_AddNumberToObject(o, "kernel_max_tokens_blocks",
+                            (double)clffn_context_kernel_max_tokens(ctx, CLFFN_KERNELS_BLOCKS));
     cJSON_AddNumberToObject(o, "kernel_large_weights",
                             (double)clffn_context_kernel_large_weights(ctx));
     cJSON_AddBoolToObject(o, "quantized_inputs", clffn_context_quantized_inputs(ctx));
@@ -138,14 +140,16 @@ static void text_choices(const args *a, clffn_context *ctx) {
            a->dtype != CLFFN_DTYPE_F32 ? "their type"
            : a->set_layout             ? "--weight-layout"
                                        : tuning);
+    const int blocks = a->dtype == CLFFN_DTYPE_Q8_0 || a->dtype == CLFFN_DTYPE_Q4_0;
     const int which = a->dtype == CLFFN_DTYPE_F32 ? CLFFN_KERNELS_F32
                       : clffn_context_quantized_inputs(ctx) && a->dtype != CLFFN_DTYPE_F16
                           ? CLFFN_KERNELS_QUANTIZED
-                          : CLFFN_KERNELS_COMPRESSED;
+                      : blocks ? CLFFN_KERNELS_BLOCKS
+                               : CLFFN_KERNELS_COMPRESSED;
     const size_t most = clffn_context_kernel_max_tokens(ctx, which);
     const size_t large = clffn_context_kernel_max_tokens(ctx, CLFFN_KERNELS_COMPRESSED_LARGE);
     char sized[96] = "";
-    if (which == CLFFN_KERNELS_COMPRESSED && large != most) {
+    if ((which == CLFFN_KERNELS_COMPRESSED || which == CLFFN_KERNELS_BLOCKS) && large != most) {
         snprintf(sized, sizeof sized, " (%zu in products of %zu weights or more)", large,
                  clffn_context_kernel_large_weights(ctx));
     }

@@ -1,11 +1,12 @@
 /* clffn-tune, phase 9: clffn's own few-token kernels over weights in their stored type
  * (cl/weights.cl). Their shapes (WGEMV_*: work-items per row and rows per group of the row
  * kernel; columns per work-item, work-items per column group and groups per work-group of the
- * column kernel) and the three crossovers the library reads from the profile:
- * KERNEL_MAX_TOKENS, the most tokens for which compressed weights go through the kernels rather
- * than dequantized blocks and SGEMM; KERNEL_MAX_TOKENS_QX, the same where the inputs are
- * quantized (clffn_context_set_quantized_inputs); and KERNEL_MAX_TOKENS_F32, the same for f32
- * weights against CLBlast's path.
+ * column kernel) and the four crossovers the library reads from the profile:
+ * KERNEL_MAX_TOKENS, the most tokens for which f16 and bf16 weights go through the kernels
+ * rather than dequantized blocks and SGEMM; KERNEL_MAX_TOKENS_BLOCKS, the same for q8_0 and q4_0
+ * weights, whose kernels decode bytes (on a CPU they win further); KERNEL_MAX_TOKENS_QX, the
+ * same where the inputs are quantized (clffn_context_set_quantized_inputs); and
+ * KERNEL_MAX_TOKENS_F32, the same for f32 weights against CLBlast's path.
  *
  * Each measurement runs in a child (this program with --eval --kernels), with the winners of
  * the earlier phases applied, on the tuned d_model and d_ff: one child per weight type times
@@ -287,12 +288,14 @@ void phase_kernels(search *r, size_t min_indirect, size_t k_block, size_t k_min_
     if (best_shape(&e, types, n_types, k) != 0) { return; }
     char group[32];
     row_groups(&e, types, n_types, k, group, sizeof group);
-    long compressed = EVERY_COUNT, qx = EVERY_COUNT;
+    /* q4_0's stands for q8_0's (both decode bytes), f16's for bf16's (both convert halves);
+     * without the quantized types f16's is both */
+    long cross[2];
     for (int ty = 0; ty < n_types; ++ty) {
-        const long m = crossover(&e, types[ty], "cross", k->shape);
-        if (m < 0) { return; }
-        if (m < compressed) { compressed = m; }
+        if ((cross[ty] = crossover(&e, types[ty], "cross", k->shape)) < 0) { return; }
     }
+    const long compressed = cross[n_types - 1], blocks = cross[0];
+    long qx = EVERY_COUNT;
     /* the types whose inputs the context can quantize: q8_0's integer products stand for
      * q4_0's, bf16's are their own */
     const char *const qx_types[2] = {quantized ? "q8_0" : "bf16", "bf16"};
@@ -304,8 +307,9 @@ void phase_kernels(search *r, size_t min_indirect, size_t k_block, size_t k_min_
     const long f32 = crossover(&e, "f32", "cross", k->shape);
     if (f32 < 0) { return; }
     k->max_tokens = (size_t)compressed;
+    k->max_tokens_blocks = (size_t)blocks;
     k->max_tokens_qx = (size_t)qx;
-    k->max_tokens_large = (size_t)compressed;
+    k->max_tokens_large = (size_t)(compressed < blocks ? compressed : blocks);
     f32_layout(&e, kept, f32, k);
     k->have = 1;
     large_crossover(&e, k);
@@ -319,6 +323,7 @@ void kernels_json(cJSON *own, const kernel_result *k) {
     }
     cJSON_AddNumberToObject(own, "KERNEL_MAX_TOKENS", (double)k->max_tokens);
     cJSON_AddNumberToObject(own, "KERNEL_MAX_TOKENS_QX", (double)k->max_tokens_qx);
+    cJSON_AddNumberToObject(own, "KERNEL_MAX_TOKENS_BLOCKS", (double)k->max_tokens_blocks);
     cJSON_AddNumberToObject(own, "KERNEL_MAX_TOKENS_F32", (double)k->max_tokens_f32);
     cJSON_AddNumberToObject(own, "WEIGHT_LAYOUT", (double)k->layout);
     if (k->have_row_group) {

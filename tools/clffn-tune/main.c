@@ -29,9 +29,11 @@
  *      (WGEMV_*), scored by the one-token forward with q4_0 and f16 weights; on a CPU device,
  *      WGEMV_ROW_GROUP_COLS, the input size from which rows go several to a work-item, scored
  *      by the forward at 1 to 16 tokens with each boundary the tuned shape tells apart; then
- *      KERNEL_MAX_TOKENS, KERNEL_MAX_TOKENS_QX and KERNEL_MAX_TOKENS_F32, the most tokens (up
- *      to 1024, in passes of 16 past 16) up to which they beat dequantized blocks through SGEMM
- *      (compressed weights, with f32 inputs and with quantized ones) and CLBlast's path (f32);
+ *      KERNEL_MAX_TOKENS, KERNEL_MAX_TOKENS_BLOCKS, KERNEL_MAX_TOKENS_QX and
+ *      KERNEL_MAX_TOKENS_F32, the most tokens (up to 1024, in passes of 16 past 16) up to which
+ *      they beat dequantized blocks through SGEMM (f16 weights for f16 and bf16, q4_0 ones for
+ *      q8_0 and q4_0, with f32 inputs, and q8_0 ones with quantized inputs) and CLBlast's path
+ *      (f32);
  *      then f32's crossover in the other layout too, and the layout and crossover whose forward
  *      is faster at the counts up to the tuned shape's, which may overrule phase 6 (the row
  *      kernels read [out, in] weights along their rows); then KERNEL_MAX_TOKENS_LARGE, the

@@ -278,9 +278,9 @@ int write_profile(const search *r, size_t min_indirect, size_t k_block, size_t k
             snprintf(large, sizeof large, ", %zu in products of %zu weights or more",
                      kr->max_tokens_large, kr->large_weights);
         }
-        printf("clffn's kernels up to %zu tokens for compressed weights (%zu with quantized "
-               "inputs%s), %zu for f32\n",
-               kr->max_tokens, kr->max_tokens_qx, large, kr->max_tokens_f32);
+        printf("clffn's kernels up to %zu tokens for f16 and bf16 weights, %zu for q8_0 and "
+               "q4_0 (%zu with quantized inputs%s), %zu for f32\n",
+               kr->max_tokens, kr->max_tokens_blocks, kr->max_tokens_qx, large, kr->max_tokens_f32);
         if (kr->have_row_group) {
             printf("their rows several to a work-item from inputs of %zu floats\n",
                    kr->row_group_cols);

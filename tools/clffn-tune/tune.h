@@ -190,12 +190,12 @@ void phase_few_rows(search *r, size_t min_indirect, size_t k_block, size_t k_min
 size_t k_block_at(size_t T, size_t k_block, size_t k_min_rows);
 
 /* What phase 9 found (kernels.c): the few-token kernels' shapes and where they stop paying,
- * for compressed weights, for their quantized inputs and for f32
- * (clffn_context_set_kernel_max_tokens). */
+ * for f16 and bf16 weights, for q8_0's and q4_0's blocks, for their quantized inputs and for
+ * f32 (clffn_context_set_kernel_max_tokens). */
 typedef struct kernel_result {
     int have;
     size_t shape[CLFFN_WGEMV_PARAMS];
-    size_t max_tokens, max_tokens_qx, max_tokens_f32;
+    size_t max_tokens, max_tokens_blocks, max_tokens_qx, max_tokens_f32;
     /* WEIGHT_LAYOUT, chosen with KERNEL_MAX_TOKENS_F32 (phase 6's where the other loses) */
     clffn_layout layout;
     /* KERNEL_MAX_TOKENS_LARGE from KERNEL_LARGE_WEIGHTS: large_weights 0 where not measured */
