@@ -984,10 +984,13 @@ CLFFN_API clffn_status clffn_ffn_stage_times(clffn_ffn *ffn, clffn_stage_times *
  * and its kernels read its count, so the host never waits between the routing and the
  * experts (clffn_moe_set_counts() can trade that for launching only the chosen experts). Past
  * one pass they stay on the device too where the context runs the experts' products on clffn's
- * kernels at every count up to T (the CPU profiles) and the experts run grouped
- * (clffn_moe_experts_grouped()): each expert's rows go in tiles of CLFFN_MAX_KERNEL_TOKENS, a
- * tile a step of the grouped launches. Elsewhere the host reads the E counts back once, since
- * CLBlast's products are sized on the host, and an unchosen expert is not launched at all. The
+ * kernels at every count up to T (the CPU profiles), the routed experts' weights are q8_0 or
+ * q4_0 and the experts run grouped (clffn_moe_experts_grouped()): each expert's rows go in
+ * tiles of CLFFN_MAX_KERNEL_TOKENS, a tile a step of the grouped launches. A tile reads its
+ * expert's weights again, which costs f32, f16 and bf16 experts more than the wait for the
+ * counts (f32 6-22% on an AMD EPYC), and the byte-sized blocks level or less. Elsewhere the
+ * host reads the E counts back once, since CLBlast's products are sized on the host, and an
+ * unchosen expert is not launched at all. The
  * weights are uploaded per expert through the FFN API (clffn_moe_expert()), in any stored type.
  * ------------------------------------------------------------------------------------------- */
 typedef struct clffn_moe clffn_moe;
@@ -1207,9 +1210,9 @@ CLFFN_API clffn_moe_counts clffn_moe_counts_where(const clffn_moe *moe);
  *  to the host (0). The setting is where they may stay; they stay only where the layer is not
  *  split and every expert's products at that forward's T tokens run clffn's own kernels: in one
  *  pass (at most CLFFN_MAX_KERNEL_TOKENS tokens, within the context's crossovers for the
- *  experts' type), or past it in tiles, where the crossovers reach T and the experts run
- *  grouped. A prefill on a GPU profile (crossovers at 16 or fewer) reads them back whatever the
- *  setting.
+ *  experts' type), or past it in tiles, where the crossovers reach T, the routed experts'
+ *  weights are q8_0 or q4_0 and the experts run grouped. A prefill on a GPU profile
+ *  (crossovers at 16 or fewer) reads them back whatever the setting.
  *  A backward after a forward that kept them runs the routing again with them read back: 0
  *  after it. 0 for NULL and before any forward. */
 CLFFN_API int clffn_moe_counts_kept(const clffn_moe *moe);

@@ -381,8 +381,8 @@ static cl_int enqueue_routing(clffn_moe *moe, cl_uint T, cl_mem x, cl_ulong xo, 
 
 /* Where a forward of T tokens keeps the counts: on the device as clffn_moe_set_counts() asks
  * (AUTO: unless some expert must go unchosen), where every expert's products run clffn's own
- * kernels, in one pass (BY_EXPERT) or past it grouped in tiles (TILED), and xg, yg fit an
- * allocation; else read back (PACKED). */
+ * kernels, in one pass (BY_EXPERT) or past it grouped in tiles (TILED, where
+ * clffn__group_tiles_pay), and xg, yg fit an allocation; else read back (PACKED). */
 static clffn_moe_rows rows_for(clffn_moe *moe, size_t T) {
     const size_t E = moe->cfg.experts, D = moe->cfg.expert.d_model;
     const clffn_moe_counts where = moe->counts_where;
@@ -403,7 +403,8 @@ static clffn_moe_rows rows_for(clffn_moe *moe, size_t T) {
         }
     }
     /* another context's expert needs its count on the host; tiles run grouped only */
-    if (clffn__moe_split(moe) || (tiled && !clffn__group_ready(&moe->group, moe->ffn, E))) {
+    if (clffn__moe_split(moe) || (tiled && (!clffn__group_tiles_pay(&moe->group, moe->ffn, E) ||
+                                            !clffn__group_ready(&moe->group, moe->ffn, E)))) {
         return CLFFN_MOE_ROWS_PACKED;
     }
     return tiled ? CLFFN_MOE_ROWS_TILED : CLFFN_MOE_ROWS_BY_EXPERT;

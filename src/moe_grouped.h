@@ -11,6 +11,9 @@ typedef struct clffn_moe_group {
     clffn_pools pools;
     cl_mem z, h, u;
     size_t rows;
+    /* tiles past one pass for experts of any type, not q8_0's and q4_0's alone
+     * (clffn__group_tiles_pay): the tests' way to run the tiles over every type */
+    bool tiles_any_type;
 } clffn_moe_group;
 
 /* One grouped forward: the E routed experts (ffn[0 .. E)) at T tokens, k chosen per token; xg
@@ -39,6 +42,10 @@ void clffn__group_release(clffn_moe_group *g);
 /* Whether the E experts' weights are all in g's pools alike (one type and layout, W1 and V
  * stacked, each bias the config has), so that they can run grouped, and grouping is on. */
 bool clffn__group_ready(const clffn_moe_group *g, clffn_ffn *const *ffn, size_t E);
+
+/* Whether tiles past one pass pay for the E experts' weights (q8_0 or q4_0, the blocks of a
+ * byte or less a value; any with g's tiles_any_type), or the counts are better read back. */
+bool clffn__group_tiles_pay(const clffn_moe_group *g, clffn_ffn *const *ffn, size_t E);
 
 /* Enqueues the pass: xg through every expert with rows into yg, a launch a stage. The routing
  * must have run before it on q, with the counts on the device. */

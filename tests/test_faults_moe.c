@@ -9,6 +9,7 @@
 #include "clffn.h"
 #include "fault.h"
 #include "internal.h"
+#include "moe.h"
 
 #include <criterion/criterion.h>
 #include <math.h>
@@ -29,7 +30,10 @@ static int moe_make(clffn_context *ctx, clffn_moe **out) {
     const clffn_host_weights hw = {w, NULL, w + F * D, NULL, w + 2 * F * D, NULL};
     clffn_moe *moe = NULL;
     int st = clffn_moe_create(ctx, &c, &moe);
-    if (st == CLFFN_SUCCESS) { st = clffn_moe_upload_router(moe, router, NULL); }
+    if (st == CLFFN_SUCCESS) { /* f32 experts in tiles, where only q8_0's and q4_0's would be */
+        moe->group.tiles_any_type = true;
+        st = clffn_moe_upload_router(moe, router, NULL);
+    }
     for (size_t e = 0; e <= ME && st == CLFFN_SUCCESS; ++e) {
         st = clffn_ffn_upload_weights(clffn_moe_expert(moe, e), CLFFN_LAYOUT_OUT_IN, &hw);
     }

@@ -8,6 +8,7 @@
  * reference see the same order of experts, ties included: the choice is a comparison, and an
  * ulp of rounding would otherwise decide near-ties differently on the two sides. */
 #include "common.h"
+#include "moe.h" /* tiles_any_type */
 #include "moe_data.h"
 
 #include <math.h>
@@ -532,8 +533,10 @@ static void forward_bits(clffn_moe *moe, const moe_data *m, size_t T, clffn_moe_
 
 /* clffn_moe_counts_kept says what the last forward did, not what the setting asked: with the
  * context's f32 crossover at one pass of clffn's kernels (16 tokens) the counts stay on the
- * device up to 16 tokens and are read back at 17; with the kernels at every count they stay at
- * 17 and 40 too (in tiles). Read back on request, and after a backward, which runs the routing
+ * device up to 16 tokens and are read back at 17; with the kernels at every count f32 experts
+ * still read them back there (tiles pay for q8_0's and q4_0's experts alone), and where tiles
+ * are asked for every type they stay at 17 and 40 too. Read back on request, and after a
+ * backward, which runs the routing
  * again with them read back. Eight forwards and a backward at five token counts: on rusticl's
  * llvmpipe on a 2-core AVX2 host, with Mesa's shader cache cold, this ran past 120 s. */
 Test(moe, counts_kept_says_what_ran, .timeout = 300) {
@@ -566,6 +569,9 @@ Test(moe, counts_kept_says_what_ran, .timeout = 300) {
     moe_data m40;
     data_make(&m40, &mc40, 32, 40, 1700);
     clffn_moe *moe40 = moe_make(ctx, &m40);
+    forward_bits(moe40, &m40, 40, CLFFN_MOE_COUNTS_DEVICE, y40);
+    cr_assert_eq(clffn_moe_counts_kept(moe40), 0, "40 tokens, f32 experts");
+    moe40->group.tiles_any_type = moe->group.tiles_any_type = true;
     forward_bits(moe40, &m40, 40, CLFFN_MOE_COUNTS_DEVICE, y40);
     cr_assert_eq(clffn_moe_counts_kept(moe40), 1, "40 tokens, kernels at every count");
     forward_bits(moe, &m, 17, CLFFN_MOE_COUNTS_DEVICE, y);
@@ -701,6 +707,12 @@ static void tiled_check(clffn_context *ctx, clffn_dtype type, int qx, const moe_
     }
     float *y = malloc(T * D * sizeof *y), *y1 = malloc(T * D * sizeof *y1);
     cr_assert(y && y1);
+    if (type != CLFFN_DTYPE_Q8_0 && type != CLFFN_DTYPE_Q4_0) { /* tiles pay for those alone */
+        forward_bits(moe, &m, T, CLFFN_MOE_COUNTS_DEVICE, y);
+        cr_assert_eq(clffn_moe_counts_kept(moe), 0, "%s experts, case %zu: kept",
+                     clffn_dtype_name(type), ci);
+        moe->group.tiles_any_type = true;
+    }
     const size_t counts[2] = {T, 17};
     for (size_t i = 0; i < 2; ++i) {
         const size_t n = counts[i];
@@ -737,7 +749,7 @@ Test(moe, experts_tiled, .timeout = 600) {
                  {CLFFN_DTYPE_Q8_0, 0}, {CLFFN_DTYPE_Q4_0, 0}, {CLFFN_DTYPE_Q4_0, 1}};
     for (size_t ki = 0; ki < sizeof kinds / sizeof kinds[0]; ++ki) {
         clffn_context *ctx = test_context();
-        for (int c = 0; c < 4; ++c) { /* every class of product: clffn's kernels at any count */
+        for (int c = 0; c < 5; ++c) { /* every class of product: clffn's kernels at any count */
             ASSERT_OK(clffn_context_set_kernel_max_tokens(ctx, c, (size_t)1 << 30));
         }
         ASSERT_OK(clffn_context_set_quantized_inputs(ctx, kinds[ki].qx));

@@ -668,6 +668,7 @@ static void run_grouped(const grouped_case *g) {
     for (int i = 0; i < 2; ++i) {
         ASSERT_OK(clffn_moe_create(ctx, &c, &moe[i]));
         ASSERT_OK(clffn_moe_set_grouping(moe[i], i == 0));
+        moe[i]->group.tiles_any_type = true; /* the tiles over every type, not the blocks' alone */
         ASSERT_OK(clffn_moe_upload_router(moe[i], router, NULL));
         for (size_t e = 0; e < E; ++e) {
             clffn_ffn *f = clffn_moe_expert(moe[i], e);
