@@ -3,6 +3,7 @@
 #include "linear.h"
 
 #include "clffn_defs.h"
+#include "dtype.h"
 
 static bool out_in(const clffn_linear *w) { return w->layout == CLFFN_LAYOUT_OUT_IN; }
 
@@ -47,8 +48,8 @@ size_t clffn__kernel_max_tokens(const clffn_context *ctx, const clffn_linear *w)
     if (w->in * w->out >= ctx->kernel_large_weights) {
         return ctx->kernel_max_tokens[CLFFN_KERNELS_COMPRESSED_LARGE];
     }
-    const bool blocks = w->dtype == CLFFN_DTYPE_Q8_0 || w->dtype == CLFFN_DTYPE_Q4_0;
-    return ctx->kernel_max_tokens[blocks ? CLFFN_KERNELS_BLOCKS : CLFFN_KERNELS_COMPRESSED];
+    return ctx->kernel_max_tokens[clffn__dtype_quantized(w->dtype) ? CLFFN_KERNELS_BLOCKS
+                                                                   : CLFFN_KERNELS_COMPRESSED];
 }
 
 /* Whether a forward product over `tokens` rows with w runs clffn's few-token kernels. */

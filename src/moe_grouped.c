@@ -23,6 +23,7 @@
 #include "moe_grouped.h"
 
 #include "clffn_defs.h"
+#include "dtype.h"
 #include "launch.h"
 
 void clffn__group_init(clffn_moe_group *g, const clffn_context *ctx, clffn_ffn *const *ffn,
@@ -229,17 +230,17 @@ clffn_status clffn__group_forward(clffn_moe_group *g, const clffn_group_pass *p,
     return (clffn_status)err;
 }
 
-/* Tiles pay for E experts where their weights are q8_0 or q4_0: a tile reads
- * its expert's weights once, where read back an expert's passes go row-first, each group of its
- * weight rows through every pass while in the cache (src/forward.c), so the more bytes a weight
- * the more the tiles' re-reads cost. On POCL on an AMD EPYC (2 cores, AVX2), tiles against read
+/* Tiles pay for E experts where their weights are q8_0 or q4_0: a tile reads its expert's
+ * weights once, where read back an expert's passes go row-first, each group of its weight rows
+ * through every pass while in the cache (src/forward.c), so the more bytes a weight the more the
+ * tiles' re-reads cost. On POCL on an AMD EPYC (2 cores, AVX2), tiles against read
  * back: f32 experts 6-22% slower (8 × 1024 -> 2816 at 64, 256 and 512 tokens, 128 × 2048 -> 768
  * at 32 and 128), f16 0-11%, q8_0 and q4_0 level; on AVX-512, f16 3-8% slower, q4_0 level to 18%
  * faster (docs/PERFORMANCE.md, "Tiles for byte blocks alone"). */
 bool clffn__group_tiles_pay(const clffn_moe_group *g, clffn_ffn *const *ffn, size_t E) {
-    for (size_t e = 0; e < E && !g->tiles_any_type; ++e) {
-        const clffn_dtype t = clffn_ffn_weight_dtype(ffn[e]);
-        if (t != CLFFN_DTYPE_Q8_0 && t != CLFFN_DTYPE_Q4_0) { return false; }
+    if (g->tiles_any_type) { return true; }
+    for (size_t e = 0; e < E; ++e) {
+        if (!clffn__dtype_quantized(clffn_ffn_weight_dtype(ffn[e]))) { return false; }
     }
     return true;
 }

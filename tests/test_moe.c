@@ -536,9 +536,9 @@ static void forward_bits(clffn_moe *moe, const moe_data *m, size_t T, clffn_moe_
  * device up to 16 tokens and are read back at 17; with the kernels at every count f32 experts
  * still read them back there (tiles pay for q8_0's and q4_0's experts alone), and where tiles
  * are asked for every type they stay at 17 and 40 too. Read back on request, and after a
- * backward, which runs the routing
- * again with them read back. Eight forwards and a backward at five token counts: on rusticl's
- * llvmpipe on a 2-core AVX2 host, with Mesa's shader cache cold, this ran past 120 s. */
+ * backward, which runs the routing again with them read back. Eight forwards and a backward at
+ * five token counts: on rusticl's llvmpipe on a 2-core AVX2 host, with Mesa's shader cache cold,
+ * this ran past 120 s. */
 Test(moe, counts_kept_says_what_ran, .timeout = 300) {
     clffn_context *ctx = test_context();
     ASSERT_OK(clffn_context_set_kernel_max_tokens(ctx, CLFFN_KERNELS_F32, CLFFN_MAX_KERNEL_TOKENS));
